@@ -1,0 +1,109 @@
+"""Shared fixtures: object stores on both backends, a moto S3 server over HTTP.
+
+`store` is parametrised over the local-directory store and the S3 store on a
+moto server, so a test that takes it runs against both backends.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# moto needs credentials present, never real ones.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    """Poll ``condition`` until it returns a truthy value or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
+            last_error = exc
+        else:
+            if value:
+                return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}: {last_error!r}")
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A moto S3 server on a free loopback port; yields its endpoint URL."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    endpoint = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto server exited: {log.read_text()[-2000:]}")
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+
+    try:
+        wait_for(up, timeout=60, what="moto server")
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def s3_bucket(moto_server: str) -> str:
+    import boto3
+
+    bucket = "kfs-test-bucket"
+    boto3.client("s3", endpoint_url=moto_server).create_bucket(Bucket=bucket)
+    return bucket
+
+
+@pytest.fixture
+def local_store(tmp_path: Path):
+    from kfs_core.storage.local import LocalObjectStore
+
+    store = LocalObjectStore(tmp_path / "store")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def s3_store(moto_server: str, s3_bucket: str):
+    from kfs_core.storage.s3 import S3ObjectStore
+
+    # A fresh prefix per test keeps tests independent on one shared bucket.
+    store = S3ObjectStore(s3_bucket, prefix=f"t-{uuid.uuid4().hex[:12]}",
+                          endpoint_url=moto_server)
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest):
+    """The same test against the local-directory store and S3 on moto."""
+    return request.getfixturevalue(f"{request.param}_store")
