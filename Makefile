@@ -1,0 +1,49 @@
+# KFS developer commands.  `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export KFS_HOME ?= $(CURDIR)/.kfs
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install KFS with every pinned dependency
+
+run: install ## Run KFS on the embedded default (a local directory store under .kfs/)
+	$(BIN)/kfs run
+
+test: install ## Run the whole test suite
+	$(BIN)/pytest
+
+bench: install ## Run the benchmarks and print their tables
+	$(BIN)/python bench/formats.py
+
+lint: install ## ruff (lint + format check) and mypy (strict on kfs_core)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy kfs_core
+
+format: install ## Apply ruff's formatter and autofixes
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+lock: ## Re-resolve constraints.txt from pyproject.toml in a scratch venv
+	rm -rf /tmp/kfs-lock && $(PYTHON) -m venv /tmp/kfs-lock
+	/tmp/kfs-lock/bin/pip install -q --upgrade pip && /tmp/kfs-lock/bin/pip install -q -e '.[dev]'
+	/tmp/kfs-lock/bin/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
+
+clean: ## Remove the venv, caches and the local store
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .kfs
+
+.PHONY: help install run test bench lint format lock clean

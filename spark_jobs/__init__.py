@@ -1,0 +1,1 @@
+"""PySpark maintenance jobs, one application per module (issue "Spark maintenance jobs")."""
