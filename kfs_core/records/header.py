@@ -7,7 +7,8 @@
     16      1     magic = 2
     17      4     CRC-32C of attributes .. end of batch
     21      2     attributes            (bits 0-2 codec, 3 timestamp type,
-                                         4 transactional, 5 control)
+                                         4 transactional, 5 control,
+                                         6 first timestamp is a delete horizon)
     23      4     last offset delta
     27      8     first timestamp
     35      8     max timestamp
@@ -56,6 +57,9 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+# KIP-534: the log cleaner stores the tombstone delete horizon in the first
+# timestamp field and sets this bit; record timestamps stay base + delta.
+DELETE_HORIZON_BIT = 0x40
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +100,10 @@ class BatchHeader:
         return bool(self.attributes & CONTROL_BIT)
 
     @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_BIT)
+
+    @property
     def timestamp_type(self) -> int:
         """0 = CreateTime, 1 = LogAppendTime."""
         return 1 if self.attributes & TIMESTAMP_TYPE_BIT else 0
@@ -112,24 +120,28 @@ def read_batch_header(
     if len(buf) - pos < BATCH_HEADER_SIZE:
         raise CorruptRecordBatch(
             f"truncated batch header: {len(buf) - pos} bytes left, need {BATCH_HEADER_SIZE}",
-            object_name=object_name, offset=pos,
+            object_name=object_name,
+            offset=pos,
         )
     header = BatchHeader(*BATCH_HEADER.unpack_from(buf, pos))
     if header.magic != MAGIC_V2:
         raise CorruptRecordBatch(
             f"batch magic {header.magic}, expected {MAGIC_V2}",
-            object_name=object_name, offset=pos + MAGIC_OFFSET,
+            object_name=object_name,
+            offset=pos + MAGIC_OFFSET,
         )
     if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptRecordBatch(
             f"batch length {header.batch_length} is shorter than a header",
-            object_name=object_name, offset=pos + 8,
+            object_name=object_name,
+            offset=pos + 8,
         )
     if pos + header.total_size > len(buf):
         raise CorruptRecordBatch(
             f"truncated batch: length {header.batch_length} runs past the end "
             f"({len(buf) - pos - LOG_OVERHEAD} bytes left)",
-            object_name=object_name, offset=pos + 8,
+            object_name=object_name,
+            offset=pos + 8,
         )
     return header
 
@@ -141,13 +153,17 @@ def batch_crc(buf: bytes | bytearray | memoryview, pos: int, total_size: int) ->
 
 
 def verify_batch_crc(
-    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader,
-    *, object_name: str = "<batch>",
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    *,
+    object_name: str = "<batch>",
 ) -> None:
     actual = batch_crc(buf, pos, header.total_size)
     if actual != header.crc:
         raise CorruptRecordBatch(
             f"batch CRC-32C mismatch: stored {header.crc:#010x}, computed {actual:#010x} "
             f"(base offset {header.base_offset})",
-            object_name=object_name, offset=pos + CRC_OFFSET,
+            object_name=object_name,
+            offset=pos + CRC_OFFSET,
         )
