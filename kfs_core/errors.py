@@ -44,6 +44,9 @@ class CorruptionError(KfsError):
     where the reader found the problem.
     """
 
+    object_name: str
+    offset: int
+
     def __init__(self, message: str = "", *, object_name: str = "?", offset: int = -1,
                  **fields: Any) -> None:
         super().__init__(message, object_name=object_name, offset=offset, **fields)
@@ -136,3 +139,27 @@ class InvalidTopicName(CatalogError):
 
 class InvalidConfig(CatalogError):
     """A topic config name is unknown or its value is out of range."""
+
+
+class RemoveConflict(ReplaceConflict):
+    """A remove named segments that are no longer live; a remove is a replace without outputs."""
+
+
+class InvalidCatalogAction(CatalogError):
+    """An action breaks a catalog rule: a reused key, outputs outside their inputs' offsets ..."""
+
+
+class SegmentOverlap(InvalidCatalogAction):
+    """An added segment's offsets overlap a live segment or lie below the log start offset."""
+
+
+class LogStartOffsetRegression(InvalidCatalogAction):
+    """The log start offset may only move forwards, and never past the high watermark."""
+
+
+class CatalogVersionNotFound(CatalogError):
+    """The requested catalog version does not exist: not yet committed, or expired."""
+
+
+class InvalidPartitions(CatalogError):
+    """A partition count is out of range (Kafka's INVALID_PARTITIONS)."""

@@ -53,7 +53,8 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out, stderr=subprocess.STDOUT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     endpoint = f"http://127.0.0.1:{port}"
 
@@ -97,8 +98,7 @@ def s3_store(moto_server: str, s3_bucket: str):
     from kfs_core.storage.s3 import S3ObjectStore
 
     # A fresh prefix per test keeps tests independent on one shared bucket.
-    store = S3ObjectStore(s3_bucket, prefix=f"t-{uuid.uuid4().hex[:12]}",
-                          endpoint_url=moto_server)
+    store = S3ObjectStore(s3_bucket, prefix=f"t-{uuid.uuid4().hex[:12]}", endpoint_url=moto_server)
     yield store
     store.close()
 

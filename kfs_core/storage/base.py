@@ -3,6 +3,13 @@
 Keys are '/'-separated strings relative to the store's root (a directory for
 `LocalObjectStore`, ``bucket/prefix`` for `S3ObjectStore`).  Byte ranges are
 small frozen dataclasses that map straight onto an HTTP ``Range`` header.
+
+Key rules are the same on every backend, so code that works against one store
+works against all of them (`check_key`): a key is non-empty, at most 1024 bytes
+of UTF-8, has no leading or trailing ``/``, no empty, ``.`` or ``..`` segments,
+no backslash or NUL, no segment longer than 255 bytes, and no segment starting
+with ``.kfs-tmp`` (reserved for a backend's scratch files).  Breaking a rule
+raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -10,6 +17,60 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+#: Segments starting with this are reserved for a backend's temporary files.
+RESERVED_SEGMENT_PREFIX = ".kfs-tmp"
+MAX_KEY_BYTES = 1024  # S3's limit
+MAX_SEGMENT_BYTES = 255  # NAME_MAX of common filesystems
+
+
+def _check_segment(segment: str, what: str, value: str) -> None:
+    if segment in ("", ".", ".."):
+        raise ValueError(f"{what} {value!r} has an empty, '.' or '..' segment")
+    if segment.startswith(RESERVED_SEGMENT_PREFIX):
+        raise ValueError(
+            f"{what} {value!r}: segments starting with {RESERVED_SEGMENT_PREFIX!r} are reserved"
+        )
+    if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
+        raise ValueError(f"{what} {value!r} has a segment longer than {MAX_SEGMENT_BYTES} bytes")
+
+
+def _check_characters(value: str, what: str) -> None:
+    if "\\" in value:
+        raise ValueError(f"{what} {value!r} contains a backslash; use '/' between segments")
+    if "\0" in value:
+        raise ValueError(f"{what} {value!r} contains a NUL character")
+    if value.startswith("/"):
+        raise ValueError(f"{what} {value!r} is absolute; keys are relative to the store root")
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` unchanged if it follows the key rules; raise ValueError otherwise."""
+    if not isinstance(key, str):
+        raise TypeError(f"object key must be a str, got {type(key).__name__}")
+    if not key:
+        raise ValueError("object key is empty")
+    _check_characters(key, "object key")
+    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
+        raise ValueError(f"object key {key[:60]!r}... is longer than {MAX_KEY_BYTES} bytes")
+    for segment in key.split("/"):
+        _check_segment(segment, "object key", key)
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """Return ``prefix`` unchanged if it is a valid listing prefix; raise ValueError otherwise.
+
+    A prefix is a key's beginning: it may be empty, end with ``/`` or stop in
+    the middle of a segment (``"ns/topic/0/segment-0000"``).  Its complete
+    segments follow the key rules; the unfinished last one only filters names.
+    """
+    if not isinstance(prefix, str):
+        raise TypeError(f"listing prefix must be a str, got {type(prefix).__name__}")
+    _check_characters(prefix, "listing prefix")
+    for segment in prefix.split("/")[:-1]:
+        _check_segment(segment, "listing prefix", prefix)
+    return prefix
 
 
 @dataclass(frozen=True)
@@ -36,6 +97,22 @@ class ByteRange:
             raise ValueError(f"suffix length must be positive, got {n}")
         return cls(-n, None)
 
+    def resolve(self, size: int) -> tuple[int, int]:
+        """``(start, stop)`` of this range within an object of ``size`` bytes.
+
+        Follows HTTP: a range starting at or past the end is unsatisfiable
+        (ValueError), one running past the end is cut short, and a suffix
+        longer than the object means all of it.
+        """
+        if self.start < 0:
+            return max(0, size + self.start), size
+        if self.start >= size:
+            raise ValueError(
+                f"range {self.http_header()} starts at or past the end of a {size}-byte object"
+            )
+        stop = size if self.length is None else min(size, self.start + self.length)
+        return self.start, stop
+
     def http_header(self) -> str:
         if self.start < 0:
             return f"bytes={self.start}"
@@ -46,6 +123,13 @@ class ByteRange:
 
 @dataclass(frozen=True)
 class ObjectInfo:
+    """What a store knows about one object.
+
+    ``etag`` is opaque and unquoted.  Different content means a different
+    etag; rewriting the same bytes may keep it (S3: an MD5 of the content) or
+    change it (local: derived from the file's identity).
+    """
+
     key: str
     size: int
     etag: str
@@ -73,8 +157,9 @@ class ObjectStore(abc.ABC):
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes:
         """The object's bytes (or a range of them); `ObjectNotFound` if absent.
 
-        A range that starts past the end raises `ObjectStoreError`; one that
-        runs past the end is cut short, as HTTP does.
+        A range that starts at or past the end raises `ObjectStoreError`; one
+        that runs past the end is cut short, and a suffix longer than the
+        object returns all of it (an empty object gives ``b""``), as HTTP does.
         """
 
     @abc.abstractmethod
@@ -83,7 +168,13 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
-        """Every object whose key starts with ``prefix``, in key order."""
+        """Every object whose key starts with ``prefix``, in key order.
+
+        Key order is code-point order, which is S3's UTF-8 byte order.  With
+        ``start_after``, only keys sorting strictly after it are returned
+        (the way to resume a listing).  The prefix is checked (`check_prefix`)
+        when this is called; objects are fetched lazily as the iterator runs.
+        """
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:
