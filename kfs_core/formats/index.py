@@ -1,0 +1,343 @@
+"""The `.index` file: a sparse map from offsets to batch positions in a segment.
+
+Byte-compatible with KafScale's index layout (see DESIGN.md "Formats").
+All integers are big-endian::
+
+    offset      size  field
+    0           4     magic b"IDX\\x00"
+    4           2     version = 1                    (u16)
+    6           4     entry count n                  (i32)
+    10          4     interval: messages per entry   (i32)
+    14          2     reserved = 0                   (u16)
+    16          12*n  entries, each:
+                        0  8  offset: base offset of a batch   (i64)
+                        8  4  position: that batch's byte position, counted
+                              from the start of the segment file (i32)
+
+The segment writer adds an entry for the first batch and then for the next
+batch to start once ``interval`` messages have gone by since the last entry
+(`IndexSampler`), so `build_index_from_segment` reproduces the writer's index
+byte for byte.  Entries strictly increase in offset and position.
+
+To find offset N: `IndexReader.lookup` binary-searches the last entry at or
+below N, then `find_batch_position` walks batch headers forward from there.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from kfs_core.errors import CorruptIndex
+
+if TYPE_CHECKING:
+    from kfs_core.formats.segment import SegmentReader
+
+Buffer = bytes | bytearray | memoryview
+
+INDEX_MAGIC = b"IDX\x00"
+INDEX_VERSION = 1
+DEFAULT_INDEX_INTERVAL = 100
+
+INDEX_HEADER = struct.Struct(
+    ">4s"  # magic b"IDX\0"
+    "H"  # version
+    "i"  # entry count
+    "i"  # interval (messages between entries)
+    "H"  # reserved
+)
+INDEX_HEADER_SIZE = INDEX_HEADER.size  # 16
+VERSION_OFFSET = struct.calcsize(">4s")  # 4
+ENTRY_COUNT_OFFSET = struct.calcsize(">4sH")  # 6
+INTERVAL_OFFSET = struct.calcsize(">4sHi")  # 10
+RESERVED_OFFSET = struct.calcsize(">4sHii")  # 14
+
+INDEX_ENTRY = struct.Struct(
+    ">q"  # offset: the batch's base offset
+    "i"  # position: the batch's byte position in the segment file
+)
+INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 12
+
+assert INDEX_HEADER_SIZE == 16
+assert INDEX_ENTRY_SIZE == 12
+
+
+class IndexEntry(NamedTuple):
+    offset: int
+    position: int
+
+
+class IndexSampler:
+    """Decides which batches get an index entry, for the writer and for rebuilds.
+
+    The first batch always does; after it, the first batch to start once at
+    least ``interval`` messages were added since the last entry.
+    """
+
+    __slots__ = ("interval", "entries", "_since_entry")
+
+    def __init__(self, interval: int = DEFAULT_INDEX_INTERVAL) -> None:
+        if not 1 <= interval <= 2**31 - 1:
+            raise ValueError(f"index interval must be a positive i32, got {interval}")
+        self.interval = interval
+        self.entries: list[IndexEntry] = []
+        self._since_entry = 0
+
+    def add(self, base_offset: int, position: int, record_count: int) -> None:
+        if not self.entries or self._since_entry >= self.interval:
+            self.entries.append(IndexEntry(base_offset, position))
+            self._since_entry = 0
+        self._since_entry += record_count
+
+
+def encode_index(entries: Iterable[tuple[int, int]], interval: int) -> bytes:
+    """The `.index` bytes for ``entries`` of (batch base offset, file position)."""
+    if not 1 <= interval <= 2**31 - 1:
+        raise ValueError(f"index interval must be a positive i32, got {interval}")
+    pack = INDEX_ENTRY.pack
+    body = [pack(offset, position) for offset, position in entries]
+    return b"".join([INDEX_HEADER.pack(INDEX_MAGIC, INDEX_VERSION, len(body), interval, 0), *body])
+
+
+class IndexReader:
+    """An open `.index`: header and entries checked, entries decoded for lookups.
+
+    Raises `CorruptIndex` naming the object and byte offset when the magic,
+    version, entry count (it must match the length exactly), interval or entry
+    order is wrong.
+    """
+
+    def __init__(self, data: Buffer, object_name: str = "<index>") -> None:
+        self.object_name = object_name
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        size = len(view)
+        if size < INDEX_HEADER_SIZE:
+            raise CorruptIndex(
+                f"truncated index: {size} bytes, the header alone is {INDEX_HEADER_SIZE}",
+                object_name=object_name,
+                offset=size,
+            )
+        magic, version, count, interval, _reserved = INDEX_HEADER.unpack_from(view, 0)
+        if magic != INDEX_MAGIC:
+            raise CorruptIndex(
+                f"index magic {magic!r}, expected {INDEX_MAGIC!r}",
+                object_name=object_name,
+                offset=0,
+            )
+        if version != INDEX_VERSION:
+            raise CorruptIndex(
+                f"index version {version}, this build reads {INDEX_VERSION}",
+                object_name=object_name,
+                offset=VERSION_OFFSET,
+            )
+        if count < 1:
+            raise CorruptIndex(
+                f"entry count {count}: an index holds at least the first batch's entry",
+                object_name=object_name,
+                offset=ENTRY_COUNT_OFFSET,
+            )
+        expected = INDEX_HEADER_SIZE + count * INDEX_ENTRY_SIZE
+        if size != expected:
+            # Short: truncated, the damage is where the data stops.  Long:
+            # trailing bytes start where the last counted entry ends.
+            raise CorruptIndex(
+                f"index is {size} bytes, {count} entries need exactly {expected}",
+                object_name=object_name,
+                offset=min(size, expected),
+            )
+        if interval < 1:
+            raise CorruptIndex(
+                f"index interval {interval}, expected a positive number",
+                object_name=object_name,
+                offset=INTERVAL_OFFSET,
+            )
+        self.interval: int = interval
+        self.entries: tuple[IndexEntry, ...] = tuple(
+            IndexEntry(*fields) for fields in INDEX_ENTRY.iter_unpack(view[INDEX_HEADER_SIZE:])
+        )
+        self._offsets = [entry.offset for entry in self.entries]
+        self._positions = [entry.position for entry in self.entries]
+        self._check_order()
+
+    def _check_order(self) -> None:
+        previous = IndexEntry(-1, -1)
+        for i, entry in enumerate(self.entries):
+            if entry.offset <= previous.offset or entry.position <= previous.position:
+                raise CorruptIndex(
+                    f"entry {i} ({entry.offset} at {entry.position}) does not follow "
+                    f"entry {i - 1} ({previous.offset} at {previous.position}); entries "
+                    "must strictly increase in offset and position",
+                    object_name=self.object_name,
+                    offset=entry_file_offset(i),
+                )
+            previous = entry
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def lookup_entry(self, offset: int) -> IndexEntry:
+        """The last entry whose offset is <= ``offset`` (the first entry if none is)."""
+        i = bisect.bisect_right(self._offsets, offset) - 1
+        return self.entries[max(i, 0)]
+
+    def lookup(self, offset: int) -> int:
+        """File position to start scanning batch headers from to reach ``offset``."""
+        return self.lookup_entry(offset).position
+
+
+def entry_file_offset(i: int) -> int:
+    """Byte offset of entry ``i`` in the `.index` file."""
+    return INDEX_HEADER_SIZE + i * INDEX_ENTRY_SIZE
+
+
+# --- index <-> segment -----------------------------------------------------
+
+
+def _open_segment(
+    segment: SegmentReader | Buffer, object_name: str, *, verify: bool = False
+) -> SegmentReader:
+    # segment.py imports this module for the writer's index, so import it late.
+    from kfs_core.formats.segment import SegmentReader
+
+    if isinstance(segment, SegmentReader):
+        return segment
+    return SegmentReader(segment, object_name, verify=verify)
+
+
+def find_batch_position(
+    segment: SegmentReader | Buffer,
+    index: IndexReader | None,
+    target_offset: int,
+    *,
+    object_name: str = "<segment>",
+) -> int | None:
+    """File position of the batch holding ``target_offset``.
+
+    Binary search in ``index`` (or start at the first batch without one),
+    then a forward walk of batch headers.  When the target falls in a gap
+    (compaction removed it), the next batch after the gap is returned, as a
+    Kafka fetch would; a target below the segment gives the first batch.
+    None when the target lies past the segment's last offset.  Raw bytes are
+    opened without the body CRC check (only the walked headers are read).
+    """
+    reader = _open_segment(segment, object_name)
+    if target_offset > reader.last_offset:
+        return None
+    start = None if index is None else index.lookup(target_offset)
+    for position, header in reader.iter_batches(start):
+        if header.last_offset >= target_offset:
+            return position
+    return None
+
+
+def build_index_entries(
+    segment: SegmentReader | Buffer,
+    interval: int = DEFAULT_INDEX_INTERVAL,
+    *,
+    object_name: str = "<segment>",
+) -> list[IndexEntry]:
+    """The entries the segment writer would have written for ``segment``."""
+    reader = _open_segment(segment, object_name)
+    sampler = IndexSampler(interval)
+    for position, header in reader.iter_batches():
+        sampler.add(header.base_offset, position, header.record_count)
+    return sampler.entries
+
+
+def build_index_from_segment(
+    segment: SegmentReader | Buffer,
+    interval: int = DEFAULT_INDEX_INTERVAL,
+    *,
+    object_name: str = "<segment>",
+) -> bytes:
+    """Regenerate a segment's `.index` bytes (what the index rebuild job writes).
+
+    Raw bytes are opened with the body CRC check: an index is never built
+    over a damaged segment.
+    """
+    reader = _open_segment(segment, object_name, verify=True)
+    return encode_index(build_index_entries(reader, interval), interval)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexProblem:
+    """One disagreement between an index and its segment.
+
+    ``offset`` is the byte offset in the `.index` file of the bad header field
+    or entry.
+    """
+
+    object_name: str
+    offset: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.object_name}: byte {self.offset}: {self.message}"
+
+
+def check_index(
+    segment: SegmentReader | Buffer,
+    index: IndexReader | Buffer,
+    *,
+    segment_name: str = "<segment>",
+    index_name: str = "<index>",
+) -> list[IndexProblem]:
+    """Everything wrong with ``index`` as an index of ``segment``; empty when sound.
+
+    Checks that the index opens (magic, version, size, increasing entries),
+    that the first batch has an entry and that every entry sits on a batch
+    start whose base offset is the entry's offset.  A segment that cannot be
+    opened raises `CorruptSegment`: that is the segment's problem, not the
+    index's.
+    """
+    reader = _open_segment(segment, segment_name)
+    if isinstance(index, IndexReader):
+        index_reader = index
+    else:
+        try:
+            index_reader = IndexReader(index, index_name)
+        except CorruptIndex as exc:
+            return [IndexProblem(exc.object_name, exc.offset, exc.message)]
+    name = index_reader.object_name
+    batch_offsets = {position: header.base_offset for position, header in reader.iter_batches()}
+    problems: list[IndexProblem] = []
+    first_position = min(batch_offsets, default=None)
+    first = index_reader.entries[0]
+    if first_position is not None and (
+        first.position != first_position or first.offset != batch_offsets[first_position]
+    ):
+        problems.append(
+            IndexProblem(
+                name,
+                entry_file_offset(0),
+                f"first entry is {first.offset} at {first.position}, but the first batch "
+                f"({batch_offsets[first_position]} at {first_position}) must have the first "
+                "entry",
+            )
+        )
+    for i, entry in enumerate(index_reader.entries):
+        batch_offset = batch_offsets.get(entry.position)
+        if batch_offset is None:
+            problems.append(
+                IndexProblem(
+                    name,
+                    entry_file_offset(i),
+                    f"entry {i} ({entry.offset}) points at byte {entry.position}, "
+                    "which is not the start of a batch",
+                )
+            )
+        elif batch_offset != entry.offset:
+            problems.append(
+                IndexProblem(
+                    name,
+                    entry_file_offset(i),
+                    f"entry {i} says offset {entry.offset}, but the batch at byte "
+                    f"{entry.position} starts at offset {batch_offset}",
+                )
+            )
+    return problems
