@@ -1,0 +1,94 @@
+"""The `kfs` command, run as a user runs it: a subprocess on real files and stores."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kfs_core.formats.segment import SegmentWriter
+from kfs_core.records.batch import Record, encode_batch
+from kfs_core.records.codecs import CODEC_GZIP, CODEC_ZSTD
+
+KFS = [sys.executable, "-m", "kfs_core.cli"]
+
+
+def kfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KFS, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def write_segment(directory: Path, base: int = 100) -> Path:
+    writer = SegmentWriter(created_ms=1_700_000_000_000, index_interval=2)
+    offset = base
+    for codec, n in [(0, 3), (CODEC_GZIP, 4), (CODEC_ZSTD, 5)]:
+        records = [Record(offset + i, 1_700_000_000_000 + offset + i, b"k", b"v" * 50)
+                   for i in range(n)]
+        writer.append(encode_batch(records, base_offset=offset, codec=codec))
+        offset += n
+    sealed = writer.finish()
+    path = directory / f"segment-{base:020d}.kfs"
+    path.write_bytes(sealed.data)
+    path.with_suffix(".index").write_bytes(sealed.index)
+    return path
+
+
+def test_segment_dump_prints_header_batches_and_index(tmp_path: Path) -> None:
+    path = write_segment(tmp_path)
+    result = kfs("segment", "dump", str(path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "base offset 100" in out and "messages 12" in out
+    assert "last offset 111" in out
+    lines = [line for line in out.splitlines() if line.strip().endswith((" ok", " BAD"))
+             and line.split()[0].isdigit()]
+    assert len(lines) == 3
+    assert [line.split()[4] for line in lines] == ["none", "gzip", "zstd"]
+    assert [int(line.split()[1]) for line in lines] == [100, 103, 107]
+    assert "index: 3 entries, interval 2" in out
+    assert "verify: ok" in out
+
+
+def test_segment_dump_flipped_bit_is_one_line_error(tmp_path: Path) -> None:
+    path = write_segment(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[120] ^= 0x10  # inside the first batch's records
+    path.write_bytes(bytes(data))
+    result = kfs("segment", "dump", str(path))
+    assert result.returncode == 3
+    assert "BAD" in result.stdout
+    err = result.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kfs: error: ") and str(path) in err[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("damage", ["truncate", "magic"])
+def test_segment_dump_truncated_or_wrong_magic(tmp_path: Path, damage: str) -> None:
+    path = write_segment(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[:-9] if damage == "truncate" else b"XXXX" + data[4:])
+    result = kfs("segment", "dump", str(path))
+    assert result.returncode == 3
+    err = result.stderr.strip().splitlines()
+    assert len(err) == 1 and "corrupt at byte" in err[0], result.stderr
+
+
+def test_segment_dump_missing_object(tmp_path: Path) -> None:
+    result = kfs("segment", "dump", "nope/0/segment-00000000000000000000.kfs",
+                 env={"KFS_STORE_URL": (tmp_path / "store").as_uri()})
+    assert result.returncode != 0
+    assert result.stderr.strip().startswith("kfs: error: ")
+    assert "no such file or object" in result.stderr
+
+
+def test_segment_dump_index_pointing_off_a_batch(tmp_path: Path) -> None:
+    path = write_segment(tmp_path)
+    index = bytearray(path.with_suffix(".index").read_bytes())
+    index[-1] ^= 0x01  # the last entry's position now points one byte off
+    path.with_suffix(".index").write_bytes(bytes(index))
+    result = kfs("segment", "dump", str(path))
+    assert result.returncode == 3
+    assert ".index" in result.stderr and "corrupt at byte" in result.stderr
