@@ -1,0 +1,328 @@
+"""The Kafka wire protocol as the KFS daemon serves it.
+
+One table, `SUPPORTED_VERSIONS`, says which versions of which APIs the server
+speaks; `decode_request` turns a request frame into a `Request`,
+`encode_response` / `encode_response_parts` turn a response body back into a
+frame, and `error_response_frame` says what to send when a frame could not be
+decoded.  Bodies are the spec-generated message classes of
+`kfs_core.server.protocol_messages` (re-exported here), so a handler reads
+``request.body.topic_data`` and builds ``request.response(throttle_time_ms=0,
+responses=[...])`` with the field names of Kafka's JSON specs.
+
+Request frame (after the 4-byte size prefix, see `protocol_framing`):
+
+    request header v1 (classic versions of the API)
+      int16   api_key
+      int16   api_version
+      int32   correlation_id
+      string  client_id        nullable, always int16-length (even in v2)
+    request header v2 (flexible versions): v1 + tagged fields
+    body
+
+Response frame:
+
+    int32   size
+    response header v0: int32 correlation_id
+    response header v1 (flexible versions): v0 + tagged fields
+    body
+
+ApiVersions is the exception: its response header is always v0, whatever
+the version, because the client reads it before it knows what we support.
+
+Header versions above follow from the API version alone; the request header
+v0 (no client id) belongs to ControlledShutdown v0, which KFS does not serve.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final
+
+from kfs_core.server.protocol_errors import (
+    ErrorCode,
+    FrameError,
+    FrameTooLarge,
+    InvalidResponse,
+    MalformedRequest,
+    ProtocolError,
+    RequestError,
+    TruncatedFrame,
+    UnknownApiKey,
+    UnsupportedVersion,
+)
+from kfs_core.server.protocol_fastpath import decode_produce_request, encode_fetch_response
+from kfs_core.server.protocol_framing import (
+    MAX_REQUEST_BYTES,
+    SIZE_PREFIX,
+    check_frame_size,
+    read_frame,
+)
+from kfs_core.server.protocol_messages import MESSAGES, ApiKey, ApiVersionsResponse
+from kfs_core.server.protocol_wire import I32, READ_ERRORS, read_string, skip_tagged_fields
+
+__all__ = [
+    "MAX_REQUEST_BYTES",
+    "MESSAGES",
+    "SUPPORTED_VERSIONS",
+    "ApiKey",
+    "ErrorCode",
+    "FrameError",
+    "FrameTooLarge",
+    "InvalidResponse",
+    "MalformedRequest",
+    "ProtocolError",
+    "Request",
+    "RequestError",
+    "TruncatedFrame",
+    "UnknownApiKey",
+    "UnsupportedVersion",
+    "api_versions_body",
+    "check_frame_size",
+    "decode_request",
+    "encode_response",
+    "encode_response_parts",
+    "error_response_frame",
+    "is_flexible",
+    "read_frame",
+]
+
+# The versions KFS serves, per API: (min, max).  A client uses
+# min(its max, our max), so each max is the highest version either client
+# sends - librdkafka 2.16 (confluent-kafka; INTRODUCTION.md and its
+# rd_kafka_broker_ApiVersion_supported() calls) or kafka-python 3.0 (its
+# max_version= arguments, else its spec's maximum) - unless a higher version
+# means something KFS does not implement.  Each min is the lowest version the
+# spec still defines (Kafka 4.0 dropped older ones) that can carry what KFS
+# stores.  tests/server/test_protocol_clients.py checks what both clients pick.
+SUPPORTED_VERSIONS: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
+    {
+        # v3 is the first to carry RecordBatch v2, the only format KFS stores.
+        # kafka-python sends <= 9, librdkafka <= 10; v10 only adds KIP-951
+        # leader hints, meaningless on a single broker; v13 names topics by id.
+        ApiKey.PRODUCE: (3, 9),
+        # v4 is the first whose responses carry RecordBatch v2 unconverted.
+        # kafka-python sends <= 12, librdkafka <= 16; v13+ names topics by id.
+        ApiKey.FETCH: (4, 12),
+        # v0 (offset arrays) is gone from the spec.  librdkafka sends <= 7;
+        # kafka-python would send 11, but v8+ only add tiered-storage offset
+        # specs (-4, -5, -6) and a timeout, none of which KFS implements.
+        ApiKey.LIST_OFFSETS: (1, 7),
+        # Both clients send 13, which only adds a top-level error code for
+        # KIP-1102 rebootstrapping.  v10+ carry topic ids beside the names.
+        ApiKey.METADATA: (0, 12),
+        # v9 is v8 plus KIP-848 member epochs (librdkafka 9, kafka-python 8);
+        # v10 names topics by id.
+        ApiKey.OFFSET_COMMIT: (2, 9),
+        ApiKey.OFFSET_FETCH: (1, 9),
+        # kafka-python uses v4 (batched keys) when offered, librdkafka <= 2;
+        # v5/v6 add transaction-abortable errors and share-group keys.
+        ApiKey.FIND_COORDINATOR: (0, 4),
+        # kafka-python sends <= 7, librdkafka <= 5; v8/v9 are KIP-800 reasons
+        # and KIP-814 skipped assignments.
+        ApiKey.JOIN_GROUP: (0, 7),
+        ApiKey.HEARTBEAT: (0, 4),
+        ApiKey.LEAVE_GROUP: (0, 5),
+        ApiKey.SYNC_GROUP: (0, 5),
+        # v4 is v3 on the wire; kafka-python opens with v4, librdkafka with v3.
+        ApiKey.API_VERSIONS: (0, 4),
+        # kafka-python sends 7 (topic ids in the response, which KFS can
+        # mint), librdkafka <= 4.
+        ApiKey.CREATE_TOPICS: (2, 7),
+        # v6 may delete by topic id; at <= 5 topics are named.
+        ApiKey.DELETE_TOPICS: (1, 5),
+        ApiKey.DESCRIBE_CONFIGS: (1, 4),
+        # Both clients send <= 4; v5 is KIP-890 transactions v2.
+        ApiKey.INIT_PRODUCER_ID: (0, 4),
+    }
+)
+
+_HEADER_FIXED = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+_TAGGED_FIELDS_NONE = b"\x00"  # a flexible header's empty tagged-field section
+
+
+def is_flexible(api_key: int, api_version: int) -> bool:
+    """Whether this version of the API uses compact types and tagged fields (its spec's flexibleVersions)."""
+    return bool(MESSAGES[ApiKey(api_key)].request.flexible_version_q(api_version))
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A decoded request: the header's fields and the body.
+
+    ``body`` is an instance of ``MESSAGES[api_key].request`` decoded at
+    ``api_version``.  Produce ``records`` are ``memoryview`` slices of the
+    request frame, not copies: they keep the frame alive, and are writable
+    when the frame is a ``bytearray`` (offsets can be assigned in place).
+    """
+
+    api_key: ApiKey
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+    @property
+    def flexible(self) -> bool:
+        """Whether the request used header v2 and this version's compact encoding."""
+        return is_flexible(self.api_key, self.api_version)
+
+    @property
+    def expects_response(self) -> bool:
+        """False only for Produce with acks=0, which Kafka never answers."""
+        return not (self.api_key == ApiKey.PRODUCE and self.body.acks == 0)
+
+    def response(self, **fields: Any) -> Any:
+        """A response body of the matching class and version, built from spec field names."""
+        return MESSAGES[self.api_key].response(version=self.api_version, **fields)
+
+
+# --- decoding --------------------------------------------------------------
+
+
+def decode_request(frame: bytes | bytearray | memoryview) -> Request:
+    """Decode one request frame (without its size prefix).
+
+    Raises `UnknownApiKey` or `UnsupportedVersion` for a well-formed header
+    that names something outside `SUPPORTED_VERSIONS`, and `MalformedRequest`
+    when the header or the body is truncated, invalid, or followed by
+    trailing bytes.
+    """
+    buf = frame if isinstance(frame, memoryview) else memoryview(frame)
+    if len(buf) < _HEADER_FIXED.size:
+        raise MalformedRequest(
+            f"request of {len(buf)} bytes is shorter than the {_HEADER_FIXED.size}-byte header"
+        )
+    api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(buf, 0)
+    context: dict[str, Any] = {
+        "api_key": api_key,
+        "api_version": api_version,
+        "correlation_id": correlation_id,
+    }
+    if api_key not in SUPPORTED_VERSIONS:
+        context["client_id"] = _client_id_or_none(buf)
+        raise UnknownApiKey(f"unknown API key {api_key}", **context)
+    key = ApiKey(api_key)
+    flexible = is_flexible(key, api_version)
+    try:
+        client_id, pos = read_string(buf, _HEADER_FIXED.size, compact=False, nullable=True)
+        if flexible:
+            pos = skip_tagged_fields(buf, pos)
+    except READ_ERRORS as exc:
+        raise MalformedRequest(f"{key.name} v{api_version} header: {exc}", **context) from exc
+    context["client_id"] = client_id
+    low, high = SUPPORTED_VERSIONS[key]
+    if not low <= api_version <= high:
+        raise UnsupportedVersion(
+            f"{key.name} v{api_version} is not supported (v{low}-v{high} are)", **context
+        )
+    try:
+        if key == ApiKey.PRODUCE:
+            body, end = decode_produce_request(buf, pos, api_version)
+        else:
+            # The decoder kafka-python compiles for this version, called
+            # directly because its public decode() drops the end position,
+            # which is how truncated and over-long bodies show.
+            request_class = MESSAGES[key].request
+            decode = request_class._struct.compiled_decode_from(
+                api_version, compact=flexible, tagged=flexible, data_class=request_class
+            )
+            body, end = decode(buf, pos)
+    except READ_ERRORS as exc:
+        raise MalformedRequest(f"{key.name} v{api_version} body: {exc}", **context) from exc
+    if end != len(buf):
+        problem = "runs past the end of" if end > len(buf) else "is followed by trailing bytes in"
+        raise MalformedRequest(f"{key.name} v{api_version} body {problem} the frame", **context)
+    return Request(key, api_version, correlation_id, client_id, body)
+
+
+def _client_id_or_none(buf: memoryview) -> str | None:
+    """The client id of a header we will not decode further, for error reports."""
+    try:
+        client_id, _ = read_string(buf, _HEADER_FIXED.size, compact=False, nullable=True)
+    except READ_ERRORS:
+        return None
+    return client_id
+
+
+# --- encoding --------------------------------------------------------------
+
+
+def _response_header(api_key: ApiKey, api_version: int, correlation_id: int) -> bytes:
+    header = I32.pack(correlation_id)
+    if api_key != ApiKey.API_VERSIONS and is_flexible(api_key, api_version):
+        header += _TAGGED_FIELDS_NONE
+    return header
+
+
+def _encode_frame(
+    api_key: ApiKey, api_version: int, correlation_id: int, body: Any
+) -> list[bytes | bytearray | memoryview]:
+    response_class = MESSAGES[api_key].response
+    if not isinstance(body, response_class):
+        raise InvalidResponse(
+            f"{api_key.name} needs a {response_class.__name__} body, got {type(body).__name__}"
+        )
+    header = _response_header(api_key, api_version, correlation_id)
+    try:
+        if api_key == ApiKey.FETCH:
+            parts = encode_fetch_response(body, api_version, header)
+            if parts is not None:
+                return parts
+        # Setting the version of an object that already has it trips over
+        # kafka-python's header bookkeeping on decoded objects; skip it then.
+        same_version = body.version == api_version
+        payload = body.encode() if same_version else body.encode(version=api_version)
+    except (struct.error, AttributeError, TypeError, ValueError, OverflowError) as exc:
+        raise InvalidResponse(f"{api_key.name} v{api_version} response: {exc!r}") from exc
+    return [SIZE_PREFIX.pack(len(header) + len(payload)) + header, payload]
+
+
+def encode_response_parts(request: Request, body: Any) -> list[bytes | bytearray | memoryview]:
+    """The size-prefixed response frame to ``request`` as buffers for ``writelines``.
+
+    Fetch responses keep large ``records`` as the buffers they were given.
+    Raises `InvalidResponse` if ``body`` is not the request's response class
+    or holds values its schema cannot encode.
+    """
+    return _encode_frame(request.api_key, request.api_version, request.correlation_id, body)
+
+
+def encode_response(request: Request, body: Any) -> bytes:
+    """The size-prefixed response frame to ``request``, as one byte string."""
+    return b"".join(encode_response_parts(request, body))
+
+
+def api_versions_body(api_version: int, error_code: ErrorCode = ErrorCode.NONE) -> Any:
+    """The ApiVersions response body listing `SUPPORTED_VERSIONS`."""
+    return ApiVersionsResponse(
+        version=api_version,
+        error_code=int(error_code),
+        api_keys=[
+            ApiVersionsResponse.ApiVersion(api_key=int(key), min_version=low, max_version=high)
+            for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+        ],
+        throttle_time_ms=0,
+    )
+
+
+def error_response_frame(error: ProtocolError) -> bytes | None:
+    """What Kafka sends for a frame that failed to decode, or ``None`` to close the connection.
+
+    Only an ApiVersions request of an unsupported version gets an answer:
+    an ApiVersions v0 body (header v0) with UNSUPPORTED_VERSION and the table,
+    from which the client picks a version to retry with (KIP-511).  Kafka
+    lists only the ApiVersions row there; clients read only that row, so the
+    whole table does no harm.  Every other decoding error closes the
+    connection, as in Kafka.
+    """
+    if (
+        isinstance(error, UnsupportedVersion)
+        and error.api_key == ApiKey.API_VERSIONS
+        and error.correlation_id is not None
+    ):
+        body = api_versions_body(0, ErrorCode.UNSUPPORTED_VERSION)
+        return b"".join(_encode_frame(ApiKey.API_VERSIONS, 0, error.correlation_id, body))
+    return None
