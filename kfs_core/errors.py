@@ -8,7 +8,7 @@ apart from "commit state unknown" (`CatalogCommitStateUnknown`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 
 class KfsError(Exception):
@@ -163,3 +163,93 @@ class CatalogVersionNotFound(CatalogError):
 
 class InvalidPartitions(CatalogError):
     """A partition count is out of range (Kafka's INVALID_PARTITIONS)."""
+
+
+# --- write-ahead log manager -----------------------------------------------
+
+
+class WalError(KfsError):
+    """The WAL manager refused or could not perform an operation."""
+
+
+class WalNotRecovered(WalError):
+    """An append or checkpoint before `WalManager.recover()` scanned the WAL directory."""
+
+
+class WalClosed(WalError):
+    """An append or checkpoint after `WalManager.close()`."""
+
+
+class WalWriteFailed(WalError):
+    """A write or fsync of the WAL failed.
+
+    The frames it covered were never acknowledged and nothing is acknowledged
+    after it: after a failed fsync the kernel may have dropped the dirty pages,
+    so retrying could report durability that does not exist.  The daemon must
+    stop and recover from the files on restart.  ``path`` names the WAL file.
+    """
+
+
+# --- partition log (produce, fetch, list offsets) ---------------------------
+#
+# What `kfs_core.log.LogManager` refuses.  Each class names the Kafka error the
+# server answers with in ``kafka_error_code`` (a class attribute, so the
+# mapping needs no instance and no import of the protocol layer).
+
+
+class LogError(KfsError):
+    """A produce, fetch or offset lookup the partition log refused."""
+
+    kafka_error_code: ClassVar[int] = -1  # UNKNOWN_SERVER_ERROR
+
+
+class OffsetOutOfRange(LogError):
+    """The offset lies below the log start offset or above the high watermark."""
+
+    kafka_error_code = 1
+
+
+class CorruptMessage(LogError):
+    """A produced batch failed its CRC-32C, length or magic check."""
+
+    kafka_error_code = 2
+
+
+class UnknownTopicOrPartition(LogError):
+    """The topic does not exist, or has no partition of that number."""
+
+    kafka_error_code = 3
+    retriable = True  # as in Kafka: metadata may not have caught up yet
+
+
+class RequestTimedOut(LogError):
+    """The produce did not complete in its timeout (a full memory pool, a slow WAL)."""
+
+    kafka_error_code = 7
+    retriable = True
+
+
+class MessageTooLarge(LogError):
+    """A batch is larger than the topic's ``max.message.bytes`` (or the whole memory pool)."""
+
+    kafka_error_code = 10
+
+
+class InvalidRecord(LogError):
+    """A produced batch is well formed but breaks a rule (record count, control batch ...)."""
+
+    kafka_error_code = 87
+
+
+class LogStorageError(LogError):
+    """The WAL or the object store failed underneath a produce or fetch."""
+
+    kafka_error_code = 56  # KAFKA_STORAGE_ERROR: clients refresh metadata and retry
+    retriable = True
+
+
+class LogClosed(LogError):
+    """The log is shutting down; the client should look for the partition again."""
+
+    kafka_error_code = 6  # NOT_LEADER_OR_FOLLOWER
+    retriable = True

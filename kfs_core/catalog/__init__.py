@@ -1,0 +1,70 @@
+"""The catalog: which segments make up each partition, and which topics exist.
+
+- `layout`    — object keys of commits, checkpoints, the pointer and segments.
+- `actions`   — `SegmentEntry` and the actions (add, remove, replace,
+  set_log_start_offset, topic_config); the commit file format.
+- `state`     — `PartitionState`, the replay that builds it, checkpoint files.
+- `partition` — `PartitionCatalog`: load, refresh, commit with retries,
+  checkpoints, snapshots by version, commit expiry.
+- `config`    — topic configs (Kafka names, defaults, validation) and topic names.
+- `topics`    — `TopicRegistry`: create, list, describe, alter, delete topics.
+"""
+
+from kfs_core.catalog.actions import (
+    Action,
+    AddSegment,
+    Commit,
+    RemoveSegment,
+    ReplaceSegments,
+    SegmentEntry,
+    SegmentRef,
+    SetLogStartOffset,
+    SetTopicConfig,
+    Tombstone,
+)
+from kfs_core.catalog.config import (
+    CONFIG_KEYS,
+    DEFAULT_CONFIGS,
+    TopicConfig,
+    validate_config,
+    validate_configs,
+    validate_topic_name,
+)
+from kfs_core.catalog.partition import (
+    CommitResult,
+    ExpireResult,
+    IoStats,
+    PartitionCatalog,
+    RetryPolicy,
+)
+from kfs_core.catalog.state import TOMBSTONE_RETENTION_MS, PartitionState
+from kfs_core.catalog.topics import TopicDescription, TopicRecord, TopicRegistry
+
+__all__ = [
+    "CONFIG_KEYS",
+    "DEFAULT_CONFIGS",
+    "TOMBSTONE_RETENTION_MS",
+    "Action",
+    "AddSegment",
+    "Commit",
+    "CommitResult",
+    "ExpireResult",
+    "IoStats",
+    "PartitionCatalog",
+    "PartitionState",
+    "RemoveSegment",
+    "ReplaceSegments",
+    "RetryPolicy",
+    "SegmentEntry",
+    "SegmentRef",
+    "SetLogStartOffset",
+    "SetTopicConfig",
+    "Tombstone",
+    "TopicConfig",
+    "TopicDescription",
+    "TopicRecord",
+    "TopicRegistry",
+    "validate_config",
+    "validate_configs",
+    "validate_topic_name",
+]

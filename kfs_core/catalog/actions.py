@@ -1,0 +1,281 @@
+"""Catalog actions and the commit file that carries them.
+
+A commit ``_log/{version:020d}.json`` is one JSON document, one action a line
+so that ``cat`` and ``diff`` stay useful and ``jq`` reads it whole::
+
+    {"format":1,"version":7,"commit_id":"3f0c…","writer":"host:1234","timestamp_ms":1700000000000,"operation":"add_segments","actions":[
+    {"action":"add","segment":{"base_offset":0,"last_offset":99,…,"key":"orders/0/segment-00000000000000000000.kfs",…}},
+    {"action":"set_log_start_offset","offset":0}
+    ]}
+
+Actions:
+
+- ``add``: a `SegmentEntry` becomes live.
+- ``remove``: a live segment becomes a tombstone (with its removal time, so
+  retention deletes the objects only after a grace period).
+- ``replace``: inputs become tombstones and outputs live, atomically
+  (compaction); an input that is not live aborts the whole commit.
+- ``set_log_start_offset``: moves the log start offset forwards.
+- ``topic_config``: the topic config overrides in effect from this commit on.
+
+Field order is declaration order, so the same commit always encodes to the
+same bytes.  Unknown fields are refused (``extra="forbid"``): an old reader
+must not silently drop what a newer writer recorded and then checkpoint it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from kfs_core.catalog import layout
+from kfs_core.errors import CorruptCatalog
+
+FORMAT_VERSION: Literal[1] = 1
+MAX_CODEC = 4  # Kafka attribute codes: none 0, gzip 1, snappy 2, lz4 3, zstd 4
+
+NonNegative = Annotated[StrictInt, Field(ge=0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SegmentEntry(_Model):
+    """One immutable segment object (and its index) as the catalog knows it.
+
+    ``key`` and ``index_key`` are relative to the namespace:
+    ``{topic}/{partition}/segment-{base_offset:020d}.kfs`` and ``.index``.
+    ``codec`` is the Kafka codec of the segment's batches, 0 when mixed or
+    none, as in the segment header's flags.
+    """
+
+    base_offset: NonNegative
+    last_offset: NonNegative
+    record_count: NonNegative
+    size_bytes: NonNegative
+    index_size_bytes: NonNegative
+    min_timestamp: StrictInt
+    max_timestamp: StrictInt
+    codec: Annotated[StrictInt, Field(ge=0, le=MAX_CODEC)]
+    created_ms: StrictInt
+    key: StrictStr
+    index_key: StrictStr
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SegmentEntry:
+        if self.last_offset < self.base_offset:
+            raise ValueError(f"last_offset {self.last_offset} < base_offset {self.base_offset}")
+        span = self.last_offset - self.base_offset + 1
+        if self.record_count > span:
+            raise ValueError(f"record_count {self.record_count} > offset span {span}")
+        if self.min_timestamp > self.max_timestamp:
+            raise ValueError(
+                f"min_timestamp {self.min_timestamp} > max_timestamp {self.max_timestamp}"
+            )
+        if not self.key.endswith(layout.SEGMENT_SUFFIX):
+            raise ValueError(f"segment key {self.key!r} does not end in {layout.SEGMENT_SUFFIX}")
+        if not self.index_key.endswith(layout.INDEX_SUFFIX):
+            raise ValueError(f"index key {self.index_key!r} does not end in {layout.INDEX_SUFFIX}")
+        return self
+
+    @classmethod
+    def for_partition(
+        cls,
+        topic: str,
+        partition: int,
+        *,
+        base_offset: int,
+        last_offset: int,
+        record_count: int,
+        size_bytes: int,
+        index_size_bytes: int,
+        min_timestamp: int,
+        max_timestamp: int,
+        codec: int,
+        created_ms: int,
+        key_suffix: str = "",
+    ) -> SegmentEntry:
+        """An entry with the standard keys of ``topic``/``partition``."""
+        key = layout.segment_key(topic, partition, base_offset, key_suffix)
+        return cls(
+            base_offset=base_offset,
+            last_offset=last_offset,
+            record_count=record_count,
+            size_bytes=size_bytes,
+            index_size_bytes=index_size_bytes,
+            min_timestamp=min_timestamp,
+            max_timestamp=max_timestamp,
+            codec=codec,
+            created_ms=created_ms,
+            key=key,
+            index_key=layout.index_key_for(key),
+        )
+
+
+class Tombstone(_Model):
+    """A removed segment whose objects may still exist: retention deletes them after a grace.
+
+    Only what deletion and its accounting need is kept, so checkpoints stay small.
+    """
+
+    key: StrictStr
+    index_key: StrictStr
+    base_offset: NonNegative
+    last_offset: NonNegative
+    size_bytes: NonNegative
+    index_size_bytes: NonNegative
+    removed_ms: StrictInt
+
+    @classmethod
+    def of(cls, segment: SegmentEntry, removed_ms: int) -> Tombstone:
+        return cls(
+            key=segment.key,
+            index_key=segment.index_key,
+            base_offset=segment.base_offset,
+            last_offset=segment.last_offset,
+            size_bytes=segment.size_bytes,
+            index_size_bytes=segment.index_size_bytes,
+            removed_ms=removed_ms,
+        )
+
+
+class SegmentRef(_Model):
+    """Names a live segment by key; the base offset is recorded for readers of the log."""
+
+    key: StrictStr
+    base_offset: NonNegative
+
+    @classmethod
+    def of(cls, segment: SegmentEntry) -> SegmentRef:
+        return cls(key=segment.key, base_offset=segment.base_offset)
+
+
+class AddSegment(_Model):
+    action: Literal["add"] = "add"
+    segment: SegmentEntry
+
+
+class RemoveSegment(_Model):
+    action: Literal["remove"] = "remove"
+    key: StrictStr
+    base_offset: NonNegative
+    removed_ms: StrictInt
+
+
+class ReplaceSegments(_Model):
+    action: Literal["replace"] = "replace"
+    inputs: Annotated[tuple[SegmentRef, ...], Field(min_length=1)]
+    outputs: tuple[SegmentEntry, ...]
+    removed_ms: StrictInt
+
+
+class SetLogStartOffset(_Model):
+    action: Literal["set_log_start_offset"] = "set_log_start_offset"
+    offset: NonNegative
+
+
+class SetTopicConfig(_Model):
+    """The complete set of topic config overrides in effect from this commit on."""
+
+    action: Literal["topic_config"] = "topic_config"
+    configs: dict[StrictStr, StrictStr]
+
+
+Action = Annotated[
+    AddSegment | RemoveSegment | ReplaceSegments | SetLogStartOffset | SetTopicConfig,
+    Field(discriminator="action"),
+]
+
+
+class Commit(_Model):
+    """One commit file: who wrote it, when, and its actions (applied atomically, in order)."""
+
+    format: Literal[1] = FORMAT_VERSION
+    version: NonNegative
+    commit_id: StrictStr
+    writer: StrictStr
+    timestamp_ms: StrictInt
+    operation: StrictStr
+    actions: tuple[Action, ...]
+
+
+def encode_document(header: Mapping[str, Any], lists: Sequence[tuple[str, Sequence[str]]]) -> bytes:
+    """``header`` as compact JSON, then each named list with one pre-encoded item a line."""
+    text = json.dumps(dict(header), separators=(",", ":"), ensure_ascii=False)[:-1]
+    for name, items in lists:
+        if items:
+            text += f',"{name}":[\n' + ",\n".join(items) + "\n]"
+        else:
+            text += f',"{name}":[]'
+    return (text + "}\n").encode()
+
+
+def encode_commit(commit: Commit) -> bytes:
+    """Stable, human-readable bytes for ``commit`` (see the module docstring)."""
+    header = commit.model_dump(mode="json", exclude={"actions"})
+    return encode_document(header, [("actions", [a.model_dump_json() for a in commit.actions])])
+
+
+def decode_commit(data: bytes, key: str, expected_version: int | None = None) -> Commit:
+    """Parse a commit file; `CorruptCatalog` naming ``key`` if it is not one."""
+    commit = parse_model(Commit, data, key)
+    if expected_version is not None and commit.version != expected_version:
+        raise CorruptCatalog(
+            f"commit records version {commit.version} but its key says {expected_version}",
+            object_name=key,
+            offset=0,
+        )
+    return commit
+
+
+M = TypeVar("M", bound=BaseModel)
+_LINE_COLUMN = re.compile(r"line (\d+) column (\d+)")
+
+
+def parse_model(model: type[M], data: bytes, key: str) -> M:
+    """``model.model_validate_json(data)``, turning every failure into `CorruptCatalog`."""
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        offset = 0
+        if error["type"] == "json_invalid":
+            offset = _byte_offset(data, str(error["msg"]))
+            detail = str(error["msg"])
+        else:
+            where = ".".join(str(part) for part in error["loc"])
+            detail = f"{where or 'document'}: {error['msg']}"
+            if exc.error_count() > 1:
+                more = exc.error_count() - 1
+                detail += f" (and {more} more problem{'s' if more > 1 else ''})"
+        raise CorruptCatalog(
+            f"not a valid {model.__name__}: {detail}", object_name=key, offset=offset
+        ) from None
+
+
+def _byte_offset(data: bytes, message: str) -> int:
+    """Turn serde_json's "line L column C" into a byte offset into ``data``."""
+    match = _LINE_COLUMN.search(message)
+    if match is None:
+        return 0
+    line, column = int(match.group(1)), int(match.group(2))
+    start = 0
+    for _ in range(line - 1):
+        newline = data.find(b"\n", start)
+        if newline < 0:
+            break
+        start = newline + 1
+    return min(start + max(column - 1, 0), len(data))

@@ -1,0 +1,1 @@
+"""Tests of kfs_core.catalog: actions, replay, the partition commit log, the topic registry."""
