@@ -48,17 +48,18 @@ def best_seconds(fn: Callable[[], object], repeat: int = 5) -> float:
 
 
 def json_like_value(rng: random.Random, i: int) -> bytes:
-    """A ~1 KiB JSON event, compressible the way real event streams are."""
-    event = {
-        "event_id": f"{rng.getrandbits(64):016x}",
-        "seq": i,
-        "type": rng.choice(["page_view", "click", "purchase", "signup", "logout"]),
-        "user": {"id": rng.randrange(1_000_000), "country": rng.choice(["DE", "FR", "US", "JP"])},
-        "ts": 1_700_000_000_000 + i * 7,
-        "tags": [rng.choice(["a", "b", "c", "mobile", "web", "beta"]) for _ in range(8)],
-    }
-    text = json.dumps(event)
-    return (text + " " * (RECORD_SIZE - len(text))).encode()[:RECORD_SIZE]
+    """A 1 KiB JSON event: repeated field names, random ids and numbers."""
+    items = []
+    while sum(map(len, items)) < RECORD_SIZE:
+        items.append(json.dumps({
+            "event_id": f"{rng.getrandbits(64):016x}",
+            "seq": i,
+            "type": rng.choice(["page_view", "click", "purchase", "signup", "logout"]),
+            "user": {"id": rng.randrange(1_000_000), "country": rng.choice(["DE", "FR", "US"])},
+            "ts": 1_700_000_000_000 + i * 7 + rng.randrange(1000),
+            "price": round(rng.random() * 100, 2),
+        }))
+    return ("[" + ",".join(items) + "]").encode()[:RECORD_SIZE]
 
 
 def make_records(n: int, random_values: bool, base: int = 0) -> list[Record]:
