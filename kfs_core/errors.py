@@ -47,8 +47,9 @@ class CorruptionError(KfsError):
     object_name: str
     offset: int
 
-    def __init__(self, message: str = "", *, object_name: str = "?", offset: int = -1,
-                 **fields: Any) -> None:
+    def __init__(
+        self, message: str = "", *, object_name: str = "?", offset: int = -1, **fields: Any
+    ) -> None:
         super().__init__(message, object_name=object_name, offset=offset, **fields)
 
     def __str__(self) -> str:

@@ -1,0 +1,967 @@
+"""`WalManager`: the daemon's write-ahead log -- files, group commit, checkpoints, recovery.
+
+Every produced batch is framed (`kfs_core.formats.wal`) and appended here
+before the producer is acknowledged.  The WAL lives in one directory
+(``{data_dir}/wal/``) as fixed-size files named by a zero-padded sequence
+number, ``00000000000000000007.wal``.  Each file is created under a temporary
+name, preallocated (``posix_fallocate``; ``ftruncate`` where unsupported) so
+appends never change the file size, fsynced, renamed into place and the
+directory fsynced: a ``*.wal`` file is always complete and zero-filled.  A
+frame never spans two files; when the next frame does not fit, the manager
+fsyncs the current file (sealing it) and rolls to a new one.  A frame larger
+than the file size gets a file of its own, sized to fit, instead of being
+refused: the file size is a disk-layout knob and must not quietly cap
+``max.message.bytes``.
+
+One writer thread owns the active file.  Producers encode their frame (copy
+and CRC) on their own thread, queue it and wait on a future; the writer
+drains everything queued, writes it with one ``pwritev`` and completes the
+futures.  Durability modes (`Durability`) decide when a future completes:
+
+``cautious`` (default)
+    After ``fdatasync`` of the write.  This is group commit: frames that queue
+    up while an fsync is running share the next one.  An acknowledged frame
+    survives ``kill -9``, an OS crash and power loss (invariant 1).
+``normal``
+    After the write, before the fsync.  The writer fsyncs as soon as
+    ``normal_sync_frames`` (50) frames are unsynced, or ``normal_sync_ms``
+    (10 ms) after the first unsynced write, whichever comes first.  A process
+    crash (``kill -9``) loses nothing -- the bytes are in the kernel page
+    cache -- but an OS crash or power loss can lose the acknowledged frames of
+    the last window: at most ``normal_sync_frames`` frames and at most
+    ``normal_sync_ms`` plus one fsync's duration of acknowledged writes.
+    The writer thread runs the fsync itself, so an append that arrives
+    during one waits for it before its write.
+``emergency``
+    As ``cautious`` for the WAL.  In addition the manager writes the pause flag
+    ``{ns}/_control/emergency-pause`` into the object store (when it is given
+    one) so maintenance jobs stop (`is_paused`); starting in another mode
+    clears it.
+
+A failed write or fsync stops the manager (`WalWriteFailed`): the waiters of
+the failed group and every later append get the error, because after a failed
+fsync the kernel may have dropped the dirty pages and a retry could report
+durability that does not exist.  The daemon restarts and recovers.
+
+Checkpoints.  `WalManager.checkpoint` records that a partition is in the
+object store up to an offset: a CHECKPOINT frame whose base offset is the
+next offset still to flush (``flushed_offset + 1``, as `FrameType.CHECKPOINT`
+defines it).  The manager keeps, per WAL file, the highest last offset of each
+partition's RECORD frames; a file whose every partition is at or below its
+flushed offset is deleted -- never the active file.  A new file starts with a
+copy of the checkpoints of the partitions that still have records in live
+files, so deleting the file that held a checkpoint never makes recovery replay
+more than it must.
+
+Recovery.  `WalManager.recover` runs once, before the first append.  It scans
+every file in sequence order.  In a sealed (non-last) file any invalid frame
+is corruption: `CorruptWal` names the file and the byte offset and the daemon
+must refuse to start.  The last file may end in a torn tail -- the write a
+crash interrupted, never acknowledged -- which is zeroed and fsynced (its
+position and size are reported in `WalRecovery.torn_tail` and logged), and
+appends continue from there.  Recovery returns every RECORD frame whose last
+offset is above its partition's highest checkpoint, in WAL order.  Replay is
+idempotent by construction: a batch flushed before its checkpoint frame
+reached the disk is returned again, with its topic, partition, base and last
+offset, so the daemon can skip offsets below the catalog's high watermark.
+
+This module is library code: no server imports, no Prometheus.  Metrics are
+counters (`WalManager.metrics`) and an optional ``fsync_observer`` callback
+the daemon's metrics layer turns into a histogram.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import errno
+import json
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from kfs_core.config import DURABILITY_MODES
+from kfs_core.errors import (
+    CorruptionError,
+    CorruptWal,
+    WalClosed,
+    WalError,
+    WalNotRecovered,
+    WalWriteFailed,
+)
+from kfs_core.formats.wal import (
+    WAL_FILE_SIZE,
+    Buffer,
+    FrameType,
+    encode_record_frame,
+    scan_wal,
+)
+from kfs_core.records.batch import iter_batch_headers
+
+if TYPE_CHECKING:
+    from kfs_core.config import Settings
+    from kfs_core.storage.base import ObjectStore
+
+__all__ = [
+    "DEFAULT_FILE_SIZE",
+    "EMERGENCY_PAUSE_KEY",
+    "Durability",
+    "FsyncObserver",
+    "RecoveredBatch",
+    "TornTail",
+    "WalManager",
+    "WalMetrics",
+    "WalPosition",
+    "WalRecovery",
+    "emergency_pause_key",
+    "is_paused",
+    "set_emergency_flag",
+    "wal_file_name",
+]
+
+log = logging.getLogger(__name__)
+
+Durability = Literal["cautious", "normal", "emergency"]
+#: Called by the writer thread after every data fsync: (seconds it took, frames it covered).
+FsyncObserver = Callable[[float, int], None]
+
+DEFAULT_FILE_SIZE = WAL_FILE_SIZE  # 16 MiB
+MIN_FILE_SIZE = 1024  # small files are for tests; anything smaller is a mistake
+WAL_SUFFIX = ".wal"
+TEMP_SUFFIX = ".tmp"  # a file being created: never holds an acknowledged frame
+_WAL_NAME = re.compile(r"^(\d{20})\.wal$")
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+_ZERO_CHUNK = bytes(1 << 20)
+
+#: Object key (under the namespace) whose presence tells maintenance jobs to pause.
+EMERGENCY_PAUSE_KEY = "_control/emergency-pause"
+
+# Looked up at call time so tests can slow down or fail the fsync.
+_fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
+def wal_file_name(seq: int) -> str:
+    """``00000000000000000007.wal``: 20 digits, so name order is sequence order."""
+    return f"{seq:020d}{WAL_SUFFIX}"
+
+
+# --- public values ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WalPosition:
+    """Where a frame was written: file sequence number, byte position, frame size."""
+
+    file_seq: int
+    position: int
+    size: int
+
+    @property
+    def file_name(self) -> str:
+        return wal_file_name(self.file_seq)
+
+    @property
+    def end(self) -> int:
+        return self.position + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredBatch:
+    """A RECORD frame recovery hands back for replay: not yet known to be in the store."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int  # from the last batch header: what a catalog high-watermark check needs
+    batch: bytes  # the RecordBatch v2 bytes exactly as appended
+    position: WalPosition
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """The incomplete frame recovery found at the end of the last file, and zeroed."""
+
+    path: str
+    position: int  # where valid data ends; appends continue here
+    discarded_bytes: int  # nonzero bytes from ``position`` on that were zeroed
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WalRecovery:
+    """What `WalManager.recover` found.  Iterating yields the batches to replay."""
+
+    records: list[RecoveredBatch]
+    flushed_offsets: dict[tuple[str, int], int]  # highest checkpoint per (topic, partition)
+    files: list[str]  # the WAL files scanned, in order
+    frames_scanned: int
+    torn_tail: TornTail | None
+    removed_temp_files: list[str]
+
+    def __iter__(self) -> Iterator[RecoveredBatch]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class WalMetrics:
+    """Counters since the manager was created; `WalManager.metrics` returns a snapshot."""
+
+    frames: int = 0  # frames written, checkpoints included
+    bytes: int = 0  # frame bytes written
+    writes: int = 0  # pwritev groups
+    fsyncs: int = 0  # data fsyncs (fdatasync) of the WAL
+    fsync_seconds: float = 0.0  # total time spent in them
+    max_frames_per_fsync: int = 0
+    checkpoints: int = 0
+    files_created: int = 0
+    files_deleted: int = 0
+
+
+# --- the emergency pause flag ----------------------------------------------
+
+
+def emergency_pause_key(namespace: str) -> str:
+    return f"{namespace}/{EMERGENCY_PAUSE_KEY}"
+
+
+def set_emergency_flag(
+    store: ObjectStore, namespace: str, on: bool, *, reason: str = "durability=emergency"
+) -> None:
+    """Put (``on``) or delete the pause flag that maintenance jobs honour; idempotent."""
+    key = emergency_pause_key(namespace)
+    if on:
+        body = {
+            "reason": reason,
+            "since_ms": int(time.time() * 1000),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+        store.put(key, json.dumps(body, sort_keys=True).encode("utf-8"))
+    else:
+        store.delete(key)
+
+
+def is_paused(store: ObjectStore, namespace: str) -> bool:
+    """True while the daemon of ``namespace`` runs in emergency mode: jobs must not start."""
+    return store.exists(emergency_pause_key(namespace))
+
+
+# --- internals -------------------------------------------------------------
+
+
+class _State(enum.Enum):
+    NEW = "new"  # created, recover() not yet run
+    RECOVERING = "recovering"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    FAILED = "failed"
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A frame queued for the writer, and the future its producer waits on."""
+
+    frame: bytes
+    key: tuple[str, int]
+    last_offset: int | None  # None: a checkpoint frame
+    future: Future[WalPosition] = field(default_factory=Future)
+    position: WalPosition | None = None
+
+
+@dataclass(slots=True)
+class _WalFile:
+    seq: int
+    path: str
+    size: int
+    # Highest last offset of each partition's RECORD frames in this file.
+    max_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def _resolve(item: _Pending) -> None:
+    assert item.position is not None
+    # An append_async caller shields its future, so nothing cancels it; be safe anyway.
+    with contextlib.suppress(InvalidStateError):
+        item.future.set_result(item.position)
+
+
+def _reject(item: _Pending, exc: BaseException) -> None:
+    with contextlib.suppress(InvalidStateError):
+        item.future.set_exception(exc)
+
+
+def _pwrite_all(fd: int, buffers: list[bytes], offset: int) -> None:
+    """Write ``buffers`` back to back at ``offset``, resuming after short writes."""
+    if not hasattr(os, "pwritev"):  # pragma: no cover - every supported platform has it
+        data = b"".join(buffers)
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, offset)
+            view, offset = view[n:], offset + n
+        return
+    views = [memoryview(b) for b in buffers]
+    i = 0
+    while i < len(views):
+        n = os.pwritev(fd, views[i : i + _IOV_MAX], offset)
+        if n <= 0:
+            raise OSError(errno.EIO, "pwritev wrote nothing")
+        offset += n
+        while n:
+            if n >= len(views[i]):
+                n -= len(views[i])
+                i += 1
+            else:
+                views[i] = views[i][n:]
+                n = 0
+
+
+def _preallocate(fd: int, size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, size)  # a sparse file: still zero-filled, still a fixed size
+
+
+def _fsync_directory(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _zero_range(fd: int, start: int, stop: int) -> None:
+    while start < stop:
+        n = os.pwrite(fd, memoryview(_ZERO_CHUNK)[: min(len(_ZERO_CHUNK), stop - start)], start)
+        start += n
+
+
+def _batch_last_offset(batch: Buffer, base_offset: int, object_name: str) -> int:
+    """Last offset of one or more concatenated RecordBatch v2; checks the base offset.
+
+    Raises `CorruptRecordBatch` for bytes that are not whole batches and
+    ValueError when the first batch does not start at ``base_offset``.
+    """
+    last: int | None = None
+    for pos, header in iter_batch_headers(batch, verify_crc=False, object_name=object_name):
+        if pos == 0 and header.base_offset != base_offset:
+            raise ValueError(
+                f"base_offset {base_offset} differs from the batch's own {header.base_offset}"
+            )
+        last = header.last_offset
+    if last is None:
+        raise ValueError("a WAL record needs at least one record batch")
+    return last
+
+
+# --- the manager -----------------------------------------------------------
+
+
+class WalManager:
+    """The WAL of one daemon: append (per durability mode), checkpoint, recover, close.
+
+    Lifecycle: construct, `recover` (once; scans, repairs a torn tail, starts
+    the writer thread), then `append` / `append_async` / `checkpoint` from any
+    thread, then `close`.  Thread-safe.  Do not call the blocking `append`
+    from an event loop thread; await `append_async` there.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        durability: Durability | str = "cautious",
+        file_size: int = DEFAULT_FILE_SIZE,
+        normal_sync_frames: int = 50,
+        normal_sync_ms: float = 10,
+        fsync_observer: FsyncObserver | None = None,
+        control_store: ObjectStore | None = None,
+        namespace: str = "default",
+    ) -> None:
+        if durability not in DURABILITY_MODES:
+            raise ValueError(
+                f"durability {durability!r}: expected one of {', '.join(DURABILITY_MODES)}"
+            )
+        if file_size < MIN_FILE_SIZE:
+            raise ValueError(f"WAL file size {file_size} is below the minimum {MIN_FILE_SIZE}")
+        if normal_sync_frames < 1:
+            raise ValueError(f"normal_sync_frames must be at least 1, got {normal_sync_frames}")
+        if normal_sync_ms <= 0:
+            raise ValueError(f"normal_sync_ms must be positive, got {normal_sync_ms}")
+        self._directory = os.path.abspath(os.fspath(directory))
+        self._durability = cast(Durability, durability)
+        self._sync_every_group = durability != "normal"
+        self._file_size = file_size
+        self._sync_frames = normal_sync_frames
+        self._sync_seconds = normal_sync_ms / 1000
+        self._fsync_observer = fsync_observer
+        self._control_store = control_store
+        self._namespace = namespace
+
+        # Producers <-> writer: the queue and the lifecycle state.
+        self._cond = threading.Condition()
+        self._queue: deque[_Pending] = deque()
+        self._state = _State.NEW
+        self._failure: WalWriteFailed | None = None
+        self._thread: threading.Thread | None = None
+
+        # Files and flushed offsets: the writer rolls, checkpoint() deletes.
+        self._files_lock = threading.Lock()
+        self._files: dict[int, _WalFile] = {}
+        self._active: _WalFile | None = None
+        self._flushed: dict[tuple[str, int], int] = {}
+
+        # Owned by the writer thread once it runs.
+        self._fd = -1
+        self._write_pos = 0
+        self._unsynced_frames = 0
+        self._unsynced_since = 0.0
+
+        self._stats_lock = threading.Lock()
+        self._stats = WalMetrics()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **options: Any) -> WalManager:
+        """The manager for ``{settings.data_dir}/wal`` in ``settings.durability`` mode."""
+        return cls(
+            Path(settings.data_dir) / "wal",
+            durability=settings.durability,
+            namespace=settings.namespace,
+            **options,
+        )
+
+    # --- properties -----------------------------------------------------------
+
+    @property
+    def directory(self) -> str:
+        return self._directory
+
+    @property
+    def durability(self) -> Durability:
+        return self._durability
+
+    @property
+    def file_size(self) -> int:
+        return self._file_size
+
+    @property
+    def metrics(self) -> WalMetrics:
+        with self._stats_lock:
+            return self._stats
+
+    @property
+    def pending_frames(self) -> int:
+        """Frames queued and not yet taken by the writer."""
+        with self._cond:
+            return len(self._queue)
+
+    @property
+    def flushed_offsets(self) -> dict[tuple[str, int], int]:
+        with self._files_lock:
+            return dict(self._flushed)
+
+    @property
+    def active_file(self) -> str | None:
+        with self._files_lock:
+            return None if self._active is None else os.path.basename(self._active.path)
+
+    def wal_files(self) -> list[str]:
+        """Names of the live WAL files, oldest first."""
+        with self._files_lock:
+            return [os.path.basename(f.path) for f in sorted(self._files.values(), key=_seq)]
+
+    def __enter__(self) -> WalManager:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"WalManager({self._directory!r}, durability={self._durability!r})"
+
+    # --- appends ----------------------------------------------------------------
+
+    def append(
+        self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
+    ) -> WalPosition:
+        """Append one produced batch (offsets assigned); return once durable per the mode.
+
+        ``batch_bytes`` is one or more whole RecordBatch v2, the first starting
+        at ``base_offset``.  Raises `WalNotRecovered`, `WalClosed`,
+        `WalWriteFailed`, `CorruptRecordBatch` or ValueError.
+        """
+        item = self._record(topic, partition, base_offset, batch_bytes)
+        self._submit(item)
+        return item.future.result()
+
+    async def append_async(
+        self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
+    ) -> WalPosition:
+        """`append` for an event loop: awaits the writer without blocking the loop.
+
+        Cancelling the awaiting task does not withdraw the frame -- a queued
+        frame is written regardless -- so treat a cancelled append as
+        "outcome unknown", like a produce request that timed out.
+        """
+        item = self._record(topic, partition, base_offset, batch_bytes)
+        self._submit(item)
+        return await asyncio.shield(asyncio.wrap_future(item.future))
+
+    def checkpoint(self, topic: str, partition: int, flushed_offset: int) -> WalPosition:
+        """Record that every offset of the partition at or below ``flushed_offset`` is stored.
+
+        Call after the segment commit.  Writes a CHECKPOINT frame (durable per
+        the mode), then deletes the sealed WAL files that hold nothing
+        unflushed.  A lower offset than an earlier checkpoint changes nothing.
+        """
+        item = self._checkpoint_frame(topic, partition, flushed_offset)
+        self._submit(item)
+        position = item.future.result()
+        self._after_checkpoint(item.key, flushed_offset)
+        return position
+
+    async def checkpoint_async(
+        self, topic: str, partition: int, flushed_offset: int
+    ) -> WalPosition:
+        item = self._checkpoint_frame(topic, partition, flushed_offset)
+        self._submit(item)
+        position = await asyncio.shield(asyncio.wrap_future(item.future))
+        # Unlinking files is quick, but it is disk I/O: keep it off the loop.
+        await asyncio.to_thread(self._after_checkpoint, item.key, flushed_offset)
+        return position
+
+    def delete_flushed_files(self) -> list[str]:
+        """Delete the sealed files whose every RECORD frame is flushed; return their names."""
+        with self._files_lock:
+            active = self._active
+            victims = [
+                f
+                for f in self._files.values()
+                if f is not active
+                and all(self._flushed.get(k, -1) >= last for k, last in f.max_offsets.items())
+            ]
+            for victim in victims:
+                del self._files[victim.seq]
+        for victim in victims:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(victim.path)
+            log.debug("deleted flushed WAL file %s", victim.path)
+        if victims:
+            self._count(files_deleted=len(victims))
+        return [os.path.basename(v.path) for v in sorted(victims, key=_seq)]
+
+    def _record(self, topic: str, partition: int, base_offset: int, batch: Buffer) -> _Pending:
+        last_offset = _batch_last_offset(batch, base_offset, f"{topic}-{partition}")
+        frame = encode_record_frame(topic, partition, batch, base_offset=base_offset)
+        return _Pending(frame, (topic, partition), last_offset)
+
+    def _checkpoint_frame(self, topic: str, partition: int, flushed_offset: int) -> _Pending:
+        if flushed_offset < -1:
+            raise ValueError(f"flushed offset {flushed_offset} is below -1 (nothing flushed)")
+        frame = encode_record_frame(
+            topic, partition, base_offset=flushed_offset + 1, frame_type=FrameType.CHECKPOINT
+        )
+        return _Pending(frame, (topic, partition), None)
+
+    def _after_checkpoint(self, key: tuple[str, int], flushed_offset: int) -> None:
+        with self._files_lock:
+            if flushed_offset > self._flushed.get(key, -1):
+                self._flushed[key] = flushed_offset
+        self._count(checkpoints=1)
+        self.delete_flushed_files()
+
+    def _submit(self, item: _Pending) -> None:
+        with self._cond:
+            state = self._state
+            if state is _State.OPEN:
+                self._queue.append(item)
+                self._cond.notify()
+                return
+            if state in (_State.NEW, _State.RECOVERING):
+                raise WalNotRecovered(
+                    f"WAL {self._directory}: call recover() before appending",
+                    directory=self._directory,
+                )
+            if state is _State.FAILED and self._failure is not None:
+                failure = self._failure
+                raise WalWriteFailed(failure.message, **failure.fields)
+            raise WalClosed(f"WAL {self._directory} is closed", directory=self._directory)
+
+    # --- the writer thread ------------------------------------------------------
+
+    def _run(self) -> None:
+        batch: list[_Pending] = []
+        try:
+            while True:
+                with self._cond:
+                    while not self._queue and self._state is _State.OPEN:
+                        timeout = self._sync_timeout()
+                        if timeout is not None and timeout <= 0:
+                            break
+                        self._cond.wait(timeout)
+                    batch = list(self._queue)
+                    self._queue.clear()
+                    closing = self._state is not _State.OPEN
+                if batch:
+                    self._write(batch)
+                    batch = []
+                if self._unsynced_frames and (closing or self._sync_due()):
+                    self._sync()
+                if closing:
+                    with self._cond:
+                        if not self._queue:
+                            return
+        except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
+            self._fail(exc, batch)
+        finally:
+            if self._fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd = -1
+
+    def _sync_timeout(self) -> float | None:
+        if not self._unsynced_frames:
+            return None
+        return self._unsynced_since + self._sync_seconds - time.monotonic()
+
+    def _sync_due(self) -> bool:
+        if self._unsynced_frames >= self._sync_frames:
+            return True
+        return time.monotonic() - self._unsynced_since >= self._sync_seconds
+
+    def _write(self, batch: list[_Pending]) -> None:
+        group: list[_Pending] = []
+        for item in batch:
+            size = len(item.frame)
+            active = self._active
+            assert active is not None
+            if self._write_pos + size > active.size:
+                self._write_group(group, sync=True)  # seal the file before the next one exists
+                group = []
+                self._roll(size)
+                active = self._active
+                assert active is not None
+            item.position = WalPosition(active.seq, self._write_pos, size)
+            self._write_pos += size
+            if item.last_offset is not None:
+                with self._files_lock:
+                    if item.last_offset > active.max_offsets.get(item.key, -1):
+                        active.max_offsets[item.key] = item.last_offset
+            group.append(item)
+            if (
+                not self._sync_every_group
+                and self._unsynced_frames + len(group) >= self._sync_frames
+            ):
+                self._write_group(group, sync=True)
+                group = []
+        self._write_group(group, sync=self._sync_every_group)
+
+    def _write_group(self, group: list[_Pending], *, sync: bool) -> None:
+        """Write ``group`` at its positions and fsync if asked.
+
+        Cautious and emergency waiters complete after the fsync, normal ones
+        right after the write, before any fsync.
+        """
+        if group:
+            first = group[0].position
+            assert first is not None
+            _pwrite_all(self._fd, [item.frame for item in group], first.position)
+            if not self._unsynced_frames:
+                self._unsynced_since = time.monotonic()
+            self._unsynced_frames += len(group)
+            self._count(frames=len(group), bytes=sum(len(item.frame) for item in group), writes=1)
+            if not self._sync_every_group:
+                for item in group:
+                    _resolve(item)
+        if sync and self._unsynced_frames:
+            self._sync()
+        if self._sync_every_group:
+            for item in group:
+                _resolve(item)
+
+    def _sync(self) -> None:
+        frames = self._unsynced_frames
+        started = time.perf_counter()
+        _fdatasync(self._fd)
+        seconds = time.perf_counter() - started
+        self._unsynced_frames = 0
+        with self._stats_lock:
+            s = self._stats
+            self._stats = replace(
+                s,
+                fsyncs=s.fsyncs + 1,
+                fsync_seconds=s.fsync_seconds + seconds,
+                max_frames_per_fsync=max(s.max_frames_per_fsync, frames),
+            )
+        if self._fsync_observer is not None:
+            try:
+                self._fsync_observer(seconds, frames)
+            except Exception:  # a metrics bug must not stop the WAL
+                log.exception("WAL fsync observer failed")
+
+    def _roll(self, next_frame_size: int) -> None:
+        """Make a new active file: the current one is written and fsynced already."""
+        active = self._active
+        assert active is not None and not self._unsynced_frames
+        carry = self._carried_checkpoints()
+        size = max(self._file_size, sum(map(len, carry)) + next_frame_size)
+        new = self._create_file(active.seq + 1, size)
+        fd = os.open(new.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        os.close(self._fd)
+        self._fd = fd
+        self._write_pos = 0
+        with self._files_lock:
+            self._files[new.seq] = new
+            self._active = new
+        if carry:
+            _pwrite_all(self._fd, carry, 0)
+            self._write_pos = sum(map(len, carry))
+            self._unsynced_since = time.monotonic()
+            self._unsynced_frames = len(carry)
+            self._count(frames=len(carry), bytes=self._write_pos, writes=1)
+            self._sync()
+
+    def _carried_checkpoints(self) -> list[bytes]:
+        """CHECKPOINT frames for partitions that still have records in live files."""
+        with self._files_lock:
+            live = {key for f in self._files.values() for key in f.max_offsets}
+            flushed = [(key, self._flushed[key]) for key in sorted(live) if key in self._flushed]
+        return [
+            encode_record_frame(
+                topic, partition, base_offset=offset + 1, frame_type=FrameType.CHECKPOINT
+            )
+            for (topic, partition), offset in flushed
+        ]
+
+    def _create_file(self, seq: int, size: int) -> _WalFile:
+        path = os.path.join(self._directory, wal_file_name(seq))
+        temp = path + TEMP_SUFFIX
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            _preallocate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+        _fsync_directory(self._directory)
+        self._count(files_created=1)
+        return _WalFile(seq, path, size)
+
+    def _fail(self, exc: BaseException, batch: list[_Pending]) -> None:
+        path = self._active.path if self._active is not None else self._directory
+        failure = WalWriteFailed(
+            f"WAL write or fsync failed in {path}: {exc!r}; nothing after it is acknowledged, "
+            "restart to recover",
+            path=path,
+        )
+        log.error("%s", failure.message)
+        with self._cond:
+            self._state = _State.FAILED
+            self._failure = failure
+            pending = batch + list(self._queue)
+            self._queue.clear()
+        for item in pending:
+            _reject(item, WalWriteFailed(failure.message, **failure.fields))
+
+    def _count(self, **deltas: int) -> None:
+        with self._stats_lock:
+            s = self._stats
+            self._stats = replace(s, **{k: getattr(s, k) + v for k, v in deltas.items()})
+
+    # --- recovery ---------------------------------------------------------------
+
+    def recover(self) -> WalRecovery:
+        """Scan the WAL directory, repair a torn tail, start the writer; return what to replay.
+
+        Raises `CorruptWal` (naming the file and byte offset) when a sealed
+        file is damaged or a frame's content is not what a KFS writer wrote:
+        the daemon must refuse to start.  Runs once.
+        """
+        with self._cond:
+            if self._state is not _State.NEW:
+                raise WalError(f"WAL {self._directory}: recover() runs once, before appending")
+            self._state = _State.RECOVERING
+        try:
+            recovery = self._recover()
+        except BaseException:
+            with self._cond:
+                self._state = _State.NEW
+            raise
+        with self._cond:
+            self._state = _State.OPEN
+        self._thread = threading.Thread(target=self._run, name="kfs-wal-writer", daemon=True)
+        self._thread.start()
+        return recovery
+
+    def _recover(self) -> WalRecovery:
+        os.makedirs(self._directory, exist_ok=True)
+        removed = self._remove_temp_files()
+        found = sorted(
+            (int(m.group(1)), m.group(0))
+            for m in map(_WAL_NAME.match, os.listdir(self._directory))
+            if m is not None
+        )
+        candidates: list[RecoveredBatch] = []
+        flushed: dict[tuple[str, int], int] = {}
+        files: dict[int, _WalFile] = {}
+        frames_scanned = 0
+        torn: TornTail | None = None
+        end = 0
+        for i, (seq, name) in enumerate(found):
+            path = os.path.join(self._directory, name)
+            last = i == len(found) - 1
+            data = Path(path).read_bytes()
+            scan = scan_wal(data, path, sealed=not last)
+            wal_file = _WalFile(seq, path, len(data))
+            frames_scanned += len(scan.frames)
+            for frame in scan.frames:
+                record = frame.record(path)
+                key = (record.topic, record.partition)
+                if record.frame_type is FrameType.CHECKPOINT:
+                    flushed[key] = max(flushed.get(key, -1), record.base_offset - 1)
+                    continue
+                try:
+                    last_offset = _batch_last_offset(record.batch, record.base_offset, path)
+                except (CorruptionError, ValueError) as exc:
+                    raise CorruptWal(
+                        f"RECORD frame holds no valid batch header: {exc}",
+                        object_name=path,
+                        offset=frame.position,
+                    ) from None
+                if last_offset > wal_file.max_offsets.get(key, -1):
+                    wal_file.max_offsets[key] = last_offset
+                # Flushed offsets only grow: what is flushed already never comes back.
+                if last_offset > flushed.get(key, -1):
+                    candidates.append(
+                        RecoveredBatch(
+                            record.topic,
+                            record.partition,
+                            record.base_offset,
+                            last_offset,
+                            record.batch,
+                            WalPosition(seq, frame.position, frame.size),
+                        )
+                    )
+            files[seq] = wal_file
+            if last:
+                end = scan.end
+                if scan.torn:
+                    torn = self._repair_torn_tail(path, data, scan.end, scan.reason)
+                if wal_file.size < self._file_size:  # cut short outside KFS: refill it
+                    self._extend(path, self._file_size)
+                    wal_file.size = self._file_size
+            del data
+        records = [r for r in candidates if r.last_offset > flushed.get((r.topic, r.partition), -1)]
+
+        if not files:
+            first = self._create_file(0, self._file_size)
+            files[0] = first
+            end = 0
+        if self._control_store is not None:
+            set_emergency_flag(
+                self._control_store, self._namespace, self._durability == "emergency"
+            )
+        active = files[max(files)]
+        self._fd = os.open(active.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        self._write_pos = end
+        with self._files_lock:
+            self._files = files
+            self._active = active
+            self._flushed = dict(flushed)
+        log.info(
+            "WAL %s recovered: %d files, %d frames, %d batches to replay%s",
+            self._directory,
+            len(found),
+            frames_scanned,
+            len(records),
+            f", torn tail of {torn.discarded_bytes} bytes at {torn.path}:{torn.position}"
+            if torn
+            else "",
+        )
+        return WalRecovery(
+            records=records,
+            flushed_offsets=flushed,
+            files=[name for _, name in found],
+            frames_scanned=frames_scanned,
+            torn_tail=torn,
+            removed_temp_files=removed,
+        )
+
+    def _remove_temp_files(self) -> list[str]:
+        """A ``*.wal.tmp`` is a file whose creation a crash interrupted: it holds no frame."""
+        removed = sorted(
+            n for n in os.listdir(self._directory) if n.endswith(WAL_SUFFIX + TEMP_SUFFIX)
+        )
+        for name in removed:
+            os.unlink(os.path.join(self._directory, name))
+            log.warning("removed %s, a WAL file whose creation was interrupted", name)
+        return removed
+
+    def _repair_torn_tail(self, path: str, data: bytes, end: int, reason: str) -> TornTail:
+        """Zero the torn frame so a later scan of the (then sealed) file finds only padding."""
+        garbage_end = max(len(data.rstrip(b"\0")), end)
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        try:
+            _zero_range(fd, end, garbage_end)
+            _fdatasync(fd)
+        finally:
+            os.close(fd)
+        torn = TornTail(path, end, garbage_end - end, reason)
+        log.warning(
+            "WAL %s: torn tail at byte %d (%s): zeroed %d bytes of an unacknowledged write",
+            path,
+            end,
+            reason,
+            torn.discarded_bytes,
+        )
+        return torn
+
+    @staticmethod
+    def _extend(path: str, size: int) -> None:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        try:
+            _preallocate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # --- shutdown ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write and fsync every queued frame, stop the writer; later appends raise `WalClosed`.
+
+        Raises `WalWriteFailed` if that last write or fsync fails.  Idempotent.
+        """
+        with self._cond:
+            state = self._state
+            if state is _State.OPEN:
+                self._state = _State.CLOSING
+                self._cond.notify()
+            elif state is _State.NEW:
+                self._state = _State.CLOSED
+        if self._thread is not None:
+            self._thread.join()
+        with self._cond:
+            failure = self._failure if self._state is _State.FAILED else None
+            self._state = _State.CLOSED
+        if state is _State.OPEN and failure is not None:
+            raise WalWriteFailed(failure.message, **failure.fields)
+
+
+def _seq(wal_file: _WalFile) -> int:
+    return wal_file.seq
