@@ -902,7 +902,7 @@ def test_every_acknowledged_append_survives_kill_9(
 
 
 def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
-    from tests.log.bench_wal_manager import format_table, run
+    from bench.wal import format_table, run
 
     results = run(str(tmp_path), seconds=0.05)
     assert [(r.batch_bytes, r.writers) for r in results] == [

@@ -1,0 +1,165 @@
+"""Flush: triggers, one commit per partition per cycle, retries, WAL checkpoints, no gap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kfs_core.catalog import PartitionCatalog
+from kfs_core.formats.segment import SegmentReader
+from kfs_core.storage.base import ObjectStore
+from tests.log.log_helpers import (
+    NS,
+    TOPIC,
+    Harness,
+    InstrumentedStore,
+    both_stores,
+    eventually,
+    make_batch,
+    offsets_and_values,
+    read_all,
+    run_harness,
+)
+
+any_store = both_stores()
+
+
+def test_reads_span_memory_and_store_without_gap(any_store: ObjectStore, tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        await logs.create_topic(TOPIC)
+        for n in range(8):
+            await logs.append(TOPIC, 0, make_batch(3, tag=f"a{n}-"), timeout_s=10)
+        before = await read_all(logs, TOPIC, 0, max_bytes=150)
+        await logs.flush()
+        m = logs.metrics()
+        assert (m.buffered_bytes, m.pool_used_bytes, m.flushes, m.catalog_commits) == (0, 0, 1, 1)
+        state = await logs.catalog_state(TOPIC, 0)
+        assert [(s.base_offset, s.last_offset) for s in state.segments] == [(0, 23)]
+        for n in range(5):  # the next ones stay in memory
+            await logs.append(TOPIC, 0, make_batch(2, tag=f"b{n}-"), timeout_s=10)
+        after = await read_all(logs, TOPIC, 0, max_bytes=150)  # store, then memory
+        assert after[: len(before)] == before
+        assert [o for o, _ in offsets_and_values(after)] == list(range(34))
+        await h.shutdown(logs)
+
+        # A fresh daemon reads everything from the store: the same bytes.
+        again = await h.open()
+        assert again.metrics().flushes == 0  # the WAL had nothing left to replay
+        cold = await read_all(again, TOPIC, 0, max_bytes=150)
+        assert cold == after
+        assert again.metrics().store_gets > 0
+
+    run_harness(any_store, tmp_path, body)
+
+
+def test_size_and_age_trigger_flushes(local_store: ObjectStore, tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        by_size = await h.open(segment_bytes=2000)
+        await by_size.create_topic(TOPIC, partitions=2)
+        while by_size.metrics().produce_bytes < 2000:
+            await by_size.append(TOPIC, 0, make_batch(2, size=100), timeout_s=10)
+        await eventually(lambda: by_size.metrics().flushes >= 1, what="a flush by size")
+        await by_size.append(TOPIC, 1, make_batch(2), timeout_s=10)
+        await h.shutdown(by_size)
+
+        by_age = await h.open(flush_interval_ms=50)
+        await by_age.append(TOPIC, 1, make_batch(2), timeout_s=10)
+        await eventually(lambda: by_age.metrics().flushes >= 1, what="a flush by age")
+        assert by_age.metrics().buffered_bytes == 0
+        state = await by_age.catalog_state(TOPIC, 1)
+        assert state.high_watermark == 4
+
+    run_harness(local_store, tmp_path, body)
+
+
+def test_one_commit_per_partition_for_all_segments_of_a_cycle(
+    any_store: ObjectStore, tmp_path: Path
+) -> None:
+    async def body(h: Harness) -> None:
+        logs = await h.open(segment_bytes=1000)
+        await logs.create_topic(TOPIC)
+        # One produce of many batches is acknowledged at once, so one cycle takes it all.
+        produce = b"".join(make_batch(4, size=60, tag=f"{n}-") for n in range(12))
+        await logs.append(TOPIC, 0, produce, timeout_s=10)
+        await logs.flush()
+        state = await logs.catalog_state(TOPIC, 0)
+        assert state.version == 0  # a single commit ...
+        assert len(state.segments) >= 3  # ... of several segments of at most 1000 bytes
+        assert all(s.size_bytes <= 1000 + 48 for s in state.segments)
+        assert [s.base_offset for s in state.segments[1:]] == [
+            s.last_offset + 1 for s in state.segments[:-1]
+        ]
+        assert logs.metrics().catalog_commits == 1
+        for segment in state.segments:  # every object is a sound segment
+            SegmentReader(any_store.get(f"{NS}/{segment.key}")).verify()
+        assert logs.wal.flushed_offsets[(TOPIC, 0)] == 47
+
+    run_harness(any_store, tmp_path, body)
+
+
+def test_failed_uploads_and_commits_are_retried_and_nothing_is_lost(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    store = InstrumentedStore(local_store)
+
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        await logs.create_topic(TOPIC)
+        for n in range(4):
+            await logs.append(TOPIC, 0, make_batch(2, tag=f"{n}-"), timeout_s=10)
+        expected = await read_all(logs, TOPIC, 0)
+        store.fail_puts = 5  # segment, index and commit PUTs all fail a few times
+        await logs.flush()
+        m = logs.metrics()
+        assert (m.flush_retries, m.store_errors, m.flushes) == (5, 5, 1)
+        assert await read_all(logs, TOPIC, 0) == expected
+        state = PartitionCatalog(local_store, NS, TOPIC, 0).load()
+        assert state.high_watermark == 8 and state.version == 0
+
+    run_harness(store, tmp_path, body)
+
+
+def test_checkpoint_follows_commit_and_close_flushes_everything(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        await logs.create_topic(TOPIC, partitions=3)
+        for partition in range(3):
+            await logs.append(TOPIC, partition, make_batch(partition + 1), timeout_s=10)
+        await logs.flush(TOPIC, 1)
+        assert logs.wal.flushed_offsets == {(TOPIC, 1): 1}
+        await h.shutdown(logs)  # flushes the other two
+        for partition in range(3):
+            state = PartitionCatalog(local_store, NS, TOPIC, partition).load()
+            assert state.high_watermark == partition + 1
+        again = await h.open()
+        assert again.metrics().flushes == 0  # the WAL had nothing left to replay
+
+    run_harness(local_store, tmp_path, body)
+
+
+def test_flushed_segments_are_served_from_l1_then_store(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    store = InstrumentedStore(local_store)
+
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        await logs.create_topic(TOPIC)
+        await logs.append(TOPIC, 0, make_batch(5), timeout_s=10)
+        await logs.flush()
+        store.reset()
+        await read_all(logs, TOPIC, 0)
+        assert store.data_gets() == []  # the segment just written went into L1
+        assert logs.cached_segments() == [f"{TOPIC}/0/segment-{0:020d}.kfs"]
+        m = logs.metrics()
+        assert (m.fetch_from_cache, m.l1_hits) == (1, 1)
+        await h.shutdown(logs)
+
+        uncached = await h.open(cache_flushed_segments=False, catalog_refresh_ms=3_600_000)
+        await uncached.append(TOPIC, 0, make_batch(2), timeout_s=10)
+        await uncached.flush()
+        assert uncached.cached_segments() == []
+
+    run_harness(store, tmp_path, body)
