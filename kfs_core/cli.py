@@ -36,15 +36,19 @@ class CliError(click.ClickException):
         click.echo(f"kfs: error: {self.format_message()}", err=True)
 
 
+class CorruptFileError(CliError):
+    """Corrupt stored bytes: exit status 3, so scripts can tell it from a usage error."""
+
+    exit_code = EXIT_CORRUPT
+
+
 @contextmanager
 def operator_errors() -> Iterator[None]:
     """Turn the errors an operator can cause into one-line messages."""
     try:
         yield
     except CorruptionError as exc:
-        err = CliError(str(exc))
-        err.exit_code = EXIT_CORRUPT
-        raise err from None
+        raise CorruptFileError(str(exc)) from None
     except (KfsError, ValueError, OSError) as exc:
         raise CliError(str(exc) or type(exc).__name__) from None
 
@@ -82,22 +86,21 @@ def main(ctx: click.Context, store_url: str | None, namespace: str | None) -> No
 @main.command()
 @click.pass_context
 def run(ctx: click.Context) -> None:
-    """Prepare and start KFS on the embedded default (a local directory store)."""
+    """Start KFS on the embedded default: the daemon on a local directory store."""
     settings = _settings(ctx)
     with operator_errors():
-        store = _store(ctx)
         Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-        from kfs_core.catalog.topics import TopicRegistry
-
-        topics = TopicRegistry(store, settings.namespace).list_topics()
-    click.echo(f"KFS {__version__}")
-    click.echo(f"  store      {settings.store_url} (namespace {settings.namespace!r})")
-    click.echo(f"  data dir   {settings.data_dir}")
-    click.echo(f"  topics     {len(topics)}")
-    click.echo("Ready: formats, object stores and the catalog are in place.")
-    click.echo("Not there yet: the Kafka-protocol daemon (`kfs serve`), the Spark")
-    click.echo("maintenance jobs and the Airflow DAGs and UI; see README.md.")
-    click.echo("Try: kfs topics create demo-events --partitions 3 && kfs topics list")
+    click.echo(f"KFS {__version__} on the embedded default")
+    click.echo(f"  Kafka      {settings.listen}  (bootstrap.servers)")
+    click.echo(f"  metrics    http://{settings.metrics_listen}/metrics")
+    click.echo(f"  store      {settings.store_url}  (namespace {settings.namespace!r})")
+    click.echo(f"  WAL        {settings.data_dir}")
+    click.echo("Produce and consume from another shell:")
+    click.echo("  echo hello | .venv/bin/kfs produce demo-events")
+    click.echo("  .venv/bin/kfs consume demo-events --from-beginning --max-messages 1")
+    click.echo("or point any Kafka client at the address above.  Ctrl-C stops KFS cleanly.")
+    click.echo("Not there yet: the Spark maintenance jobs and the Airflow DAGs and UI.")
+    ctx.invoke(serve)
 
 
 # --- kfs segment ----------------------------------------------------------------
@@ -108,7 +111,9 @@ def segment() -> None:
     """Inspect segment files."""
 
 
-def _read_object(ctx: click.Context, path_or_key: str) -> tuple[bytes, str, Callable[[], bytes | None]]:
+def _read_object(
+    ctx: click.Context, path_or_key: str
+) -> tuple[bytes, str, Callable[[], bytes | None]]:
     """The bytes of a file or store object, its name, and a reader for its index."""
     path = Path(path_or_key)
     if path.is_file():
@@ -124,7 +129,9 @@ def _read_object(ctx: click.Context, path_or_key: str) -> tuple[bytes, str, Call
         data = store.get(path_or_key)
     except ObjectNotFound:
         raise CliError(f"{path_or_key}: no such file or object in {store.url}") from None
-    index_key = path_or_key.removesuffix(".kfs") + ".index" if path_or_key.endswith(".kfs") else None
+    index_key = (
+        path_or_key.removesuffix(".kfs") + ".index" if path_or_key.endswith(".kfs") else None
+    )
 
     def read_index_object() -> bytes | None:
         if index_key is None:
@@ -188,8 +195,9 @@ def segment_dump(ctx: click.Context, path_or_key: str, no_index: bool) -> None:
             problems = check_index(reader, index)
             if problems:
                 first = problems[0]
-                raise CorruptIndex(first.message, object_name=first.object_name,
-                                   offset=first.offset)
+                raise CorruptIndex(
+                    first.message, object_name=first.object_name, offset=first.offset
+                )
         if bad_batches:
             raise CliError(f"{name}: {bad_batches} batch(es) failed their CRC")
         click.echo("  verify: ok")
@@ -216,7 +224,7 @@ def catalog_show(ctx: click.Context, topic: str, partition: int | None, as_json:
     settings = _settings(ctx)
     with operator_errors():
         store = _store(ctx)
-        info = TopicRegistry(store, settings.namespace).get_topic(topic)
+        info = TopicRegistry(store, settings.namespace).get(topic)
         partitions = [partition] if partition is not None else list(range(info.partitions))
         for p in partitions:
             if not 0 <= p < info.partitions:
@@ -281,8 +289,8 @@ def topics_create(ctx: click.Context, name: str, partitions: int, configs: tuple
 
     with operator_errors():
         registry = TopicRegistry(_store(ctx), _settings(ctx).namespace)
-        info = registry.create_topic(name, partitions, _parse_configs(configs))
-    click.echo(f"created topic {info.name} with {info.partitions} partition(s)")
+        record = registry.create_topic(name, partitions, _parse_configs(configs))
+    click.echo(f"created topic {record.name} with {record.partitions} partition(s)")
 
 
 @topics.command("list")
@@ -292,8 +300,8 @@ def topics_list(ctx: click.Context) -> None:
     from kfs_core.catalog.topics import TopicRegistry
 
     with operator_errors():
-        for info in TopicRegistry(_store(ctx), _settings(ctx).namespace).list_topics():
-            click.echo(info.name)
+        for topic_name in TopicRegistry(_store(ctx), _settings(ctx).namespace).list_topics():
+            click.echo(topic_name)
 
 
 @topics.command("describe")
@@ -304,10 +312,11 @@ def topics_describe(ctx: click.Context, name: str) -> None:
     from kfs_core.catalog.topics import TopicRegistry
 
     with operator_errors():
-        info = TopicRegistry(_store(ctx), _settings(ctx).namespace).get_topic(name)
+        info = TopicRegistry(_store(ctx), _settings(ctx).namespace).describe(name)
     click.echo(f"topic {info.name}  partitions {info.partitions}")
-    for key, value in sorted(info.config.items()):
-        click.echo(f"  {key} = {value}")
+    for key, value in sorted(info.effective_configs.items()):
+        source = "default" if info.is_default(key) else "set"
+        click.echo(f"  {key} = {value}  ({source})")
 
 
 @topics.command("delete")
@@ -320,6 +329,266 @@ def topics_delete(ctx: click.Context, name: str) -> None:
     with operator_errors():
         TopicRegistry(_store(ctx), _settings(ctx).namespace).delete_topic(name)
     click.echo(f"deleted topic {name}")
+
+
+# --- kfs serve / produce / consume ----------------------------------------------
+
+
+def _size(value: str | None) -> int | None:
+    if value is None:
+        return None
+    from kfs_core.config import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _size_option(name: str, help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(name, callback=lambda ctx, param, value: _size(value), help=help_text)
+
+
+@main.command()
+@click.option("--listen", help="Kafka listener host:port [KFS_LISTEN, 127.0.0.1:9092]")
+@click.option("--advertised-host", help="host named in Metadata [KFS_ADVERTISED_HOST]")
+@click.option("--store-url", "serve_store_url", help="file:///dir or s3://bucket/prefix")
+@click.option("--namespace", "serve_namespace", help="namespace inside the store")
+@click.option("--data-dir", help="local directory of the WAL [KFS_DATA_DIR]")
+@click.option(
+    "--durability",
+    type=click.Choice(["cautious", "normal", "emergency"]),
+    help="WAL mode [KFS_DURABILITY, cautious]",
+)
+@_size_option("--segment-bytes", "seal partition buffers at this size [KFS_SEGMENT_BYTES]")
+@click.option(
+    "--flush-interval-ms", type=int, help="seal buffers this often [KFS_FLUSH_INTERVAL_MS]"
+)
+@_size_option("--pool-bytes", "memory for partition buffers [KFS_POOL_BYTES]")
+@_size_option("--cache-size", "L1 segment cache [KFS_CACHE_SIZE]")
+@_size_option("--index-cache-size", "L2 index cache [KFS_INDEX_CACHE_SIZE]")
+@click.option("--readahead-segments", type=int, help="[KFS_READAHEAD_SEGMENTS]")
+@click.option("--compression-codec", help="codec of sealed segments [KFS_COMPRESSION_CODEC]")
+@click.option("--s3-endpoint-url", help="S3 endpoint, e.g. MinIO [KFS_S3_ENDPOINT_URL]")
+@click.option("--metrics-listen", help="ops HTTP host:port [KFS_METRICS_LISTEN, 127.0.0.1:9644]")
+@click.option(
+    "--auto-create-topics/--no-auto-create-topics",
+    default=True,
+    show_default=True,
+    envvar="KFS_AUTO_CREATE_TOPICS",
+    help="create unknown topics on Metadata and Produce, as auto.create.topics.enable",
+)
+@click.option(
+    "--default-partitions",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    envvar="KFS_DEFAULT_PARTITIONS",
+    help="partitions of auto-created topics, as num.partitions",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    envvar="KFS_LOG_LEVEL",
+)
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    /,
+    serve_store_url: str | None,
+    serve_namespace: str | None,
+    auto_create_topics: bool,
+    default_partitions: int,
+    log_level: str,
+    **overrides: Any,
+) -> None:
+    """Run the Kafka-protocol daemon until SIGTERM or SIGINT.
+
+    Every KFS_* setting has a flag here; a flag wins over the variable.
+    """
+    import logging
+
+    from kfs_core.server.app import ServeOptions
+    from kfs_core.server.app import serve as run_daemon
+
+    with operator_errors():
+        settings = _settings(ctx).with_overrides(
+            store_url=serve_store_url, namespace=serve_namespace, **overrides
+        )
+        options = ServeOptions(
+            settings, auto_create_topics=auto_create_topics, default_partitions=default_partitions
+        )
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    ctx.exit(run_daemon(options))
+
+
+def _bootstrap_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--bootstrap",
+        "bootstrap",
+        help="broker host:port [default: KFS_LISTEN]",
+    )(func)
+
+
+def _bootstrap(ctx: click.Context, bootstrap: str | None) -> str:
+    return bootstrap or _settings(ctx).listen
+
+
+def _confluent() -> Any:
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise CliError("this command needs confluent-kafka: pip install 'kfs[dev]'") from None
+    return confluent_kafka
+
+
+@main.command()
+@click.argument("topic")
+@click.option("--partition", type=click.IntRange(min=0), help="partition (default: by key)")
+@click.option("--key", help="key of every message")
+@click.option("--value", "values", multiple=True, help="send this value (repeatable) not stdin")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
+@click.option(
+    "--compression",
+    type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
+    default="none",
+    show_default=True,
+)
+@_bootstrap_option
+@click.pass_context
+def produce(
+    ctx: click.Context,
+    topic: str,
+    partition: int | None,
+    key: str | None,
+    values: tuple[str, ...],
+    acks: str,
+    compression: str,
+    bootstrap: str | None,
+) -> None:
+    """Send each line of stdin (or each --value) to TOPIC as one message."""
+    kafka = _confluent()
+    producer = kafka.Producer(
+        {
+            "bootstrap.servers": _bootstrap(ctx, bootstrap),
+            "acks": acks,
+            "compression.type": compression,
+            "linger.ms": 5,
+            "client.id": "kfs-produce",
+        }
+    )
+    failures: list[str] = []
+    delivered = 0
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        nonlocal delivered
+        if err is not None:
+            failures.append(str(err))
+        else:
+            delivered += 1
+
+    extra = {} if partition is None else {"partition": partition}
+    lines = values or (line.rstrip("\n").rstrip("\r") for line in sys.stdin)
+    for line in lines:
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=line.encode(),
+                    key=None if key is None else key.encode(),
+                    on_delivery=on_delivery,
+                    **extra,
+                )
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+        producer.poll(0)
+    left = producer.flush(60)
+    if left:
+        failures.append(f"{left} message(s) not delivered within 60 s")
+    if failures:
+        raise CliError(f"{len(failures)} failure(s); first: {failures[0]}")
+    click.echo(f"produced {delivered} message(s) to {topic}", err=True)
+
+
+@main.command()
+@click.argument("topic")
+@click.option("--partition", type=click.IntRange(min=0), help="read one partition (default: all)")
+@click.option("--from-beginning", is_flag=True, help="start at the earliest offset, not the end")
+@click.option("--max-messages", type=click.IntRange(min=1), help="stop after this many messages")
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    help="stop once no message has arrived for this many seconds (default: never)",
+)
+@click.option("--print-offsets", is_flag=True, help="prefix each value with partition:offset")
+@_bootstrap_option
+@click.pass_context
+def consume(
+    ctx: click.Context,
+    topic: str,
+    partition: int | None,
+    from_beginning: bool,
+    max_messages: int | None,
+    timeout: float | None,
+    print_offsets: bool,
+    bootstrap: str | None,
+) -> None:
+    """Print the values of TOPIC's messages, one per line (partitions are assigned, no group)."""
+    import time
+
+    kafka = _confluent()
+    consumer = kafka.Consumer(
+        {
+            # librdkafka insists on a group id; assign() never joins the group.
+            "bootstrap.servers": _bootstrap(ctx, bootstrap),
+            "group.id": "kfs-consume",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "client.id": "kfs-consume",
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    out = sys.stdout.buffer
+    try:
+        if partition is None:
+            metadata = consumer.list_topics(topic, timeout=10)
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                reason = info.error if info is not None and info.error else "not found"
+                raise CliError(f"topic {topic!r}: {reason}")
+            partitions = sorted(info.partitions)
+        else:
+            partitions = [partition]
+        start = kafka.OFFSET_BEGINNING if from_beginning else kafka.OFFSET_END
+        consumer.assign([kafka.TopicPartition(topic, p, start) for p in partitions])
+        count = 0
+        last_message = time.monotonic()
+        while max_messages is None or count < max_messages:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                if timeout is not None and time.monotonic() - last_message >= timeout:
+                    break
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == kafka.KafkaError._PARTITION_EOF:
+                    continue
+                raise CliError(f"consume {topic}: {msg.error()}")
+            last_message = time.monotonic()
+            count += 1
+            if print_offsets:
+                out.write(f"{msg.partition()}:{msg.offset()}\t".encode())
+            out.write((msg.value() or b"") + b"\n")
+            out.flush()
+    finally:
+        consumer.close()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -92,3 +92,54 @@ def test_segment_dump_index_pointing_off_a_batch(tmp_path: Path) -> None:
     result = kfs("segment", "dump", str(path))
     assert result.returncode == 3
     assert ".index" in result.stderr and "corrupt at byte" in result.stderr
+
+
+def test_topics_and_catalog_show(tmp_path: Path) -> None:
+    from kfs_core.catalog import PartitionCatalog, SegmentEntry
+    from kfs_core.storage import LocalObjectStore
+
+    env = {"KFS_STORE_URL": (tmp_path / "store").as_uri(), "KFS_NAMESPACE": "ns1"}
+    created = kfs("topics", "create", "orders", "--partitions", "2",
+                  "--config", "retention.ms=3600000", env=env)
+    assert created.returncode == 0, created.stderr
+    assert kfs("topics", "list", env=env).stdout.split() == ["orders"]
+    described = kfs("topics", "describe", "orders", env=env).stdout
+    assert "partitions 2" in described
+    assert "retention.ms = 3600000  (set)" in described
+    assert "cleanup.policy = delete  (default)" in described
+
+    store = LocalObjectStore(tmp_path / "store")
+    segment = write_segment(tmp_path, base=0)
+    catalog = PartitionCatalog(store, "ns1", "orders", 1)
+    entry = SegmentEntry.for_partition(
+        "orders", 1, base_offset=0, last_offset=11, record_count=12,
+        size_bytes=segment.stat().st_size, index_size_bytes=0,
+        min_timestamp=1_700_000_000_000, max_timestamp=1_700_000_000_011, codec=0,
+        created_ms=1_700_000_000_000,
+    )
+    catalog.add_segments([entry])
+    shown = kfs("catalog", "show", "orders", "1", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "orders/1: version 0" in shown.stdout
+    assert "high watermark 12" in shown.stdout
+    assert "orders/1/segment-00000000000000000000.kfs" in shown.stdout
+    everything = kfs("catalog", "show", "orders", env=env).stdout
+    assert "orders/0:" in everything and "0 live segments" in everything
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["topics", "create", "bad/name"], "topic name"),
+        (["topics", "create", "t", "--config", "retention.ms=soon"], "retention.ms"),
+        (["topics", "create", "t", "--config", "no-equals"], "NAME=VALUE"),
+        (["topics", "describe", "missing"], "unknown topic"),
+        (["catalog", "show", "missing"], "unknown topic"),
+    ],
+)
+def test_operator_mistakes_get_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    result = kfs(*args, env={"KFS_STORE_URL": (tmp_path / "store").as_uri()})
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kfs: error: "), result.stderr
+    assert message in lines[0]

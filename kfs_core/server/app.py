@@ -1,0 +1,671 @@
+"""`kfs serve`: the asyncio daemon that speaks the Kafka protocol.
+
+Lifecycle (`KfsServer.run`):
+
+1. the ops HTTP endpoint comes up first (``KFS_METRICS_LISTEN``), so /livez
+   answers and /readyz says 503 while the log recovers;
+2. the Kafka port (``KFS_LISTEN``) is bound, not yet served, so a port in
+   use fails at once;
+3. the object store (wrapped to count requests), the topic registry, the WAL
+   (its fsyncs timed into a histogram) and the `LogManager` open, and the
+   log manager recovers the WAL (``start``);
+4. clients are accepted; /readyz turns 200;
+5. on SIGTERM or SIGINT: stop accepting, stop reading new requests, answer
+   every request already read (long polls answer at once), flush the log
+   (`LogManager.close`), close the WAL and the store; exit 0.  A signal
+   during start-up abandons it: the WAL keeps what it holds for next time.
+
+Connections (`_Connection`).  Frames are read by one loop and answered by
+another, strictly in request order, as Kafka requires.  Produce requests may
+overlap each other: their appends start in order and their WAL fsyncs share
+a group commit.  Any other request first waits for everything before it on
+the connection to finish, and what follows waits for it, so its effects are
+ordered as on a Kafka broker.  A frame the protocol layer refuses gets the
+answer `error_response_frame` prescribes (ApiVersions with
+UNSUPPORTED_VERSION) or the connection is closed; a handler that raises gets
+UNKNOWN_SERVER_ERROR for that request, a logged traceback, and the
+connection carries on.  A Produce with acks=0 gets no answer; if it failed,
+the connection is closed, which is how Kafka tells such a producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kfs_core import __version__
+from kfs_core.catalog.config import DEFAULT_CONFIGS
+from kfs_core.catalog.topics import TopicRegistry
+from kfs_core.config import Settings
+from kfs_core.errors import KfsError
+from kfs_core.log.manager import LogManager
+from kfs_core.log.wal_manager import WalManager
+from kfs_core.server.handlers import Broker, BrokerOptions, cluster_id_for, error_response
+from kfs_core.server.metrics import (
+    CountersCollector,
+    InstrumentedStore,
+    OpsHttpServer,
+    ServerMetrics,
+)
+from kfs_core.server.protocol import (
+    MAX_REQUEST_BYTES,
+    ApiKey,
+    ErrorCode,
+    FrameError,
+    FrameTooLarge,
+    InvalidResponse,
+    Request,
+    RequestError,
+    decode_request,
+    encode_response_parts,
+    error_response_frame,
+    read_frame,
+)
+from kfs_core.storage import open_store
+
+__all__ = ["KfsServer", "ServeOptions", "parse_host_port", "serve"]
+
+log = logging.getLogger(__name__)
+
+KAFKA_PORT: Final = 9092
+METRICS_PORT: Final = 9644
+# Requests read ahead of their responses on one connection (librdkafka's
+# default max.in.flight is far higher; this bounds a connection's memory).
+MAX_IN_FLIGHT: Final = 64
+# How long shutdown waits for in-flight requests before it cancels them.
+SHUTDOWN_GRACE_S: Final = 30.0
+# How long shutdown keeps flushing buffers to the store.  What is left
+# unflushed after that stays in the WAL and is replayed by the next start.
+CLOSE_FLUSH_TIMEOUT_S: Final = 120.0
+_WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::", "*"})
+
+# The fields of `LogMetrics` that are levels, not counts.
+LOG_GAUGES: Final = (
+    "flush_seconds_max",
+    "pool_used_bytes",
+    "pool_capacity_bytes",
+    "pool_waiters",
+    "buffered_bytes",
+    "l1_bytes",
+    "l1_segments",
+    "l2_bytes",
+    "l2_indexes",
+    "partitions",
+)
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Everything `kfs serve` takes: the `Settings` plus the broker-only options."""
+
+    settings: Settings
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+
+    def __post_init__(self) -> None:
+        # Bad addresses fail here, as one-line errors, not after WAL recovery.
+        parse_host_port(self.settings.listen, KAFKA_PORT)
+        parse_host_port(self.settings.metrics_listen, METRICS_PORT)
+        if self.default_partitions < 1:
+            raise ValueError(
+                f"--default-partitions must be at least 1, got {self.default_partitions}"
+            )
+
+
+def parse_host_port(text: str, default_port: int) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port``, ``host`` or ``:port`` → (host, port)."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"bad address {text!r}: use [ipv6]:port")
+        port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif ":" in text:
+        raise ValueError(f"bad address {text!r}: write IPv6 addresses as [addr]:port")
+    else:
+        host, port_text = text, ""
+    if not port_text:
+        return host, default_port
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"bad port in address {text!r}: expected 0..65535")
+    return host, int(port_text)
+
+
+def _advertised_host(settings: Settings, listen_host: str) -> str:
+    if settings.advertised_host:
+        return settings.advertised_host
+    if listen_host in _WILDCARD_HOSTS:
+        # Listening everywhere: the machine's name is the best guess a client can use.
+        return socket.getfqdn()
+    return listen_host
+
+
+def _broker_configs(options: ServeOptions, advertised: str) -> dict[str, str]:
+    """Read-only broker configs for DescribeConfigs: Kafka names where Kafka has one."""
+    s = options.settings
+    return {
+        "broker.id": "0",
+        "node.id": "0",
+        "advertised.listeners": f"PLAINTEXT://{advertised}",
+        "auto.create.topics.enable": "true" if options.auto_create_topics else "false",
+        "num.partitions": str(options.default_partitions),
+        "default.replication.factor": "1",
+        "socket.request.max.bytes": str(MAX_REQUEST_BYTES),
+        "message.max.bytes": DEFAULT_CONFIGS["max.message.bytes"],
+        "compression.type": DEFAULT_CONFIGS["compression.type"],
+        "kfs.durability": s.durability,
+        "kfs.segment.bytes": str(s.segment_bytes),
+        "kfs.flush.interval.ms": str(s.flush_interval_ms),
+        "kfs.namespace": s.namespace,
+        "kfs.version": __version__,
+    }
+
+
+class KfsServer:
+    """One daemon: ops endpoint, store, WAL, log manager and the Kafka listener."""
+
+    def __init__(self, options: ServeOptions) -> None:
+        self.options = options
+        self.settings = options.settings
+        self.metrics = ServerMetrics()
+        self.broker: Broker | None = None
+        self.kafka_port = 0
+        self._ready = False
+        self._stopping = False
+        self._stop = asyncio.Event()
+        self._exit_code = EXIT_OK
+        self._connections: set[_Connection] = set()
+        self._kafka_server: asyncio.Server | None = None
+        self._ops = OpsHttpServer(self.metrics, lambda: self._ready)
+        self._store: InstrumentedStore | None = None
+        self._wal: WalManager | None = None
+        self._log: LogManager | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def metrics_port(self) -> int:
+        return self._ops.port
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown, as SIGTERM does."""
+        self._stop.set()
+
+    async def run(self, *, install_signal_handlers: bool = True) -> int:
+        """Serve until asked to stop; return the process exit code."""
+        loop = asyncio.get_running_loop()
+        if install_signal_handlers:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self._on_signal, signum)
+        try:
+            try:
+                host, port = parse_host_port(self.settings.metrics_listen, METRICS_PORT)
+                await self._ops.start(host, port)
+            except (OSError, ValueError) as exc:
+                log.error("cannot serve /metrics on %s: %s", self.settings.metrics_listen, exc)
+                return EXIT_FAILED
+            log.info(
+                "KFS %s: ops endpoint on http://%s:%d (/metrics /livez /readyz)",
+                __version__,
+                host,
+                self._ops.port,
+            )
+            if not await self._start_or_stop():
+                return self._exit_code
+            self._ready = True
+            self.metrics.ready.set(1)
+            await self._stop.wait()
+            await self._shutdown()
+        finally:
+            self._ready = False
+            self.metrics.ready.set(0)
+            await self._close()
+            await self._ops.close()
+            if install_signal_handlers:
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
+        log.info("kfs serve stopped (exit %d)", self._exit_code)
+        return self._exit_code
+
+    async def _start_or_stop(self) -> bool:
+        """Start the services unless a stop request comes first; whether the daemon may serve."""
+        startup = asyncio.ensure_future(self._start_services())
+        stop = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({startup, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not startup.done():
+            # Recovery or the store is taking long; whatever the WAL holds stays there.
+            log.warning("stopping before start-up finished")
+            startup.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await startup
+            return False
+        error = startup.exception()
+        if error is not None:
+            if isinstance(error, OSError | KfsError):  # a port in use, a corrupt WAL ...
+                log.error("kfs serve could not start: %s", error)
+            else:
+                log.error("kfs serve could not start", exc_info=error)
+            self._exit_code = EXIT_FAILED
+            return False
+        return True
+
+    async def _start_services(self) -> None:
+        """Bind the Kafka port, open store, registry, WAL and log (recovery), then serve.
+
+        The port is bound first, so a port in use fails at once, but clients
+        are accepted only once the log has recovered.
+        """
+        s = self.settings
+        host, port = parse_host_port(s.listen, KAFKA_PORT)
+        self._kafka_server = await asyncio.start_server(
+            self._accept, host or None, port, reuse_address=True, start_serving=False
+        )
+        self.kafka_port = int(self._kafka_server.sockets[0].getsockname()[1])
+        store = open_store(s.store_url, endpoint_url=s.s3_endpoint_url or None)
+        self._store = InstrumentedStore(store, self.metrics)
+        registry = TopicRegistry(self._store, s.namespace)
+        self._wal = WalManager.from_settings(
+            s, fsync_observer=self.metrics.observe_fsync, control_store=self._store
+        )
+        self._log = LogManager(
+            self._store,
+            s.namespace,
+            self._wal,
+            s,
+            registry,
+            flush_observer=self.metrics.observe_flush,
+        )
+        log.info(
+            "recovering the WAL in %s (durability %s); store %s, namespace %r",
+            self._wal.directory,
+            s.durability,
+            s.store_url,
+            s.namespace,
+        )
+        started = time.monotonic()
+        report = await self._log.start()
+        log.info(
+            "WAL recovered in %.2fs: %d batch(es) replayed into %d partition(s), "
+            "%d already in the store",
+            time.monotonic() - started,
+            report.replayed_batches,
+            report.partitions,
+            report.skipped_batches,
+        )
+        self._add_counters(self._wal, self._log)
+        await self._serve_kafka(host, self._log)
+
+    def _on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self._stop.is_set():
+            log.info("%s: already shutting down", name)
+            return
+        log.info("%s: shutting down gracefully", name)
+        self.request_stop()
+
+    def _add_counters(self, wal: WalManager, partition_log: LogManager) -> None:
+        self.metrics.add_collector(
+            CountersCollector(
+                "kfs_wal",
+                lambda: wal.metrics,
+                "WAL manager",
+                gauges=("max_frames_per_fsync",),
+                exclude=("fsync_seconds",),  # kfs_wal_fsync_seconds is the histogram
+            )
+        )
+        self.metrics.add_collector(
+            CountersCollector(
+                "kfs_log",
+                partition_log.metrics,
+                "Log manager",
+                gauges=LOG_GAUGES,
+            )
+        )
+
+    async def _serve_kafka(self, host: str, partition_log: LogManager) -> None:
+        assert self._kafka_server is not None
+        s = self.settings
+        advertised = _advertised_host(s, host)
+        options = BrokerOptions(
+            advertised_host=advertised,
+            advertised_port=self.kafka_port,
+            cluster_id=cluster_id_for(s.store_url, s.namespace),
+            auto_create_topics=self.options.auto_create_topics,
+            default_partitions=self.options.default_partitions,
+            broker_configs=_broker_configs(self.options, f"{advertised}:{self.kafka_port}"),
+        )
+        self.broker = Broker(options, partition_log, self.metrics)
+        await self._kafka_server.start_serving()
+        log.info(
+            "serving Kafka on %s:%d (advertised as %s:%d)",
+            host,
+            self.kafka_port,
+            advertised,
+            self.kafka_port,
+        )
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._stopping or self.broker is None:
+            writer.close()
+            return
+        connection = _Connection(self, self.broker, reader, writer)
+        self._connections.add(connection)
+        self.metrics.connections.inc()
+        self.metrics.connections_accepted.inc()
+        try:
+            await connection.serve()
+        finally:
+            self._connections.discard(connection)
+            self.metrics.connections.dec()
+
+    async def _shutdown(self) -> None:
+        self._stopping = True
+        self._ready = False
+        self.metrics.ready.set(0)
+        if self._kafka_server is not None:
+            self._kafka_server.close()
+        if self.broker is not None:
+            self.broker.stop()
+        tasks = [c.stop_reading() for c in list(self._connections)]
+        pending = {t for t in tasks if t is not None and not t.done()}
+        if pending:
+            log.info("finishing the requests of %d connection(s)", len(pending))
+            _, late = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
+            for task in late:
+                task.cancel()
+            if late:
+                log.warning(
+                    "cancelled %d connection(s) still busy after %.0fs", len(late), SHUTDOWN_GRACE_S
+                )
+                await asyncio.wait(late, timeout=5)
+
+    async def _close(self) -> None:
+        """Close the listener; flush and close the log, then the WAL, then the store."""
+        if self._kafka_server is not None:
+            self._kafka_server.close()
+        if self._log is not None:
+            started = time.monotonic()
+            try:
+                await self._log.close(flush=self._stopping, timeout_s=CLOSE_FLUSH_TIMEOUT_S)
+            except Exception:
+                log.exception("flushing the log on shutdown failed; the WAL keeps the rest")
+                self._exit_code = EXIT_FAILED
+            else:
+                log.info("log flushed and closed in %.2fs", time.monotonic() - started)
+        if self._wal is not None:
+            try:
+                await asyncio.to_thread(self._wal.close)
+            except Exception:
+                log.exception("closing the WAL failed")
+                self._exit_code = EXIT_FAILED
+        if self._store is not None:
+            with contextlib.suppress(Exception):
+                self._store.close()
+
+
+# --- one client connection --------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A request read and started, waiting for its turn to be answered."""
+
+    request: Request | None  # None: ``raw`` is a pre-encoded answer
+    future: asyncio.Future[Any] | None
+    raw: bytes | None
+    started: float
+    barrier: bool  # not a Produce: later requests wait for it
+
+
+class _Connection:
+    def __init__(
+        self,
+        server: KfsServer,
+        broker: Broker,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self._server = server
+        self._broker = broker
+        self._metrics = server.metrics
+        self._reader = reader
+        self._writer = writer
+        self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._in_flight: deque[_Pending] = deque()  # read and not yet answered, in order
+        self._barriers_in_flight = 0
+        self._idle = False
+        self._task: asyncio.Task[Any] | None = None
+        self._broken = False
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    def stop_reading(self) -> asyncio.Task[Any] | None:
+        """Shutdown: read no more requests; the task ends once those read are answered."""
+        if self._idle and self._task is not None:
+            self._task.cancel()
+        return self._task
+
+    async def serve(self) -> None:
+        self._task = asyncio.current_task()
+        responder = asyncio.create_task(self._respond())
+        try:
+            if await self._read_requests():
+                self._client_gone()
+        except Exception:
+            log.exception("connection %s failed", self.peer)
+        finally:
+            await self._finish(responder)
+
+    def _client_gone(self) -> None:
+        """Nobody will read the answers: drop the long polls (appends still complete)."""
+        for item in self._in_flight:
+            if item.request is not None and item.request.api_key == ApiKey.FETCH:
+                assert item.future is not None
+                item.future.cancel()
+
+    async def _finish(self, responder: asyncio.Task[None]) -> None:
+        # The responder answers what is queued, then stops at the sentinel.
+        try:
+            await self._queue.put(None)
+            await responder
+        except asyncio.CancelledError:
+            responder.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await responder
+            self._cancel_queued()
+        finally:
+            self._writer.close()
+
+    def _cancel_queued(self) -> None:
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not None and item.future is not None:
+                item.future.cancel()
+
+    async def _enqueue(self, item: _Pending) -> None:
+        if item.barrier:
+            self._barriers_in_flight += 1
+        self._in_flight.append(item)
+        await self._queue.put(item)
+
+    async def _read_requests(self) -> bool:
+        """Read, decode and start requests in order; True when the client went away."""
+        reader = self._reader
+        while not self._server.stopping and not self._broken:
+            self._idle = True
+            try:
+                payload = await read_frame(reader, MAX_REQUEST_BYTES)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                return False  # shutdown while waiting for a frame: nothing in flight is lost
+            except FrameError as error:
+                kind = "too_large" if isinstance(error, FrameTooLarge) else "truncated"
+                self._metrics.refused_frames.labels(kind).inc()
+                log.info("closing %s: %s", self.peer, error)
+                return True
+            except (ConnectionError, OSError):
+                return True
+            finally:
+                self._idle = False
+            if payload is None:
+                return True
+            started = time.perf_counter()
+            try:
+                request = decode_request(payload)
+            except RequestError as error:
+                self._metrics.refused_frames.labels(type(error).__name__).inc()
+                answer = error_response_frame(error)
+                log.info(
+                    "%s %s (client %r): %s",
+                    "answering" if answer else "closing",
+                    self.peer,
+                    error.client_id,
+                    error,
+                )
+                if answer is None:
+                    return False
+                await self._enqueue(_Pending(None, None, answer, started, barrier=True))
+                continue
+            barrier = request.api_key != ApiKey.PRODUCE
+            if barrier or self._barriers_in_flight:
+                await self._queue.join()
+            try:
+                future = await self._broker.begin(request)
+            except Exception as exc:
+                future = asyncio.get_running_loop().create_future()
+                future.set_exception(exc)
+            await self._enqueue(_Pending(request, future, None, started, barrier))
+        return False
+
+    async def _respond(self) -> None:
+        while True:
+            item = await self._queue.get()
+            try:
+                if item is None:
+                    return
+                await self._answer(item)
+            except Exception:
+                log.exception("answering %s failed; closing the connection", self.peer)
+                self._abort()
+            finally:
+                if item is not None:
+                    self._in_flight.popleft()
+                    if item.barrier:
+                        self._barriers_in_flight -= 1
+                self._queue.task_done()
+
+    async def _answer(self, item: _Pending) -> None:
+        if item.raw is not None:
+            await self._write([item.raw])
+            return
+        request, future = item.request, item.future
+        assert request is not None and future is not None
+        api = request.api_key.name
+        try:
+            body = await future
+        except asyncio.CancelledError:
+            if future.cancelled() and not _cancelling():
+                return  # a long poll whose client went away
+            raise
+        except Exception as exc:
+            log.error(
+                "%s v%d from %s (client %r, correlation %d) failed",
+                api,
+                request.api_version,
+                self.peer,
+                request.client_id,
+                request.correlation_id,
+                exc_info=exc,
+            )
+            self._metrics.request_failures.labels(api).inc()
+            body = error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR, self._broker.options)
+        self._metrics.requests.labels(api).inc()
+        if not request.expects_response:
+            self._metrics.request_latency.labels(api).observe(time.perf_counter() - item.started)
+            if _produce_failed(body):
+                log.info("closing %s: an acks=0 produce failed", self.peer)
+                self._abort()
+            return
+        try:
+            parts = encode_response_parts(request, body)
+        except InvalidResponse:
+            log.exception("%s v%d: the response could not be encoded", api, request.api_version)
+            self._metrics.request_failures.labels(api).inc()
+            try:
+                parts = encode_response_parts(
+                    request,
+                    error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR, self._broker.options),
+                )
+            except InvalidResponse:
+                self._abort()
+                return
+        await self._write(parts)
+        self._metrics.request_latency.labels(api).observe(time.perf_counter() - item.started)
+
+    async def _write(self, parts: list[bytes | bytearray | memoryview]) -> None:
+        if self._broken:
+            return
+        try:
+            self._writer.writelines(parts)
+            await self._writer.drain()
+        except (ConnectionError, OSError):
+            self._abort()
+
+    def _abort(self) -> None:
+        """Drop the connection; requests already read still run to completion."""
+        self._broken = True
+        transport: Any = self._writer.transport
+        with contextlib.suppress(Exception):
+            transport.abort()
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _produce_failed(body: Any) -> bool:
+    return any(
+        p.error_code != ErrorCode.NONE
+        for topic in getattr(body, "responses", ())
+        for p in topic.partition_responses
+    )
+
+
+# --- entry point ----------------------------------------------------------------
+
+
+def serve(options: ServeOptions) -> int:
+    """Run the daemon until SIGTERM/SIGINT; return the exit code.  Uses uvloop when installed."""
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every POSIX platform
+        pass
+    server = KfsServer(options)
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(server.run())
