@@ -31,6 +31,7 @@ test: install ## Run the whole test suite
 bench: install ## Run the benchmarks and print their tables
 	$(BIN)/python bench/formats.py --commits $(BENCH_COMMITS)
 	$(BIN)/python -m bench.wal
+	$(BIN)/python -m bench.produce_fetch
 
 lint: install ## ruff (lint + format check) and mypy (strict on kfs_core)
 	$(BIN)/ruff check .
