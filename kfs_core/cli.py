@@ -260,6 +260,89 @@ def catalog_show(ctx: click.Context, topic: str, partition: int | None, as_json:
             )
 
 
+@catalog.command("snapshots")
+@click.pass_context
+def catalog_snapshots(ctx: click.Context) -> None:
+    """List the namespace's catalog snapshots, oldest first."""
+    from kfs_core.catalog.snapshots import list_snapshots
+
+    with operator_errors():
+        manifests = list_snapshots(_store(ctx), _settings(ctx).namespace)
+    if not manifests:
+        click.echo("no snapshots (the checkpoint job takes them: --snapshot NAME)")
+    for m in manifests:
+        click.echo(
+            f"{m.name:<40} {_ms(m.created_ms)}  topics {len(m.topics)}  "
+            f"partitions {m.partition_count}  segments {m.segment_count}  bytes {m.size_bytes}"
+        )
+
+
+@catalog.command("snapshot")
+@click.argument("name")
+@click.option("--topics", help="comma-separated topics (default: all)")
+@click.pass_context
+def catalog_snapshot(ctx: click.Context, name: str, topics: str | None) -> None:
+    """Take catalog snapshot NAME of the namespace (or of some topics)."""
+    from kfs_core.catalog.snapshots import take_snapshot
+
+    with operator_errors():
+        manifest = take_snapshot(
+            _store(ctx),
+            _settings(ctx).namespace,
+            name,
+            topics=[t for t in topics.split(",") if t] if topics else None,
+        )
+    click.echo(
+        f"snapshot {manifest.name}: {len(manifest.topics)} topic(s), "
+        f"{manifest.segment_count} segment(s)"
+    )
+
+
+@catalog.command("restore")
+@click.argument("topic")
+@click.option("--snapshot", "snapshot_name", required=True, help="snapshot to restore from")
+@click.option("--dry-run", is_flag=True, help="print the plan, change nothing")
+@click.option(
+    "--allow-partial",
+    is_flag=True,
+    help="restore what can be, skipping segments below the current log start",
+)
+@click.option("--keep-configs", is_flag=True, help="leave the topic's configs as they are now")
+@click.pass_context
+def catalog_restore(
+    ctx: click.Context,
+    topic: str,
+    snapshot_name: str,
+    dry_run: bool,
+    allow_partial: bool,
+    keep_configs: bool,
+) -> None:
+    """Restore TOPIC's catalog from a snapshot (its objects must still exist)."""
+    from kfs_core.catalog.snapshots import restore_topic
+
+    with operator_errors():
+        result = restore_topic(
+            _store(ctx),
+            _settings(ctx).namespace,
+            topic,
+            snapshot_name,
+            dry_run=dry_run,
+            allow_partial=allow_partial,
+            restore_configs=not keep_configs,
+        )
+    verb = "would" if dry_run else "will"
+    for plan in result.plan.partitions:
+        click.echo(
+            f"{topic}/{plan.partition}: {verb} remove {len(plan.remove)} and restore "
+            f"{len(plan.restore)} segment(s) (snapshot version {plan.snapshot_version})"
+        )
+    for outcome in result.outcomes:
+        line = f"{topic}/{outcome.partition}: {outcome.status}"
+        click.echo(line + (f" ({outcome.message})" if outcome.message else ""))
+    if not result.ok:
+        raise CliError(f"restore of {topic!r} lost a race to another writer; run it again")
+
+
 # --- kfs topics -----------------------------------------------------------------
 
 

@@ -143,3 +143,45 @@ def test_operator_mistakes_get_one_line(tmp_path: Path, args: list[str], message
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kfs: error: "), result.stderr
     assert message in lines[0]
+
+
+def test_catalog_snapshot_list_and_restore(tmp_path: Path) -> None:
+    from kfs_core.catalog import PartitionCatalog, SegmentEntry
+    from kfs_core.storage import LocalObjectStore
+
+    env = {"KFS_STORE_URL": (tmp_path / "store").as_uri(), "KFS_NAMESPACE": "ns1"}
+    assert kfs("topics", "create", "orders", env=env).returncode == 0
+    store = LocalObjectStore(tmp_path / "store")
+    path = write_segment(tmp_path, base=0)
+    store.put("ns1/orders/0/segment-00000000000000000000.kfs", path.read_bytes())
+    store.put("ns1/orders/0/segment-00000000000000000000.index",
+              path.with_suffix(".index").read_bytes())
+    entry = SegmentEntry.for_partition(
+        "orders", 0, base_offset=0, last_offset=11, record_count=12,
+        size_bytes=path.stat().st_size, index_size_bytes=path.with_suffix(".index").stat().st_size,
+        min_timestamp=1_700_000_000_000, max_timestamp=1_700_000_000_011, codec=0,
+        created_ms=1_700_000_000_000,
+    )
+    catalog = PartitionCatalog(store, "ns1", "orders", 0)
+    catalog.add_segments([entry])
+
+    assert "no snapshots" in kfs("catalog", "snapshots", env=env).stdout
+    taken = kfs("catalog", "snapshot", "before-mistake", env=env)
+    assert taken.returncode == 0, taken.stderr
+    listed = kfs("catalog", "snapshots", env=env).stdout
+    assert listed.startswith("before-mistake") and "segments 1" in listed
+
+    catalog.remove([entry])  # the mistake: the only segment is gone from the catalog
+    assert PartitionCatalog(store, "ns1", "orders", 0).load().segments == ()
+    dry = kfs("catalog", "restore", "orders", "--snapshot", "before-mistake", "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert "would remove 0 and restore 1 segment(s)" in dry.stdout
+    assert PartitionCatalog(store, "ns1", "orders", 0).load().segments == ()
+
+    restored = kfs("catalog", "restore", "orders", "--snapshot", "before-mistake", env=env)
+    assert restored.returncode == 0, restored.stderr
+    assert "orders/0: restored" in restored.stdout
+    state = PartitionCatalog(store, "ns1", "orders", 0).load()
+    assert [(s.base_offset, s.last_offset) for s in state.segments] == [(0, 11)]
+    missing = kfs("catalog", "restore", "orders", "--snapshot", "nope", env=env)
+    assert missing.returncode != 0 and missing.stderr.startswith("kfs: error: ")
