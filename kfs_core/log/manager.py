@@ -24,7 +24,11 @@ segments of the cycle, drop the batches from the buffer and the pool, and
 checkpoint the WAL.  Failed uploads and commits are retried with backoff for
 as long as it takes; nothing leaves memory before its commit landed, and
 until then fetches read it from the buffer.  Partitions flush concurrently,
-at most ``flush_concurrency`` at a time.
+at most ``flush_concurrency`` at a time.  Sealing stores each batch as
+produced unless the topic's ``compression.type`` names a codec, or it is
+``producer`` and ``compression_codec`` (``KFS_COMPRESSION_CODEC``) names one
+for the batches producers left uncompressed: then the batch is re-encoded
+(`segments.Recompression`), and fetches after the commit return it so.
 
 Read path, cheapest first: the partition buffer (offsets not yet committed),
 then the committed segments through `SegmentFetcher` (`reader`): L1 whole
@@ -48,6 +52,20 @@ the only writer of adds for its partitions.
 Start-up.  `start` runs WAL recovery, skips what the catalog already has
 (batches below its high watermark), replays the rest into the buffers and
 flushes them before anything else happens.
+
+Deleted topics.  `forget_topic` (called once the registry marked the topic
+deleted) drops its partitions at once -- lookups, appends and reads answer
+`UnknownTopicOrPartition` without waiting for the topic cache -- discards
+their unflushed batches and checkpoints the WAL past them.  Because WAL
+checkpoints are keyed by topic name, a topic created again under that name
+starts its offsets above the checkpoint, never below it.
+
+WAL failure.  A failed WAL write or fsync (`WalWriteFailed`, from an append,
+a checkpoint or the WAL's failure listener) puts the manager into its failed
+state (`LogManager.failed`): every append from then on, and every one still
+waiting for the WAL, gets `LogStorageError` (KAFKA_STORAGE_ERROR); reads go
+on; the owner's ``on_failure`` is called once, and should stop the daemon so
+that recovery replays the WAL.
 """
 
 from __future__ import annotations
@@ -89,6 +107,7 @@ from kfs_core.errors import (
     UnknownTopic,
     UnknownTopicOrPartition,
     WalError,
+    WalWriteFailed,
 )
 from kfs_core.formats.index import IndexReader
 from kfs_core.log.buffer import BufferedBatch, PartitionBuffer
@@ -97,6 +116,8 @@ from kfs_core.log.metrics import FlushObserver, LogMetrics
 from kfs_core.log.pool import MemoryPool
 from kfs_core.log.reader import SegmentFetcher, run_in
 from kfs_core.log.segments import (
+    DAEMON_CODECS,
+    Recompression,
     Sealed,
     body_end,
     seal_segments,
@@ -159,6 +180,8 @@ class SettingsLike(Protocol):
     def index_cache_size(self) -> int: ...
     @property
     def readahead_segments(self) -> int: ...
+    @property
+    def compression_codec(self) -> str: ...
 
 
 _FROM_SETTINGS = (
@@ -168,12 +191,13 @@ _FROM_SETTINGS = (
     "cache_size",
     "index_cache_size",
     "readahead_segments",
+    "compression_codec",
 )
 
 
 @dataclass(frozen=True)
 class LogSettings:
-    """Tuning of the partition log; the first six fields come from `Settings` (``KFS_*``)."""
+    """Tuning of the partition log; the first seven fields come from `Settings` (``KFS_*``)."""
 
     segment_bytes: int = 4 << 20  # seal a buffer at this size (KafScale's 4 MiB)
     flush_interval_ms: int = 500  # ... or when its oldest batch is this old
@@ -181,6 +205,8 @@ class LogSettings:
     cache_size: int = 1 << 30  # L1: whole segments
     index_cache_size: int = 256 << 20  # L2: parsed indexes (estimated memory)
     readahead_segments: int = 2  # whole segments prefetched for sequential consumers
+    # Codec for batches producers left uncompressed, under compression.type=producer.
+    compression_codec: str = "none"
     pressure_ratio: float = 0.75  # pool fill that starts an emergency flush
     flush_concurrency: int = 8  # partitions flushing at once
     readahead_concurrency: int = 4  # segments prefetched at once
@@ -214,6 +240,11 @@ class LogSettings:
         for name in ("cache_size", "index_cache_size", "readahead_segments"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.compression_codec not in DAEMON_CODECS:
+            raise ValueError(
+                f"compression codec {self.compression_codec!r}: expected one of "
+                f"{', '.join(DAEMON_CODECS)}"
+            )
 
     @classmethod
     def from_settings(cls, settings: SettingsLike, **overrides: Any) -> LogSettings:
@@ -324,6 +355,7 @@ class _Partition:
         self.next_sequential_read = -1  # where a consumer continuing its last fetch starts
         self.last_read_at = 0.0
         self.refreshed_at = time.monotonic()
+        self.deleted = False  # its topic was deleted (`LogManager.forget_topic`)
 
     def is_live(self, key: str) -> bool:
         """Whether the catalog state reads go by lists the segment ``key``."""
@@ -349,6 +381,11 @@ class LogManager:
     run on the loop that ran `start`.  The manager owns neither the store nor
     the WAL: it runs ``wal.recover()`` but leaves closing both to the owner,
     after `close`.
+
+    When the WAL fails (`WalWriteFailed`), the manager enters its failed
+    state (`failed`): appends are refused with `LogStorageError`, reads go
+    on, and ``on_failure`` is called once, on the loop, with the WAL's error
+    -- the daemon's cue to stop and let recovery replay the WAL on restart.
     """
 
     def __init__(
@@ -361,6 +398,7 @@ class LogManager:
         *,
         clock: Callable[[], int] | None = None,
         flush_observer: FlushObserver | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         if settings is None:
             settings = LogSettings()
@@ -373,6 +411,7 @@ class LogManager:
         self.registry = registry if registry is not None else TopicRegistry(store, namespace)
         self._clock = clock or _now_ms
         self._flush_observer = flush_observer
+        self._on_failure = on_failure
         self._metrics = LogMetrics()
         self._pool = MemoryPool(
             settings.pool_bytes,
@@ -382,6 +421,9 @@ class LogManager:
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._opening: dict[tuple[str, int], asyncio.Task[_Partition]] = {}
         self._topics: dict[str, _TopicEntry] = {}
+        # Bumped by forget_topic: registry answers and catalog loads begun
+        # before it are about the deleted topic and must not be kept.
+        self._topic_generations: dict[str, int] = {}
         self._executor = ThreadPoolExecutor(settings.io_threads, thread_name_prefix="kfs-log-io")
         self._fetcher = SegmentFetcher(
             store,
@@ -397,11 +439,17 @@ class LogManager:
         self._refresh_slots = asyncio.Semaphore(max(1, settings.io_threads // 4))
         self._background: set[asyncio.Task[Any]] = set()
         self._lifecycle: Literal["new", "starting", "running", "closing", "closed"] = "new"
-        self._failure: LogStorageError | None = None
+        self._failed: BaseException | None = None  # the WAL's error, once it failed
+        self._failure: LogStorageError | None = None  # what producers get from then on
         self._rng = random.Random()
 
     def __repr__(self) -> str:
         return f"LogManager({self.store!r}, {self.namespace!r}, {self._lifecycle})"
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The WAL failure that stopped appends (a `WalWriteFailed`); None while healthy."""
+        return self._failed
 
     async def __aenter__(self) -> LogManager:
         await self.start()
@@ -418,6 +466,8 @@ class LogManager:
             raise RuntimeError(f"start() runs once; the log is {self._lifecycle}")
         self._lifecycle = "starting"
         recovery = await self._io(self.wal.recover)
+        loop = asyncio.get_running_loop()
+        self.wal.add_failure_listener(functools.partial(self._on_wal_failure, loop))
         replayed = skipped = 0
         touched: dict[tuple[str, int], _Partition] = {}
         for record in recovery:
@@ -565,6 +615,7 @@ class LogManager:
         return await self._load_topic(name)
 
     async def _load_topic(self, name: str) -> TopicInfo:
+        generation = self._topic_generations.get(name, 0)
         try:
             record = await self._io(self.registry.get, name)
         except (UnknownTopic, InvalidTopicName):
@@ -572,6 +623,9 @@ class LogManager:
             raise UnknownTopicOrPartition(f"unknown topic {name!r}", topic=name) from None
         except (ObjectStoreError, CatalogError) as exc:
             raise LogStorageError(f"reading topic {name!r} from the registry: {exc}") from exc
+        if self._topic_generations.get(name, 0) != generation:
+            # Deleted while the registry answered: the answer may predate the delete.
+            raise UnknownTopicOrPartition(f"topic {name!r} was deleted", topic=name)
         info = TopicInfo.of(record)
         self._topics[name] = _TopicEntry(info, time.monotonic())
         return info
@@ -617,14 +671,87 @@ class LogManager:
             task.exception()  # retrieved here: a caller may have given up waiting
 
     async def _load_partition(self, topic: str, partition: int) -> _Partition:
+        generation = self._topic_generations.get(topic, 0)
         catalog = PartitionCatalog(self.store, self.namespace, topic, partition)
         try:
             state = await self._io(catalog.load)
         except (ObjectStoreError, CatalogError) as exc:
             raise LogStorageError(f"loading the catalog of {topic}-{partition}: {exc}") from exc
+        if self._topic_generations.get(topic, 0) != generation:
+            raise UnknownTopicOrPartition(
+                f"topic {topic!r} was deleted", topic=topic, partition=partition
+            )
         p = _Partition(topic, partition, catalog, state)
+        # The WAL checkpoints by topic name.  If it says more is flushed than
+        # the catalog holds, those offsets belonged to a deleted topic of this
+        # name whose last batches were discarded (forget_topic): continue
+        # above them, so no checkpoint of the old topic covers a new batch.
+        flushed = self.wal.flushed_offset(topic, partition)
+        if flushed >= p.next_offset:
+            log.info(
+                "%s: the WAL has offsets up to %d of an earlier topic of this name; "
+                "offsets continue at %d",
+                p.name,
+                flushed,
+                flushed + 1,
+            )
+            p.next_offset = p.high_watermark = flushed + 1
         self._partitions[(topic, partition)] = p
         return p
+
+    async def forget_topic(self, name: str) -> None:
+        """Drop a deleted topic now: its partitions, unflushed batches and cached segments.
+
+        Call once the registry has marked the topic deleted.  From then on
+        appends, reads and lookups of it raise `UnknownTopicOrPartition` at
+        once, without waiting for the topic cache to expire; appends still in
+        flight fail with it.  Batches not yet committed are discarded --
+        deleting a topic discards its data, and retention removes what was
+        committed -- and a WAL checkpoint past each partition's last assigned
+        offset keeps recovery from replaying them.  A topic created later
+        under the same name continues above those offsets (`_load_partition`).
+        """
+        self._topic_generations[name] = self._topic_generations.get(name, 0) + 1
+        self._topics[name] = _TopicEntry(None, time.monotonic())
+        dropped = [p for (topic, _), p in self._partitions.items() if topic == name]
+        for p in dropped:
+            del self._partitions[(p.topic, p.partition)]
+            self._drop(p)
+        if self._failed is not None:
+            return  # the WAL takes no checkpoint; the next start replays, retention removes
+        checkpoints = [p for p in dropped if p.next_offset > 0]
+        outcomes = await asyncio.gather(
+            *(
+                self.wal.checkpoint_async(p.topic, p.partition, p.next_offset - 1)
+                for p in checkpoints
+            ),
+            return_exceptions=True,
+        )
+        for p, outcome in zip(checkpoints, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if isinstance(outcome, WalWriteFailed):
+                    self._fail(outcome)
+                log.warning(
+                    "%s: WAL checkpoint of the deleted topic failed (%s); a restart replays "
+                    "its last batches into the deleted topic, and retention removes them",
+                    p.name,
+                    outcome,
+                )
+        if dropped:
+            log.info("forgot topic %r: %d partition(s) dropped", name, len(dropped))
+
+    def _drop(self, p: _Partition) -> None:
+        """Discard a deleted topic's partition: buffer, pending appends, flush, cached segments."""
+        p.deleted = True
+        self._pool.release(p.buffer.drop_through(p.next_offset))
+        for pending in p.pending:
+            if not pending.visible.done():
+                pending.visible.set_exception(_deleted(p))
+                pending.visible.exception()  # its producer may have timed out already
+        p.pending.clear()
+        if p.flush_task is not None:
+            p.flush_task.cancel()  # an upload or commit may still land: retention removes it
+        self._fetcher.forget(p.state.segments)
 
     # --- produce ---------------------------------------------------------------
 
@@ -683,7 +810,7 @@ class LogManager:
         try:
             async with asyncio.timeout_at(deadline):
                 async with p.append_lock:
-                    self._check_writable()
+                    self._check_writable(p)
                     pending, base_offset, append_time = self._assign_and_log(
                         p, buf, batches, info.log_append_time
                     )
@@ -770,18 +897,32 @@ class LogManager:
             self._wake_flusher()
 
     def _fail(self, error: BaseException) -> LogStorageError:
+        """Enter the failed state (once): refuse appends from now on, and tell the owner."""
         if self._failure is None:
+            self._failed = error
             self._failure = LogStorageError(
                 f"the WAL failed ({error}); appends are refused until the daemon restarts"
             )
             log.error("%s", self._failure.message)
+            if self._on_failure is not None:
+                try:
+                    self._on_failure(error)
+                except Exception:  # the failed state stands whatever the callback does
+                    log.exception("the log's on_failure callback failed")
         return self._failure
 
-    def _check_writable(self) -> None:
+    def _on_wal_failure(self, loop: asyncio.AbstractEventLoop, failure: WalWriteFailed) -> None:
+        """The WAL's failure listener, on its writer thread: fail on the loop."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is left to tell
+            loop.call_soon_threadsafe(self._fail, failure)
+
+    def _check_writable(self, p: _Partition | None = None) -> None:
         if self._failure is not None:
             raise LogStorageError(self._failure.message)
         if self._lifecycle != "running":
             raise LogClosed(f"the log is {self._lifecycle}; not accepting appends")
+        if p is not None and p.deleted:
+            raise _deleted(p)
 
     def _check_readable(self) -> None:
         if self._lifecycle not in ("running", "closing"):
@@ -983,7 +1124,13 @@ class LogManager:
     async def _flush_until(self, p: _Partition, target: int) -> None:
         while (first := p.buffer.first_offset) is not None and first < target:
             task = p.flush_task if p.flush_task is not None else self._start_flush(p)
-            await asyncio.shield(task)
+            await asyncio.wait([task])  # waiting, not owning: cancelling us leaves it running
+            if task.cancelled():
+                if p.deleted:
+                    return  # dropped with its topic
+                raise asyncio.CancelledError
+            if (error := task.exception()) is not None:
+                raise error
 
     def _wake_flusher(self) -> None:
         self._flush_wakeup.set()
@@ -1034,6 +1181,7 @@ class LogManager:
                 return
             started = time.monotonic()
             created_ms = self._clock()
+            recompression = await self._recompression(p.topic)
             sealed = await self._retry(
                 f"{p.name}: sealing {len(batches)} batches",
                 lambda: self._io(
@@ -1045,6 +1193,7 @@ class LogManager:
                         segment_bytes=self.settings.segment_bytes,
                         index_interval=self.settings.index_interval,
                         created_ms=created_ms,
+                        recompression=recompression,
                     )
                 ),
             )
@@ -1071,13 +1220,15 @@ class LogManager:
             # the buffer or in the catalog state, never in neither.
             self._set_state(p, state)
             self._pool.release(p.buffer.drop_through(last_offset))
-            self._cache_sealed(p, sealed)
+            if not p.deleted:
+                self._cache_sealed(p, sealed)
             seconds = time.monotonic() - started
             size = sum(s.entry.size_bytes for s in sealed)
             m = self._metrics
             m.flushes += 1
             m.flush_segments += len(sealed)
             m.flush_bytes += size
+            m.flush_recompressed_batches += sum(s.recoded_batches for s in sealed)
             m.flush_seconds_total += seconds
             m.flush_seconds_max = max(m.flush_seconds_max, seconds)
             if self._flush_observer is not None:
@@ -1085,12 +1236,26 @@ class LogManager:
                     self._flush_observer(seconds, size, len(sealed))
                 except Exception:  # a metrics bug must not stop flushing
                     log.exception("flush observer failed")
+        if self._failed is not None or p.deleted:
+            return  # a failed WAL takes no frames; forget_topic checkpointed a deleted topic
         try:
             await self.wal.checkpoint_async(p.topic, p.partition, last_offset)
             self._metrics.wal_checkpoints += 1
         except WalError as exc:
+            if isinstance(exc, WalWriteFailed):
+                self._fail(exc)
             # The commit stands; the next start replays a little more and skips it.
             log.warning("%s: WAL checkpoint at %d failed: %s", p.name, last_offset, exc)
+
+    async def _recompression(self, topic: str) -> Recompression:
+        """How a flush stores the topic's batches: its compression.type, then KFS_COMPRESSION_CODEC."""
+        try:
+            compression_type = (await self._topic_info(topic)).config.compression_type
+        except LogError as exc:
+            # The bytes are valid either way; store them as produced.
+            log.debug("%s: no topic config for this flush (%s); storing as produced", topic, exc)
+            compression_type = "producer"
+        return Recompression.for_topic(compression_type, self.settings.compression_codec)
 
     def _cache_sealed(self, p: _Partition, sealed: Sequence[Sealed]) -> None:
         """Segments just committed are what lagging tail consumers read next: cache them."""
@@ -1189,16 +1354,25 @@ def _base_offset(segment: SegmentEntry) -> int:
     return segment.base_offset
 
 
+def _deleted(p: _Partition) -> UnknownTopicOrPartition:
+    return UnknownTopicOrPartition(
+        f"topic {p.topic!r} was deleted", topic=p.topic, partition=p.partition
+    )
+
+
 def _share_segment_bytes(sealed: Sequence[Sealed]) -> None:
     """Point the buffered batches at their bytes inside the sealed segments.
 
     Until the commit lands the batches stay readable from the buffer; after
-    this each is held once (in the segment) rather than twice.
+    this each is held once (in the segment) rather than twice.  A re-encoded
+    batch keeps its own bytes: its size in the segment differs, and the
+    buffer and the pool count the size it was produced with.
     """
     for s in sealed:
         view = memoryview(s.segment.data)
-        for batch, position in zip(s.batches, s.positions, strict=True):
-            batch.data = view[position : position + batch.size]
+        for batch, position, recoded in zip(s.batches, s.positions, s.recoded, strict=True):
+            if not recoded:
+                batch.data = view[position : position + batch.size]
 
 
 def _commit_segments(catalog: PartitionCatalog, entries: list[SegmentEntry]) -> PartitionState:

@@ -44,6 +44,7 @@ class LogMetrics:
     flush_seconds_total: float = 0.0
     flush_seconds_max: float = 0.0
     flush_retries: int = 0  # failed uploads or commits that were retried
+    flush_recompressed_batches: int = 0  # batches stored in another codec than produced
     catalog_commits: int = 0
     catalog_refreshes: int = 0
     wal_checkpoints: int = 0

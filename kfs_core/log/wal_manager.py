@@ -41,7 +41,11 @@ futures.  Durability modes (`Durability`) decide when a future completes:
 A failed write or fsync stops the manager (`WalWriteFailed`): the waiters of
 the failed group and every later append get the error, because after a failed
 fsync the kernel may have dropped the dirty pages and a retry could report
-durability that does not exist.  The daemon restarts and recovers.
+durability that does not exist.  The daemon restarts and recovers.  The
+error is also `WalManager.failure`, and the writer thread hands it to every
+callback registered with `WalManager.add_failure_listener` -- a failure of a
+timed fsync in ``normal`` mode or of a checkpoint reaches the owner even when
+no producer is waiting.
 
 Checkpoints.  `WalManager.checkpoint` records that a partition is in the
 object store up to an offset: a CHECKPOINT frame whose base offset is the
@@ -116,6 +120,7 @@ __all__ = [
     "DEFAULT_FILE_SIZE",
     "EMERGENCY_PAUSE_KEY",
     "Durability",
+    "FailureListener",
     "FsyncObserver",
     "RecoveredBatch",
     "TornTail",
@@ -134,6 +139,8 @@ log = logging.getLogger(__name__)
 Durability = Literal["cautious", "normal", "emergency"]
 #: Called by the writer thread after every data fsync: (seconds it took, frames it covered).
 FsyncObserver = Callable[[float, int], None]
+#: Called once when a write or fsync fails and the manager stops (see `add_failure_listener`).
+FailureListener = Callable[[WalWriteFailed], None]
 
 DEFAULT_FILE_SIZE = WAL_FILE_SIZE  # 16 MiB
 MIN_FILE_SIZE = 1024  # small files are for tests; anything smaller is a mistake
@@ -303,6 +310,13 @@ def _reject(item: _Pending, exc: BaseException) -> None:
         item.future.set_exception(exc)
 
 
+def _notify(listener: FailureListener, failure: WalWriteFailed) -> None:
+    try:
+        listener(failure)
+    except Exception:  # a listener's bug must not hide the failure from the others
+        log.exception("WAL failure listener failed")
+
+
 def _pwrite_all(fd: int, buffers: list[bytes], offset: int) -> None:
     """Write ``buffers`` back to back at ``offset``, resuming after short writes."""
     if not hasattr(os, "pwritev"):  # pragma: no cover - every supported platform has it
@@ -418,6 +432,7 @@ class WalManager:
         self._queue: deque[_Pending] = deque()
         self._state = _State.NEW
         self._failure: WalWriteFailed | None = None
+        self._failure_listeners: list[FailureListener] = []
         self._thread: threading.Thread | None = None
 
         # Files and flushed offsets: the writer rolls, checkpoint() deletes.
@@ -465,6 +480,26 @@ class WalManager:
             return self._stats
 
     @property
+    def failure(self) -> WalWriteFailed | None:
+        """The write or fsync failure that stopped the manager; None while it is healthy."""
+        with self._cond:
+            return self._failure
+
+    def add_failure_listener(self, listener: FailureListener) -> None:
+        """Call ``listener`` with the `WalWriteFailed` when a write or fsync fails.
+
+        It runs once, on the writer thread (at once, on this thread, if the
+        manager has failed already); keep it short and thread-safe, e.g.
+        ``loop.call_soon_threadsafe``.  An exception it raises is logged.
+        """
+        with self._cond:
+            failure = self._failure
+            if failure is None:
+                self._failure_listeners.append(listener)
+                return
+        _notify(listener, failure)
+
+    @property
     def pending_frames(self) -> int:
         """Frames queued and not yet taken by the writer."""
         with self._cond:
@@ -474,6 +509,11 @@ class WalManager:
     def flushed_offsets(self) -> dict[tuple[str, int], int]:
         with self._files_lock:
             return dict(self._flushed)
+
+    def flushed_offset(self, topic: str, partition: int) -> int:
+        """The partition's highest checkpointed offset; -1 when the WAL has none."""
+        with self._files_lock:
+            return self._flushed.get((topic, partition), -1)
 
     @property
     def active_file(self) -> str | None:
@@ -769,14 +809,18 @@ class WalManager:
             "restart to recover",
             path=path,
         )
+        failure.__cause__ = exc  # the OSError, for owners that report it themselves
         log.error("%s", failure.message)
         with self._cond:
             self._state = _State.FAILED
             self._failure = failure
             pending = batch + list(self._queue)
             self._queue.clear()
+            listeners, self._failure_listeners = self._failure_listeners, []
         for item in pending:
             _reject(item, WalWriteFailed(failure.message, **failure.fields))
+        for listener in listeners:
+            _notify(listener, failure)
 
     def _count(self, **deltas: int) -> None:
         with self._stats_lock:

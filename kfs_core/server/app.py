@@ -15,6 +15,15 @@ Lifecycle (`KfsServer.run`):
    (`LogManager.close`), close the WAL and the store; exit 0.  A signal
    during start-up abandons it: the WAL keeps what it holds for next time.
 
+A failed WAL write or fsync (`WalWriteFailed`) puts the log into its failed
+state (`LogManager.failed`): produces in flight and after it get
+KAFKA_STORAGE_ERROR, /readyz turns 503 at once, one error line tells the
+operator to restart, and the daemon shuts down as on SIGTERM -- what is
+acknowledged is flushed to the store if it can be, the rest stays in the WAL
+-- and exits 1.  The next start recovers the WAL and replays it.  It does not
+limp on: after a failed fsync nothing written since can be trusted to be on
+disk, so no further write may be acknowledged.
+
 Connections (`_Connection`).  Frames are read by one loop and answered by
 another, strictly in request order, as Kafka requires.  Produce requests may
 overlap each other: their appends start in order and their WAL fsyncs share
@@ -47,6 +56,7 @@ from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.config import Settings
 from kfs_core.errors import KfsError
 from kfs_core.log.manager import LogManager
+from kfs_core.log.segments import DAEMON_CODECS
 from kfs_core.log.wal_manager import WalManager
 from kfs_core.server.handlers import Broker, BrokerOptions, cluster_id_for, error_response
 from kfs_core.server.metrics import (
@@ -121,6 +131,11 @@ class ServeOptions:
             raise ValueError(
                 f"--default-partitions must be at least 1, got {self.default_partitions}"
             )
+        if self.settings.compression_codec not in DAEMON_CODECS:
+            raise ValueError(
+                f"KFS_COMPRESSION_CODEC={self.settings.compression_codec!r}: expected one of "
+                f"{', '.join(DAEMON_CODECS)}"
+            )
 
 
 def parse_host_port(text: str, default_port: int) -> tuple[str, int]:
@@ -167,6 +182,7 @@ def _broker_configs(options: ServeOptions, advertised: str) -> dict[str, str]:
         "message.max.bytes": DEFAULT_CONFIGS["max.message.bytes"],
         "compression.type": DEFAULT_CONFIGS["compression.type"],
         "kfs.durability": s.durability,
+        "kfs.compression.codec": s.compression_codec,
         "kfs.segment.bytes": str(s.segment_bytes),
         "kfs.flush.interval.ms": str(s.flush_interval_ms),
         "kfs.namespace": s.namespace,
@@ -231,8 +247,9 @@ class KfsServer:
             )
             if not await self._start_or_stop():
                 return self._exit_code
-            self._ready = True
-            self.metrics.ready.set(1)
+            if not self._stop.is_set():  # the WAL may have failed already
+                self._ready = True
+                self.metrics.ready.set(1)
             await self._stop.wait()
             await self._shutdown()
         finally:
@@ -294,6 +311,7 @@ class KfsServer:
             s,
             registry,
             flush_observer=self.metrics.observe_flush,
+            on_failure=self._on_log_failure,
         )
         log.info(
             "recovering the WAL in %s (durability %s); store %s, namespace %r",
@@ -321,6 +339,21 @@ class KfsServer:
             log.info("%s: already shutting down", name)
             return
         log.info("%s: shutting down gracefully", name)
+        self.request_stop()
+
+    def _on_log_failure(self, error: BaseException) -> None:
+        """The WAL failed: not ready any more, stop, exit non-zero; the operator restarts."""
+        self._ready = False
+        self.metrics.ready.set(0)
+        self._exit_code = EXIT_FAILED
+        where = getattr(error, "path", None) or getattr(self._wal, "directory", "?")
+        log.error(
+            "the WAL failed (%s in %s): kfs serve stops with exit %d; fix the disk, then "
+            "restart kfs serve -- recovery replays the WAL",
+            error.__cause__ or error,
+            where,
+            EXIT_FAILED,
+        )
         self.request_stop()
 
     def _add_counters(self, wal: WalManager, partition_log: LogManager) -> None:
@@ -416,8 +449,9 @@ class KfsServer:
             try:
                 await asyncio.to_thread(self._wal.close)
             except Exception:
-                log.exception("closing the WAL failed")
                 self._exit_code = EXIT_FAILED
+                if self._log is None or self._log.failed is None:  # else reported already
+                    log.exception("closing the WAL failed")
         if self._store is not None:
             with contextlib.suppress(Exception):
                 self._store.close()

@@ -24,7 +24,12 @@ What each API does here:
 - ListOffsets: earliest (-2), latest (-1) and by timestamp; the max-timestamp
   spec (-3, KIP-734) gets INVALID_REQUEST.
 - CreateTopics / DeleteTopics / DescribeConfigs: the `TopicRegistry`, with
-  Kafka's error codes and messages; replication factor 1 (or -1) only.
+  Kafka's error codes and messages; replication factor 1 (or -1) only.  A
+  deleted topic is gone for Produce, Fetch and Metadata as soon as
+  DeleteTopics answers (`LogManager.forget_topic`); creating its name again
+  answers TOPIC_ALREADY_EXISTS ("marked for deletion") until retention has
+  removed its data and purged it from the registry, as Kafka does while a
+  deletion is in progress.
 - InitProducerId: a fresh producer id, so idempotent producers (kafka-python's
   default) work; sequence numbers are accepted, not deduplicated.
 - Consumer-group APIs: COORDINATOR_NOT_AVAILABLE (groups are a later step);
@@ -264,11 +269,17 @@ class TopicDirectory:
             raise UnknownTopicOrPartition(f"unknown topic {name!r}", topic=name) from None
 
     async def delete(self, name: str) -> None:
+        """Mark the topic deleted in the registry, then drop it from the log at once.
+
+        Produce, Fetch and Metadata answer UNKNOWN_TOPIC_OR_PARTITION from the
+        moment this returns; the topic's unflushed batches are discarded.
+        """
         validate_topic_name(name)
         try:
             await asyncio.to_thread(self._registry.delete_topic, name)
         except UnknownTopic:
             raise UnknownTopicOrPartition(f"unknown topic {name!r}", topic=name) from None
+        await self._log.forget_topic(name)
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID:

@@ -1,0 +1,124 @@
+"""DeleteTopics takes effect at once, and the name stays taken until retention purges it.
+
+In process, with raw requests: right after a successful DeleteTopics,
+Produce, Fetch, ListOffsets and Metadata (even with auto-creation on) answer
+UNKNOWN_TOPIC_OR_PARTITION -- no 5 s topic-cache window.  CreateTopics of the
+name answers TOPIC_ALREADY_EXISTS with Kafka's "marked for deletion" until
+the registry purges it; then the name can be used again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kfs_core.catalog.topics import TopicRegistry
+from kfs_core.config import Settings
+from kfs_core.server.protocol import ErrorCode
+from kfs_core.storage import open_store
+from tests.server.conftest import RawClient
+from tests.server.test_server_inprocess import ThreadedServer, produce_request
+from tests.server.test_server_ops import creatable, fetch_request
+
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore", message=r"(read_text|open_text) is deprecated", category=DeprecationWarning
+    )
+    from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
+    from kafka.protocol.consumer import ListOffsetsRequest
+    from kafka.protocol.metadata import MetadataRequest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+UNKNOWN = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[ThreadedServer]:
+    settings = Settings(
+        store_url=(tmp_path / "store").as_uri(),
+        data_dir=str(tmp_path / "data"),
+        listen="127.0.0.1:0",
+        metrics_listen="127.0.0.1:0",
+    )
+    with ThreadedServer(settings) as running:
+        yield running
+    assert running.exit_code == 0
+
+
+def produce_code(client: RawClient, topic: str) -> tuple[int, int]:
+    answer = client.request(produce_request(topic, [b"v"])).responses[0].partition_responses[0]
+    return int(answer.error_code), int(answer.base_offset)
+
+
+def list_offsets_code(client: RawClient, topic: str) -> int:
+    listed = ListOffsetsRequest.ListOffsetsTopic
+    request = ListOffsetsRequest(
+        version=7,
+        replica_id=-1,
+        isolation_level=0,
+        topics=[
+            listed(
+                name=topic,
+                partitions=[
+                    listed.ListOffsetsPartition(
+                        partition_index=0, current_leader_epoch=-1, timestamp=-1
+                    )
+                ],
+            )
+        ],
+    )
+    return int(client.request(request).topics[0].partitions[0].error_code)
+
+
+def metadata_code(client: RawClient, topic: str) -> int:
+    request = MetadataRequest(
+        version=12,
+        topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+        allow_auto_topic_creation=True,
+    )
+    return int(client.request(request).topics[0].error_code)
+
+
+def create(client: RawClient, topic: str) -> tuple[int, str | None]:
+    request = CreateTopicsRequest(version=5, topics=[creatable(topic)], timeout_ms=10_000)
+    [result] = client.request(request).topics
+    return int(result.error_code), result.error_message
+
+
+def test_a_deleted_topic_is_unknown_at_once_and_its_name_stays_taken(
+    daemon: ThreadedServer,
+) -> None:
+    topic = "doomed"
+    with RawClient(daemon.bootstrap) as client:
+        for offset in range(3):
+            assert produce_code(client, topic) == (0, offset)  # auto-created
+        assert list_offsets_code(client, topic) == 0
+
+        deleted = client.request(
+            DeleteTopicsRequest(version=4, topic_names=[topic], timeout_ms=10_000)
+        )
+        assert deleted.responses[0].error_code == 0
+
+        # At once: no request may still see the topic.
+        assert produce_code(client, topic) == (UNKNOWN, -1)
+        fetched = client.request(fetch_request(topic, [(0, 0)]))
+        assert fetched.responses[0].partitions[0].error_code == UNKNOWN
+        assert list_offsets_code(client, topic) == UNKNOWN
+        assert metadata_code(client, topic) == UNKNOWN  # and not auto-created again
+
+        code, message = create(client, topic)
+        assert code == ErrorCode.TOPIC_ALREADY_EXISTS
+        assert message is not None and "marked for deletion" in message
+
+        # Once retention has removed the data and purged the name, it is free again.
+        settings = daemon.server.settings
+        with contextlib.closing(open_store(settings.store_url)) as store:
+            TopicRegistry(store, settings.namespace).purge_topic(topic)
+        assert create(client, topic) == (0, None)
+        # Offsets go on above the old topic's: the WAL still has checkpoints for 0..2.
+        assert produce_code(client, topic) == (0, 3)
