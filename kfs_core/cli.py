@@ -451,7 +451,11 @@ def _size_option(name: str, help_text: str) -> Callable[[Callable[..., Any]], Ca
 @_size_option("--cache-size", "L1 segment cache [KFS_CACHE_SIZE]")
 @_size_option("--index-cache-size", "L2 index cache [KFS_INDEX_CACHE_SIZE]")
 @click.option("--readahead-segments", type=int, help="[KFS_READAHEAD_SEGMENTS]")
-@click.option("--compression-codec", help="codec of sealed segments [KFS_COMPRESSION_CODEC]")
+@click.option(
+    "--compression-codec",
+    type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
+    help="recompress batches producers left uncompressed at flush [KFS_COMPRESSION_CODEC, none]",
+)
 @click.option("--s3-endpoint-url", help="S3 endpoint, e.g. MinIO [KFS_S3_ENDPOINT_URL]")
 @click.option("--metrics-listen", help="ops HTTP host:port [KFS_METRICS_LISTEN, 127.0.0.1:9644]")
 @click.option(
