@@ -1,0 +1,669 @@
+"""What every KFS maintenance job shares: options, Spark, descriptors, executors, reports.
+
+A job is a module ``spark_jobs/<job>.py`` with three entry points::
+
+    def build_parser() -> argparse.ArgumentParser      # job_parser(...) + the job's own flags
+    def run(options, spark=None) -> dict               # tests call this with their session
+    def main(argv=None) -> int                         # return common.main(run, build_parser(), argv)
+
+    if __name__ == "__main__":
+        from spark_jobs.<job> import main as _main   # by reference, not as __main__,
+        sys.exit(_main())                             # so executors unpickle it cleanly
+
+so ``spark-submit spark_jobs/<job>.py --store-url URL --namespace NS`` and
+``python -m spark_jobs.<job> ...`` take the same arguments.  ``run`` accepts a
+`JobOptions` (or a subclass the job defines for its own flags), an argv list or
+an ``argparse.Namespace``, and does its work inside `execute`, which owns the
+life cycle and returns the run summary.
+
+Executors import ``kfs_core`` and ``spark_jobs``: in local mode they run this
+interpreter; on a cluster, install the ``kfs`` package on the nodes or ship it
+with ``--py-files``.
+
+Public API (kept small and stable; other jobs build on it):
+
+Options and command line
+    `JobOptions`                 store_url, namespace, topics, dry_run, master,
+                                 s3_endpoint_url, paused_exit_code; ``open_store()``.
+                                 Jobs subclass it (frozen dataclass, fields with defaults).
+    `job_parser(job, description)`  argparse parser with the shared flags.
+    `coerce_options(options, parser, cls)`  JobOptions from options | argv | Namespace.
+    `main(run, parser, argv)`    parse, run, print, map the summary to an exit code.
+
+Spark
+    `get_spark(app_name, master=None)`  the active session, or a new one
+                                 (``local[*]`` unless spark-submit or ``master`` says otherwise).
+
+Catalog on the driver
+    `SegmentDescriptor`          one live segment: topic, partition, offsets, sizes, keys.
+    `list_partitions(store, ns, topics)`       [(topic, partition)] from the topic registry.
+    `load_partitions(store, ns, topics)`       [PartitionState] (catalog loads, threaded).
+    `read_descriptors(store, ns, topics)`      [SegmentDescriptor] of every live segment.
+    `descriptors_dataframe(spark, descriptors)`  the same as a DataFrame (`DESCRIPTOR_SCHEMA`).
+
+Executors
+    `map_in_executors(spark, store, items, fn)`  ``[fn(store, item) for item in items]``
+                                 computed in Spark tasks; the store travels pickled (its
+                                 URL reopens it), so no Hadoop S3 connector is involved.
+
+Life cycle and reports
+    `execute(job, options, body, spark=None)`  pause check, session, timing, summary
+                                 JSON at ``{ns}/_reports/<job>/<run-id>.json``, one-line
+                                 print.  ``body(ctx: JobContext) -> JobResult``.
+    `JobContext`                 job, options, store, run_id, spark (lazy), ``phase(name)``
+                                 timer, ``report_prefix``, ``check_paused()``.
+    `JobResult`                  status, message, counts, details.
+    `UsageError`                 raised for impossible requests (exit 2).
+    `new_run_id()`, `report_key(ns, job, run_id)`, `write_json(store, key, doc)`.
+    Status values `STATUS_OK`, `STATUS_FAILED`, `STATUS_PAUSED`, `STATUS_ERROR`;
+    exit codes `EXIT_OK` 0, `EXIT_FAILED` 1 (the job ran and found or left
+    problems), `EXIT_USAGE` 2 (bad arguments), `EXIT_ERROR` 3 (the job itself
+    broke).  A paused job exits ``--paused-exit-code`` (default 0: it stopped
+    cleanly; its summary says ``"status": "paused"``).
+
+The summary every job returns (and stores) has these keys, jobs add theirs
+under ``details``::
+
+    {"job", "run_id", "status", "message", "exit_code", "namespace", "store_url",
+     "topics", "dry_run", "options", "started_at", "finished_at", "duration_s",
+     "timings", "counts", "spark", "details", "report_key"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as _dt
+import json
+import os
+import secrets
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from kfs_core.catalog import PartitionCatalog, PartitionState, SegmentEntry, TopicRegistry, layout
+from kfs_core.errors import KfsError, UnknownTopic
+from kfs_core.log.wal_manager import emergency_pause_key, is_paused
+from kfs_core.storage import ObjectStore, open_store
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "DESCRIPTOR_SCHEMA",
+    "EXIT_ERROR",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "STATUS_ERROR",
+    "STATUS_FAILED",
+    "STATUS_OK",
+    "STATUS_PAUSED",
+    "UsageError",
+    "JobContext",
+    "JobOptions",
+    "JobResult",
+    "SegmentDescriptor",
+    "coerce_options",
+    "descriptors_dataframe",
+    "execute",
+    "get_spark",
+    "job_parser",
+    "list_partitions",
+    "load_partitions",
+    "main",
+    "map_in_executors",
+    "new_run_id",
+    "read_descriptors",
+    "report_key",
+    "write_json",
+]
+
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+STATUS_PAUSED = "paused"
+STATUS_ERROR = "error"
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ERROR = 3
+
+REPORTS_DIR = "_reports"
+
+
+class UsageError(ValueError):
+    """The job was asked for something impossible (a bad store URL, say): exit 2."""
+
+
+_CATALOG_THREADS = 16
+
+T = TypeVar("T")
+R = TypeVar("R")
+OptionsT = TypeVar("OptionsT", bound="JobOptions")
+
+
+# --- options and the command line -------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The flags every job takes.  Jobs with more flags subclass this (with defaults)."""
+
+    store_url: str
+    namespace: str
+    topics: tuple[str, ...] | None = None
+    dry_run: bool = False
+    master: str | None = None
+    s3_endpoint_url: str | None = None
+    paused_exit_code: int = EXIT_OK
+
+    def __post_init__(self) -> None:
+        if not self.store_url:
+            raise ValueError("--store-url is required")
+        if self.topics is not None:
+            object.__setattr__(self, "topics", tuple(self.topics))
+
+    def open_store(self) -> ObjectStore:
+        """The store the URL names (``--s3-endpoint-url`` applies to ``s3://`` URLs only)."""
+        if self.store_url.lower().startswith("s3://"):
+            return open_store(self.store_url, endpoint_url=self.s3_endpoint_url)
+        return open_store(self.store_url)
+
+    @classmethod
+    def from_namespace(cls: type[OptionsT], args: argparse.Namespace) -> OptionsT:
+        """Options from parsed arguments; flags map to fields by name."""
+        values = vars(args)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{name: values[name] for name in names if name in values})
+
+    def as_dict(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["store_url"] = redact_url(self.store_url)
+        doc["topics"] = list(self.topics) if self.topics is not None else None
+        return doc
+
+
+def _topic_list(value: str) -> tuple[str, ...]:
+    topics = tuple(t.strip() for t in value.split(",") if t.strip())
+    if not topics:
+        raise argparse.ArgumentTypeError("--topics needs at least one topic name")
+    return topics
+
+
+def job_parser(job: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A parser with the shared flags; the job adds its own before parsing."""
+    parser = argparse.ArgumentParser(
+        prog=f"spark_jobs.{job}",
+        description=(description or "").strip().splitlines()[0] if description else None,
+    )
+    parser.add_argument(
+        "--store-url",
+        default=os.environ.get("KFS_STORE_URL"),
+        help="object store: file:///path, a directory or s3://bucket/prefix [KFS_STORE_URL]",
+    )
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("KFS_NAMESPACE", "default"),
+        help="KFS namespace [KFS_NAMESPACE, default 'default']",
+    )
+    parser.add_argument(
+        "--topics",
+        type=_topic_list,
+        default=None,
+        help="comma-separated topics (default: every topic of the namespace)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="report what would change, change nothing"
+    )
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master (default: spark-submit's, else local[*])",
+    )
+    parser.add_argument(
+        "--s3-endpoint-url",
+        default=os.environ.get("KFS_S3_ENDPOINT_URL"),
+        help="S3 endpoint for s3:// stores (MinIO, moto) [KFS_S3_ENDPOINT_URL]",
+    )
+    parser.add_argument(
+        "--paused-exit-code",
+        type=int,
+        default=EXIT_OK,
+        help="exit status when the emergency pause flag stops the job (default 0)",
+    )
+    return parser
+
+
+def coerce_options(
+    options: JobOptions | argparse.Namespace | Sequence[str] | None,
+    parser: argparse.ArgumentParser,
+    cls: type[OptionsT],
+) -> OptionsT:
+    """A ``cls`` from whatever `run` was given: options, parsed args or an argv list."""
+    if isinstance(options, cls):
+        return options
+    if isinstance(options, JobOptions):
+        # A base JobOptions handed to a job with more flags: take the job's defaults.
+        return cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(JobOptions)})
+    if isinstance(options, argparse.Namespace):
+        args = options
+    else:
+        args = parser.parse_args(list(options) if options is not None else None)
+    if not args.store_url:
+        parser.error("--store-url is required (or set KFS_STORE_URL)")
+    return cls.from_namespace(args)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without any user:password part (for reports and logs)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=host))
+
+
+# --- Spark -----------------------------------------------------------------
+
+
+def get_spark(app_name: str, master: str | None = None) -> SparkSession:
+    """The active SparkSession if there is one (tests inject theirs), else a new one.
+
+    The master is ``master`` if given, else whatever spark-submit configured
+    (a driver that spark-submit launched finds its gateway in
+    ``PYSPARK_GATEWAY_PORT``), else ``local[*]``.  For a local master the
+    executors' Python defaults to this interpreter, so they import the same
+    ``kfs_core``.
+    """
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if master or not launched_by_spark_submit:
+        effective = master or "local[*]"
+        if effective.startswith("local"):
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.master(effective)
+    return builder.getOrCreate()
+
+
+# --- catalog on the driver ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentDescriptor:
+    """One live segment as the catalog records it; small, picklable, a Row's worth.
+
+    ``key`` and ``index_key`` are relative to the namespace (as in the
+    catalog); `segment_object_key` / `index_object_key` are store keys.
+    """
+
+    namespace: str
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    record_count: int
+    size_bytes: int
+    index_size_bytes: int
+    min_timestamp: int
+    max_timestamp: int
+    codec: int
+    created_ms: int
+    key: str
+    index_key: str
+
+    @classmethod
+    def from_entry(
+        cls, namespace: str, topic: str, partition: int, entry: SegmentEntry
+    ) -> SegmentDescriptor:
+        return cls(
+            namespace=namespace,
+            topic=topic,
+            partition=partition,
+            base_offset=entry.base_offset,
+            last_offset=entry.last_offset,
+            record_count=entry.record_count,
+            size_bytes=entry.size_bytes,
+            index_size_bytes=entry.index_size_bytes,
+            min_timestamp=entry.min_timestamp,
+            max_timestamp=entry.max_timestamp,
+            codec=entry.codec,
+            created_ms=entry.created_ms,
+            key=entry.key,
+            index_key=entry.index_key,
+        )
+
+    @property
+    def segment_object_key(self) -> str:
+        return layout.join(self.namespace, self.key)
+
+    @property
+    def index_object_key(self) -> str:
+        return layout.join(self.namespace, self.index_key)
+
+    @property
+    def partition_prefix(self) -> str:
+        """``{ns}/{topic}/{partition}/``: where the partition's objects live."""
+        return layout.join(self.namespace, layout.partition_dir(self.topic, self.partition)) + "/"
+
+    def as_row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+#: Spark schema of `descriptors_dataframe` (the `SegmentDescriptor` fields, in order).
+DESCRIPTOR_SCHEMA = (
+    "namespace string, topic string, partition int, base_offset long, last_offset long, "
+    "record_count long, size_bytes long, index_size_bytes long, min_timestamp long, "
+    "max_timestamp long, codec int, created_ms long, key string, index_key string"
+)
+
+
+def list_partitions(
+    store: ObjectStore, namespace: str, topics: Iterable[str] | None = None
+) -> list[tuple[str, int]]:
+    """``(topic, partition)`` pairs from the topic registry, sorted.
+
+    ``topics`` restricts the list; a topic that does not exist raises
+    `UnknownTopic` (a typo must not look like an empty, healthy namespace).
+    """
+    registry = TopicRegistry(store, namespace)
+    names = list(topics) if topics is not None else registry.list_topics()
+    pairs: list[tuple[str, int]] = []
+    for name in sorted(set(names)):
+        description = registry.describe(name)  # UnknownTopic if absent
+        pairs.extend((name, p) for p in range(description.partitions))
+    return pairs
+
+
+def load_partitions(
+    store: ObjectStore, namespace: str, topics: Iterable[str] | None = None
+) -> list[PartitionState]:
+    """The newest catalog state of every partition (loaded on a thread pool), sorted."""
+    pairs = list_partitions(store, namespace, topics)
+
+    def load(pair: tuple[str, int]) -> PartitionState:
+        return PartitionCatalog(store, namespace, pair[0], pair[1]).load()
+
+    if not pairs:
+        return []
+    with ThreadPoolExecutor(min(_CATALOG_THREADS, len(pairs))) as pool:
+        return list(pool.map(load, pairs))
+
+
+def read_descriptors(
+    store: ObjectStore,
+    namespace: str,
+    topics: Iterable[str] | None = None,
+    *,
+    states: Sequence[PartitionState] | None = None,
+) -> list[SegmentDescriptor]:
+    """Every live segment of the namespace (or of ``topics``), in partition and offset order.
+
+    Pass ``states`` from `load_partitions` to avoid loading the catalog twice.
+    """
+    if states is None:
+        states = load_partitions(store, namespace, topics)
+    return [
+        SegmentDescriptor.from_entry(namespace, s.topic, s.partition, entry)
+        for s in states
+        for entry in s.segments
+    ]
+
+
+def descriptors_dataframe(
+    spark: SparkSession, descriptors: Sequence[SegmentDescriptor]
+) -> DataFrame:
+    """The descriptors as a DataFrame with `DESCRIPTOR_SCHEMA`."""
+    rows = [tuple(dataclasses.astuple(d)) for d in descriptors]
+    return spark.createDataFrame(rows, DESCRIPTOR_SCHEMA)
+
+
+# --- executors --------------------------------------------------------------
+
+
+def map_in_executors(
+    spark: SparkSession,
+    store: ObjectStore,
+    items: Sequence[T],
+    fn: Callable[[ObjectStore, T], R],
+    *,
+    num_slices: int | None = None,
+) -> list[R]:
+    """``[fn(store, item) for item in items]``, computed in Spark tasks, in input order.
+
+    ``store`` is pickled into each task (stores carry only their settings;
+    an S3 store builds its client on first use in the executor).  ``fn`` and
+    ``items`` must be picklable; a module-level function is best.  ``fn``
+    should catch the errors it can describe and return them in its result:
+    an exception fails the whole Spark job.
+    """
+    if not items:
+        return []
+    slices = num_slices or min(len(items), max(1, spark.sparkContext.defaultParallelism * 4))
+    indexed = list(enumerate(items))
+
+    def run_partition(part: Iterable[tuple[int, T]]) -> Iterator[tuple[int, R]]:
+        try:
+            for i, item in part:
+                yield i, fn(store, item)
+        finally:
+            store.close()
+
+    results = spark.sparkContext.parallelize(indexed, slices).mapPartitions(run_partition).collect()
+    results.sort(key=lambda pair: pair[0])
+    return [result for _, result in results]
+
+
+# --- life cycle and reports ---------------------------------------------------
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    """``20240102T030405Z-1a2b3c``: UTC time (sorts by start) and 24 random bits."""
+    now = now or _dt.datetime.now(_dt.UTC)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+def report_key(namespace: str, job: str, run_id: str) -> str:
+    """``{ns}/_reports/{job}/{run_id}.json``: where a run's summary is stored."""
+    return layout.join(namespace, REPORTS_DIR, job, f"{run_id}.json")
+
+
+def write_json(store: ObjectStore, key: str, doc: Mapping[str, Any]) -> None:
+    store.put(key, json.dumps(doc, indent=2, sort_keys=True, default=str).encode("utf-8"))
+
+
+@dataclass
+class JobResult:
+    """What a job's body returns: ``status`` is `STATUS_OK` or `STATUS_FAILED`."""
+
+    status: str = STATUS_OK
+    message: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class JobContext:
+    """One run of a job: its options, store, run id, Spark session and phase timings."""
+
+    def __init__(
+        self,
+        job: str,
+        options: JobOptions,
+        store: ObjectStore,
+        run_id: str,
+        spark: SparkSession | None = None,
+    ) -> None:
+        self.job = job
+        self.options = options
+        self.store = store
+        self.run_id = run_id
+        self.namespace = options.namespace
+        self.timings: dict[str, float] = {}
+        self._spark = spark
+
+    @property
+    def spark(self) -> SparkSession:
+        """The session (created on first use, so a paused or empty run starts no JVM)."""
+        if self._spark is None:
+            self._spark = get_spark(f"kfs-{self.job}", self.options.master)
+        return self._spark
+
+    @property
+    def report_prefix(self) -> str:
+        """``{ns}/_reports/{job}/{run_id}/``: for a job's extra report files."""
+        return layout.join(self.namespace, REPORTS_DIR, self.job, self.run_id) + "/"
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a step; the seconds land in the summary's ``timings``."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[name] = round(self.timings.get(name, 0.0) + time.monotonic() - start, 3)
+
+    def spark_info(self) -> dict[str, Any] | None:
+        """Master and application id of the session this run used (None: it used none)."""
+        if self._spark is None:
+            return None
+        context = self._spark.sparkContext
+        return {"master": context.master, "app_id": context.applicationId}
+
+    def check_paused(self) -> bool:
+        """True if the daemon's emergency pause flag is set (mutating jobs re-check it)."""
+        return is_paused(self.store, self.namespace)
+
+
+def _isoformat(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.UTC).isoformat(timespec="milliseconds")
+
+
+def execute(
+    job: str,
+    options: JobOptions,
+    body: Callable[[JobContext], JobResult],
+    spark: SparkSession | None = None,
+    *,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """Run ``body`` as one job run and return (and store) its summary.
+
+    Order: open the store; if the emergency pause flag is set, stop with
+    status ``paused`` (nothing else is read or written besides the summary);
+    otherwise call ``body``.  If ``body`` raises, an ``error`` summary is
+    stored and printed and the exception propagates.  The Spark session is
+    created lazily by `JobContext.spark` unless ``spark`` is given.
+    """
+    try:
+        store = options.open_store()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    ctx = JobContext(job, options, store, run_id or new_run_id(), spark)
+    started = time.time()
+    t0 = time.monotonic()
+    try:
+        try:
+            if ctx.check_paused():
+                result = JobResult(
+                    status=STATUS_PAUSED,
+                    message=f"emergency pause flag {emergency_pause_key(options.namespace)} "
+                    "is set; nothing done",
+                )
+            else:
+                result = body(ctx)
+        except BaseException as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            summary = _summary(ctx, JobResult(STATUS_ERROR, message), started, t0)
+            with contextlib.suppress(Exception):
+                _publish(store, summary)
+            raise
+        summary = _summary(ctx, result, started, t0)
+        _publish(store, summary)
+        return summary
+    finally:
+        store.close()
+
+
+def _exit_code(status: str, options: JobOptions) -> int:
+    return {
+        STATUS_OK: EXIT_OK,
+        STATUS_FAILED: EXIT_FAILED,
+        STATUS_PAUSED: options.paused_exit_code,
+    }.get(status, EXIT_ERROR)
+
+
+def _summary(ctx: JobContext, result: JobResult, started: float, t0: float) -> dict[str, Any]:
+    duration = round(time.monotonic() - t0, 3)
+    options = ctx.options
+    return {
+        "job": ctx.job,
+        "run_id": ctx.run_id,
+        "status": result.status,
+        "message": result.message,
+        "exit_code": _exit_code(result.status, options),
+        "namespace": options.namespace,
+        "store_url": redact_url(options.store_url),
+        "topics": list(options.topics) if options.topics is not None else None,
+        "dry_run": options.dry_run,
+        "options": options.as_dict(),
+        "started_at": _isoformat(started),
+        "finished_at": _isoformat(started + duration),
+        "duration_s": duration,
+        "timings": dict(ctx.timings),
+        "counts": dict(result.counts),
+        "spark": ctx.spark_info(),
+        "details": dict(result.details),
+        "report_key": report_key(options.namespace, ctx.job, ctx.run_id),
+    }
+
+
+def _publish(store: ObjectStore, summary: dict[str, Any]) -> None:
+    write_json(store, summary["report_key"], summary)
+    counts = " ".join(f"{k}={v}" for k, v in sorted(summary["counts"].items()))
+    line = (
+        f"kfs {summary['job']} {summary['status'].upper()}: {summary['message']}"
+        f"{' [' + counts + ']' if counts else ''} "
+        f"(run {summary['run_id']}, {summary['duration_s']:.1f}s, report {summary['report_key']})"
+    )
+    print(line, flush=True)
+
+
+def main(
+    run: Callable[..., dict[str, Any]],
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None = None,
+) -> int:
+    """The body of every job's ``main``: parse, `run`, turn the summary into an exit code.
+
+    Bad arguments exit 2 (argparse); an unknown topic or a store that cannot
+    be opened is a one-line message and exit 2; anything else unexpected is
+    a one-line message on stderr and exit 3 (its summary is stored when the
+    store was reachable).
+    """
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    if not args.store_url:
+        parser.error("--store-url is required (or set KFS_STORE_URL)")
+    try:
+        summary = run(args)
+    except (UnknownTopic, UsageError) as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except KfsError as exc:
+        print(f"{parser.prog}: failed: {exc}", file=sys.stderr, flush=True)
+        return EXIT_ERROR
+    except Exception as exc:  # noqa: BLE001 - the operator gets one line, not a traceback
+        print(f"{parser.prog}: failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return EXIT_ERROR
+    return int(summary["exit_code"])

@@ -1,0 +1,825 @@
+"""Segment validation: check every live segment and index, publish a data-quality report.
+
+Run it with ``spark-submit spark_jobs/validation.py --store-url URL --namespace NS``
+(or ``python -m spark_jobs.validation``; flags: `build_parser`).
+
+What is checked, per live segment (in Spark executors, reading through
+``kfs_core.storage``):
+
+- the segment object exists (``segment_missing``) and its index exists
+  (``index_missing``), as the catalog says they should;
+- header: magic, version, codec bits, base offset equal to the object name's
+  (``header_ok``); footer: magic (``footer_ok``); the body CRC-32C
+  (``body_crc_ok``); every batch's own CRC-32C (``crc_failures`` counts them,
+  the walk does not stop at the first);
+- the batches can be walked to the footer, offsets strictly increasing
+  inside the segment (``batches_ok``; gaps are allowed and counted in
+  ``offset_gaps``); header message count, footer last offset and first batch
+  agree with the batches (``counts_ok``); the catalog entry's offsets, record
+  count and size agree with the object (``catalog_ok``);
+- the index opens (magic, version, size, increasing entries) and every entry
+  sits on a batch start with that batch's base offset (``index_ok``,
+  ``index_problems``).
+
+Per partition, on the driver: adjacent live segments must not overlap
+(``overlap_prev``); gaps between them are allowed and counted
+(``gap_before``, in offsets).  The partition prefix is listed and every object
+no catalog state references (live or tombstoned segment or index; ``_log/``
+is the catalog's own) is an orphan row, unless younger than
+``--orphan-grace-s`` (an upload whose commit may be under way).
+
+The rows form a Spark DataFrame (`RESULT_SCHEMA`, `validate`).  A Great
+Expectations suite (`build_expectations`; ``meta.critical`` marks the
+critical ones, ``meta.index`` the ones index_rebuild can repair) runs over
+it; the report JSON (per expectation: success, observed value, failing rows;
+counts, critical failures, ``index_only_failure``, timings) and GX Data Docs
+are uploaded under ``{ns}/_reports/validation/<run-id>/`` (``report.json``,
+``data_docs/index.html``), and the run summary to
+``{ns}/_reports/validation/<run-id>.json``.  The exit status is non-zero
+when an expectation selected by ``--fail-on`` (critical | any | none) fails.
+
+The job never writes anything outside ``{ns}/_reports/validation/``; with
+``--dry-run`` it writes only the run summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import crc32c
+
+from kfs_core.catalog import PartitionState, layout
+from kfs_core.errors import CorruptionError, ObjectNotFound
+from kfs_core.formats.index import IndexReader, check_index
+from kfs_core.formats.segment import (
+    MAX_SEGMENT_SIZE,
+    SEGMENT_FOOTER_SIZE,
+    SEGMENT_HEADER_SIZE,
+    SEGMENT_OVERHEAD,
+    SegmentFooter,
+    SegmentHeader,
+    decode_segment_footer,
+    decode_segment_header,
+    parse_object_name,
+)
+from kfs_core.records.header import batch_crc, read_batch_header
+from kfs_core.storage import ObjectStore
+from spark_jobs import common
+from spark_jobs.common import JobContext, JobOptions, JobResult, SegmentDescriptor
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+JOB = "validation"
+FAIL_ON = ("critical", "any", "none")
+DEFAULT_ORPHAN_GRACE_S = 600.0
+#: Rows with problems kept in the report (all of them are in the DataFrame).
+MAX_REPORTED_ROWS = 1000
+#: Failing rows listed under each expectation in the report.
+MAX_ROWS_PER_EXPECTATION = 100
+
+ROW_SEGMENT = "segment"
+ROW_ORPHAN = "orphan"
+
+#: One row per live segment plus one per orphan object; None where a check
+#: could not run (the segment is missing, or the row is an orphan).
+RESULT_SCHEMA = (
+    "row_type string, topic string, partition int, key string, index_key string, "
+    "base_offset long, last_offset long, catalog_last_offset long, size_bytes long, "
+    "index_size_bytes long, record_count long, batch_count long, crc_failures int, "
+    "body_crc_ok boolean, header_ok boolean, footer_ok boolean, batches_ok boolean, "
+    "counts_ok boolean, catalog_ok boolean, index_ok boolean, index_missing boolean, "
+    "index_problems int, index_interval int, segment_missing boolean, "
+    "overlap_prev boolean, gap_before long, offset_gaps int, orphan boolean, error string"
+)
+COLUMNS = tuple(part.strip().split(" ")[0] for part in RESULT_SCHEMA.split(","))
+
+
+@dataclass(frozen=True)
+class ValidationOptions(JobOptions):
+    """The shared flags plus validation's own."""
+
+    fail_on: str = "critical"
+    max_orphans: int = 0
+    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S
+    max_segment_bytes: int = MAX_SEGMENT_SIZE
+    data_docs: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.fail_on not in FAIL_ON:
+            raise ValueError(f"fail_on must be one of {FAIL_ON}, got {self.fail_on!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = common.job_parser(JOB, __doc__)
+    parser.add_argument(
+        "--fail-on",
+        choices=FAIL_ON,
+        default="critical",
+        help="which failed expectations make the exit status non-zero (default critical)",
+    )
+    parser.add_argument(
+        "--max-orphans", type=int, default=0, help="orphan objects tolerated (default 0)"
+    )
+    parser.add_argument(
+        "--orphan-grace-s",
+        type=float,
+        default=DEFAULT_ORPHAN_GRACE_S,
+        help="objects younger than this are uploads in flight, not orphans (default 600)",
+    )
+    parser.add_argument(
+        "--max-segment-bytes",
+        type=int,
+        default=MAX_SEGMENT_SIZE,
+        help="largest acceptable segment object (default 2 GiB - 1)",
+    )
+    parser.add_argument(
+        "--no-data-docs",
+        dest="data_docs",
+        action="store_false",
+        help="skip building Great Expectations Data Docs",
+    )
+    return parser
+
+
+# --- per-segment checks (executors) ---------------------------------------------
+
+
+class _Row:
+    """Accumulates one result row and its error messages."""
+
+    def __init__(self, **values: Any) -> None:
+        self.values: dict[str, Any] = dict.fromkeys(COLUMNS)
+        self.values.update(values)
+        self.errors: list[str] = []
+
+    def fail(self, column: str, message: str, value: Any = False) -> None:
+        self.values[column] = value
+        self.errors.append(message)
+
+    def finish(self) -> dict[str, Any]:
+        self.values["error"] = "; ".join(self.errors) if self.errors else None
+        return self.values
+
+
+def check_segment(store: ObjectStore, d: SegmentDescriptor) -> dict[str, Any]:
+    """Every per-object check of one live segment and its index; one result row."""
+    row = _Row(
+        row_type=ROW_SEGMENT,
+        topic=d.topic,
+        partition=d.partition,
+        key=d.key,
+        index_key=d.index_key,
+        base_offset=d.base_offset,
+        last_offset=d.last_offset,
+        catalog_last_offset=d.last_offset,
+        size_bytes=d.size_bytes,
+        segment_missing=False,
+        index_missing=False,
+        orphan=False,
+    )
+    name = d.segment_object_key
+    data: bytes | None
+    try:
+        data = store.get(name)
+    except ObjectNotFound:
+        data = None
+        row.fail("segment_missing", f"segment object {name} is missing", True)
+    openable = False
+    if data is not None:
+        openable = _check_segment_bytes(data, name, d, row)
+    _check_index_object(store, d, data if openable else None, row)
+    return row.finish()
+
+
+def _check_segment_bytes(data: bytes, name: str, d: SegmentDescriptor, row: _Row) -> bool:
+    """Header, footer, body CRC, batches; True when header and footer open (index checkable)."""
+    v = row.values
+    v["size_bytes"] = len(data)
+    header = _decode_header(data, name, row)
+    footer = _decode_footer(data, name, row)
+    if footer is not None:
+        body = memoryview(data)[SEGMENT_HEADER_SIZE : len(data) - SEGMENT_FOOTER_SIZE]
+        v["body_crc_ok"] = crc32c.crc32c(body) == footer.body_crc
+        if not v["body_crc_ok"]:
+            row.errors.append(f"body CRC-32C mismatch (footer {footer.body_crc:#010x})")
+    if header is None:
+        return False
+    # A damaged footer still leaves the batches walkable up to the end of the object.
+    end = len(data) - SEGMENT_FOOTER_SIZE if footer is not None else len(data)
+    first, last, flags = _walk_batches(data, name, end, row)
+    if v["batches_ok"] and first is not None and last is not None:
+        counts: list[str] = []
+        if header.message_count != v["record_count"]:
+            counts.append(
+                f"header message count {header.message_count}, batches hold {v['record_count']}"
+            )
+        if first < header.base_offset:
+            counts.append(
+                f"first batch offset {first} below header base offset {header.base_offset}"
+            )
+        if footer is not None and footer.last_offset != last:
+            counts.append(f"footer last offset {footer.last_offset}, last batch ends at {last}")
+        if header.flags != flags:
+            counts.append(f"header flags {header.flags:#06x}, batches say codec {flags}")
+        v["counts_ok"] = not counts
+        row.errors.extend(counts)
+        v["last_offset"] = last
+    catalog: list[str] = []
+    if header.base_offset != d.base_offset:
+        catalog.append(f"catalog base offset {d.base_offset}, header {header.base_offset}")
+    if v["batches_ok"] and last is not None and last != d.last_offset:
+        catalog.append(f"catalog last offset {d.last_offset}, segment ends at {last}")
+    if v["batches_ok"] and v["record_count"] != d.record_count:
+        catalog.append(f"catalog record count {d.record_count}, segment holds {v['record_count']}")
+    if len(data) != d.size_bytes:
+        catalog.append(f"catalog size {d.size_bytes} bytes, object is {len(data)}")
+    v["catalog_ok"] = not catalog
+    row.errors.extend(catalog)
+    return footer is not None
+
+
+def _decode_header(data: bytes, name: str, row: _Row) -> SegmentHeader | None:
+    try:
+        header = decode_segment_header(data, name)
+        named = parse_object_name(name)
+    except CorruptionError as exc:
+        row.fail("header_ok", f"header: {exc}")
+        return None
+    except ValueError:
+        named = header.base_offset  # a suffixed key (a compaction output): no name check
+    if header.reserved != 0 or named != header.base_offset:
+        row.fail(
+            "header_ok",
+            f"header: base offset {header.base_offset} (name says {named}), "
+            f"reserved {header.reserved:#x}",
+        )
+        return header
+    row.values["header_ok"] = True
+    return header
+
+
+def _decode_footer(data: bytes, name: str, row: _Row) -> SegmentFooter | None:
+    if len(data) < SEGMENT_OVERHEAD:
+        row.fail(
+            "footer_ok", f"truncated: {len(data)} bytes, a segment is at least {SEGMENT_OVERHEAD}"
+        )
+        return None
+    start = len(data) - SEGMENT_FOOTER_SIZE
+    try:
+        footer = decode_segment_footer(data[start:], name, file_offset=start)
+    except CorruptionError as exc:
+        row.fail("footer_ok", f"footer: {exc}")
+        return None
+    row.values["footer_ok"] = True
+    return footer
+
+
+def _walk_batches(
+    data: bytes, name: str, end: int, row: _Row
+) -> tuple[int | None, int | None, int]:
+    """Walk every batch: CRCs, order, gaps, counts.
+
+    Returns (first base offset, last offset, header flags the batches imply).
+    """
+    v = row.values
+    view = memoryview(data)[:end]
+    position = SEGMENT_HEADER_SIZE
+    crc_failures = gaps = batches = records = 0
+    first: int | None = None
+    previous_last: int | None = None
+    ordered = True
+    codecs: set[int] = set()
+    walk_error: str | None = None
+    while position < end:
+        try:
+            batch = read_batch_header(view, position, object_name=name)
+        except CorruptionError as exc:
+            walk_error = f"batches: {exc}"
+            break
+        if batch_crc(view, position, batch.total_size) != batch.crc:
+            crc_failures += 1
+            if crc_failures <= 3:
+                row.errors.append(
+                    f"batch CRC-32C mismatch at byte {position} (base offset {batch.base_offset})"
+                )
+        if batch.last_offset_delta < 0:
+            ordered = False
+        if previous_last is not None:
+            if batch.base_offset <= previous_last:
+                ordered = False
+            elif batch.base_offset > previous_last + 1:
+                gaps += 1
+        first = batch.base_offset if first is None else first
+        codecs.add(batch.codec)
+        previous_last = batch.last_offset
+        batches += 1
+        records += batch.record_count
+        position += batch.total_size
+    v["crc_failures"] = crc_failures
+    if crc_failures > 3:
+        row.errors.append(f"{crc_failures} batch CRC-32C mismatches in all")
+    v["batch_count"] = batches
+    v["record_count"] = records
+    v["offset_gaps"] = gaps
+    problems = [walk_error] if walk_error else []
+    if not ordered:
+        problems.append("batch offsets do not strictly increase")
+    if batches == 0 and walk_error is None:
+        problems.append("segment holds no batch")
+    v["batches_ok"] = not problems
+    row.errors.extend(problems)
+    # As the writer sets them: the shared codec, 0 when mixed or none.
+    flags = next(iter(codecs)) if len(codecs) == 1 else 0
+    return first, previous_last, flags
+
+
+def _check_index_object(
+    store: ObjectStore, d: SegmentDescriptor, segment: bytes | None, row: _Row
+) -> None:
+    name = d.index_object_key
+    try:
+        index = store.get(name)
+    except ObjectNotFound:
+        row.fail("index_missing", f"index object {name} is missing", True)
+        return
+    v = row.values
+    v["index_size_bytes"] = len(index)
+    try:
+        reader = IndexReader(index, name)
+    except CorruptionError as exc:
+        v["index_problems"] = 1
+        row.fail("index_ok", f"index: {exc}")
+        return
+    v["index_interval"] = reader.interval
+    if segment is None:
+        return  # nothing to check the entries against; index_ok stays unknown
+    try:
+        problems = check_index(segment, reader, segment_name=d.segment_object_key, index_name=name)
+    except CorruptionError as exc:
+        row.errors.append(f"index not checked: {exc}")
+        return
+    v["index_problems"] = len(problems)
+    v["index_ok"] = not problems
+    row.errors.extend(f"index: {p}" for p in problems[:3])
+
+
+def list_partition_objects(store: ObjectStore, prefix: str) -> list[tuple[str, int, float]]:
+    """``(key, size, last_modified)`` of every object under a partition prefix but ``_log/``."""
+    log_dir = prefix + layout.LOG_DIR + "/"
+    return [
+        (info.key, info.size, info.last_modified)
+        for info in store.list(prefix)
+        if not info.key.startswith(log_dir)
+    ]
+
+
+# --- partition-level checks (driver) ---------------------------------------------
+
+
+def _referenced_keys(state: PartitionState, namespace: str) -> set[str]:
+    keys: set[str] = set()
+    for segment in state.segments:
+        keys.update((segment.key, segment.index_key))
+    for tombstone in state.tombstones:
+        keys.update((tombstone.key, tombstone.index_key))
+    return {layout.join(namespace, key) for key in keys}
+
+
+def _link_partition(rows: list[dict[str, Any]], log_start_offset: int) -> None:
+    """Set ``overlap_prev`` and ``gap_before`` on one partition's rows (offset order)."""
+    previous_last: int | None = None
+    for row in rows:
+        base, last = row["base_offset"], row["last_offset"]
+        if previous_last is None:
+            row["overlap_prev"] = False
+            row["gap_before"] = max(0, base - log_start_offset)
+        else:
+            row["overlap_prev"] = base <= previous_last
+            row["gap_before"] = max(0, base - previous_last - 1)
+            if row["overlap_prev"]:
+                message = f"offsets {base}.. overlap the previous segment (ends at {previous_last})"
+                row["error"] = f"{row['error']}; {message}" if row["error"] else message
+        previous_last = last if previous_last is None else max(previous_last, last)
+
+
+def _orphan_row(namespace: str, state: PartitionState, key: str, size: int) -> dict[str, Any]:
+    row = _Row(
+        row_type=ROW_ORPHAN,
+        topic=state.topic,
+        partition=state.partition,
+        key=key[len(namespace) + 1 :] if namespace else key,
+        size_bytes=size,
+        orphan=True,
+    )
+    row.errors.append(f"object {key} is not referenced by the catalog")
+    return row.finish()
+
+
+def collect_rows(
+    spark: SparkSession,
+    store: ObjectStore,
+    namespace: str,
+    topics: Sequence[str] | None = None,
+    *,
+    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+    timings: JobContext | None = None,
+) -> list[dict[str, Any]]:
+    """All result rows (segments, then orphans) as dicts, checks done in executors."""
+    phase = timings.phase if timings is not None else _no_phase
+    with phase("catalog"):
+        states = common.load_partitions(store, namespace, topics)
+        descriptors = common.read_descriptors(store, namespace, states=states)
+    with phase("segments"):
+        rows = common.map_in_executors(spark, store, descriptors, check_segment)
+    prefixes = [
+        layout.join(namespace, layout.partition_dir(s.topic, s.partition)) + "/" for s in states
+    ]
+    with phase("listing"):
+        listings = common.map_in_executors(spark, store, prefixes, list_partition_objects)
+    now = time.time()
+    by_partition: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        by_partition.setdefault((row["topic"], row["partition"]), []).append(row)
+    orphans: list[dict[str, Any]] = []
+    for state, listing in zip(states, listings, strict=True):
+        _link_partition(
+            by_partition.get((state.topic, state.partition), []), state.log_start_offset
+        )
+        referenced = _referenced_keys(state, namespace)
+        for key, size, modified in listing:
+            if key not in referenced and now - modified >= orphan_grace_s:
+                orphans.append(_orphan_row(namespace, state, key, size))
+    return rows + orphans
+
+
+@contextlib.contextmanager
+def _no_phase(name: str) -> Any:
+    yield
+
+
+def rows_dataframe(spark: SparkSession, rows: Iterable[dict[str, Any]]) -> DataFrame:
+    """Result rows as a DataFrame with `RESULT_SCHEMA`."""
+    return spark.createDataFrame([tuple(r[c] for c in COLUMNS) for r in rows], RESULT_SCHEMA)
+
+
+def validate(
+    spark: SparkSession,
+    store: ObjectStore,
+    namespace: str,
+    topics: Sequence[str] | None = None,
+    *,
+    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+) -> DataFrame:
+    """The validation results of a namespace as a Spark DataFrame (one row per segment/orphan)."""
+    rows = collect_rows(spark, store, namespace, topics, orphan_grace_s=orphan_grace_s)
+    return rows_dataframe(spark, rows)
+
+
+# --- data quality (Great Expectations) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation of the suite, with what the report says about it."""
+
+    id: str
+    critical: bool
+    index: bool  # index_rebuild can repair what this one finds
+    description: str
+    expectation: Any  # a great_expectations Expectation
+
+
+def _quiet_gx() -> None:
+    """No usage statistics leave the cluster: set before Great Expectations is imported."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+def build_expectations(options: ValidationOptions) -> list[Check]:
+    """The suite: critical ones guard data and catalog integrity, the rest hygiene."""
+    _quiet_gx()
+    import great_expectations.expectations as gxe
+    from great_expectations.expectations.row_conditions import Column
+
+    segment_rows = {"row_condition": Column("row_type") == ROW_SEGMENT}
+
+    def in_set(column: str, value: bool) -> dict[str, Any]:
+        return {"column": column, "value_set": [value]}
+
+    specs: list[tuple[str, bool, bool, str, Any, dict[str, Any]]] = [
+        ("segment_present", True, False, "every live segment object exists",
+         gxe.ExpectColumnValuesToBeInSet, in_set("segment_missing", False)),
+        ("header_ok", True, False, "segment headers: magic, version, base offset",
+         gxe.ExpectColumnValuesToBeInSet, in_set("header_ok", True)),
+        ("footer_ok", True, False, "segment footers: magic, size",
+         gxe.ExpectColumnValuesToBeInSet, in_set("footer_ok", True)),
+        ("body_crc", True, False, "segment body CRC-32C matches the footer",
+         gxe.ExpectColumnValuesToBeInSet, in_set("body_crc_ok", True)),
+        ("batch_crc", True, False, "no batch fails its CRC-32C",
+         gxe.ExpectColumnValuesToBeBetween, {"column": "crc_failures", "min_value": 0, "max_value": 0}),
+        ("batches_ok", True, False, "batches walk to the footer with increasing offsets",
+         gxe.ExpectColumnValuesToBeInSet, in_set("batches_ok", True)),
+        ("counts_ok", True, False, "header count and footer last offset match the batches",
+         gxe.ExpectColumnValuesToBeInSet, in_set("counts_ok", True)),
+        ("catalog_ok", True, False, "catalog entries match the segment objects",
+         gxe.ExpectColumnValuesToBeInSet, in_set("catalog_ok", True)),
+        ("no_overlap", True, False, "adjacent segments of a partition do not overlap",
+         gxe.ExpectColumnValuesToBeInSet, in_set("overlap_prev", False)),
+        ("index_present", True, True, "every live segment has its index object",
+         gxe.ExpectColumnValuesToBeInSet, in_set("index_missing", False)),
+        ("index_ok", True, True, "index entries point at batch starts",
+         gxe.ExpectColumnValuesToBeInSet, in_set("index_ok", True)),
+        ("key_present", True, False, "every row names its object",
+         gxe.ExpectColumnValuesToNotBeNull, {"column": "key"}),
+        ("orphans", False, False, f"at most {options.max_orphans} orphan objects",
+         gxe.ExpectColumnSumToBeBetween, {"column": "orphan", "min_value": 0, "max_value": options.max_orphans}),
+        ("segment_min_size", False, False, f"segments hold at least {SEGMENT_OVERHEAD} bytes",
+         gxe.ExpectColumnValuesToBeBetween, {"column": "size_bytes", "min_value": SEGMENT_OVERHEAD, **segment_rows}),
+        ("segment_max_size", False, False, f"no segment exceeds {options.max_segment_bytes} bytes",
+         gxe.ExpectColumnMaxToBeBetween, {"column": "size_bytes", "max_value": options.max_segment_bytes}),
+        ("offset_gaps", False, False, "offset gaps between segments (counted, allowed)",
+         gxe.ExpectColumnValuesToBeBetween, {"column": "gap_before", "min_value": 0}),
+    ]  # fmt: skip
+    checks = []
+    for check_id, critical, index, description, cls, kwargs in specs:
+        meta = {"check": check_id, "critical": critical, "index": index, "notes": description}
+        checks.append(Check(check_id, critical, index, description, cls(**kwargs, meta=meta)))
+    return checks
+
+
+def _to_pandas(frame: DataFrame) -> pd.DataFrame:
+    pdf: Any = frame.toPandas()
+    return pdf.convert_dtypes() if len(pdf) else pdf.astype(object)
+
+
+def run_expectations(
+    pdf: pd.DataFrame,
+    checks: Sequence[Check],
+    run_id: str,
+    docs_dir: str | None,
+) -> list[dict[str, Any]]:
+    """Run the suite over ``pdf``; one result dict per check (Data Docs into ``docs_dir``)."""
+    _quiet_gx()
+    import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.enable_analytics(False)
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    actions: list[Any] = []
+    if docs_dir is not None:
+        context.add_data_docs_site(
+            site_name="kfs",
+            site_config={
+                "class_name": "SiteBuilder",
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                "store_backend": {
+                    "class_name": "TupleFilesystemStoreBackend",
+                    "base_directory": docs_dir,
+                },
+            },
+        )
+        actions.append(gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["kfs"]))
+    asset = context.data_sources.add_pandas("kfs").add_dataframe_asset("segments")
+    batch_definition = asset.add_batch_definition_whole_dataframe("validation")
+    suite = context.suites.add(gx.ExpectationSuite(name="kfs_segments"))
+    for check in checks:
+        suite.add_expectation(check.expectation)
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(name="kfs_segments", data=batch_definition, suite=suite)
+    )
+    checkpoint = context.checkpoints.add(
+        gx.Checkpoint(
+            name="kfs_validation",
+            validation_definitions=[definition],
+            actions=actions,
+            result_format={"result_format": "COMPLETE"},
+        )
+    )
+    result = checkpoint.run(
+        batch_parameters={"dataframe": pdf}, run_id=RunIdentifier(run_name=run_id)
+    )
+    by_id = {check.id: check for check in checks}
+    outcomes: list[dict[str, Any]] = []
+    for validation in result.run_results.values():
+        for item in validation.results:
+            config = item.expectation_config
+            if config is None:
+                continue
+            check = by_id[config.meta["check"]]
+            outcomes.append(_outcome(check, item, pdf))
+    order = {check.id: i for i, check in enumerate(checks)}
+    outcomes.sort(key=lambda o: order[o["id"]])
+    return outcomes
+
+
+def _outcome(check: Check, item: Any, pdf: pd.DataFrame) -> dict[str, Any]:
+    result = item.result or {}
+    failing: list[dict[str, Any]] = []
+    for i in list(result.get("unexpected_index_list") or [])[:MAX_ROWS_PER_EXPECTATION]:
+        record = pdf.loc[i] if i in pdf.index else None
+        if record is not None:
+            failing.append(
+                {c: _plain(record[c]) for c in ("row_type", "topic", "partition", "key", "error")}
+            )
+    kwargs = item.expectation_config.kwargs
+    return {
+        "id": check.id,
+        "expectation": item.expectation_config.type,
+        "column": kwargs.get("column"),
+        "description": check.description,
+        "critical": check.critical,
+        "index": check.index,
+        "success": bool(item.success),
+        "observed_value": _plain(result.get("observed_value")),
+        "element_count": _plain(result.get("element_count")),
+        "unexpected_count": _plain(result.get("unexpected_count")),
+        "exception": (item.exception_info or {}).get("exception_message")
+        if isinstance(item.exception_info, dict)
+        else None,
+        "failing_rows": failing,
+    }
+
+
+def _plain(value: Any) -> Any:
+    """numpy/pandas scalars and NA to JSON-ready Python values."""
+    if value is None:
+        return None
+    with contextlib.suppress(TypeError, ValueError):
+        import pandas as pd
+
+        if pd.isna(value):
+            return None
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
+
+
+# --- the job ------------------------------------------------------------------------
+
+
+_SEGMENT_FLAGS = ("header_ok", "footer_ok", "body_crc_ok", "batches_ok", "counts_ok")
+
+
+def _counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    segments = [r for r in rows if r["row_type"] == ROW_SEGMENT]
+
+    def total(column: str) -> int:
+        return sum(r[column] or 0 for r in segments)
+
+    def flagged(column: str, bad: bool) -> int:
+        return sum(1 for r in segments if r[column] is bad)
+
+    return {
+        "partitions": len({(r["topic"], r["partition"]) for r in segments}),
+        "segments": len(segments),
+        "bytes": total("size_bytes"),
+        "records": total("record_count"),
+        "crc_failures": total("crc_failures"),
+        "bad_segments": sum(1 for r in segments if any(r[c] is False for c in _SEGMENT_FLAGS)),
+        "missing_segments": flagged("segment_missing", True),
+        "missing_indexes": flagged("index_missing", True),
+        "bad_indexes": flagged("index_ok", False),
+        "catalog_mismatches": flagged("catalog_ok", False),
+        "overlaps": flagged("overlap_prev", True),
+        "gaps": sum(1 for r in segments if (r["gap_before"] or 0) > 0),
+        "orphans": sum(1 for r in rows if r["row_type"] == ROW_ORPHAN),
+    }
+
+
+def run(
+    options: ValidationOptions | JobOptions | argparse.Namespace | Sequence[str] | None = None,
+    spark: SparkSession | None = None,
+) -> dict[str, Any]:
+    """Validate a namespace; the run summary (``details`` holds the report)."""
+    opts = common.coerce_options(options, build_parser(), ValidationOptions)
+    return common.execute(JOB, opts, lambda ctx: _validate_job(ctx, opts), spark)
+
+
+def _validate_job(ctx: JobContext, options: ValidationOptions) -> JobResult:
+    spark = ctx.spark
+    rows = collect_rows(
+        spark,
+        ctx.store,
+        ctx.namespace,
+        options.topics,
+        orphan_grace_s=options.orphan_grace_s,
+        timings=ctx,
+    )
+    frame = rows_dataframe(spark, rows)
+    with ctx.phase("expectations"):
+        pdf = _to_pandas(frame)
+        with tempfile.TemporaryDirectory(prefix="kfs-gx-") as docs_dir:
+            write_docs = options.data_docs and not options.dry_run
+            outcomes = run_expectations(
+                pdf, build_expectations(options), ctx.run_id, docs_dir if write_docs else None
+            )
+            docs_index = _upload_docs(ctx, Path(docs_dir)) if write_docs else None
+    failed = [o for o in outcomes if not o["success"]]
+    critical = [o["id"] for o in failed if o["critical"]]
+    index_only = bool(critical) and all(o["index"] for o in failed if o["critical"])
+    selected = {"critical": critical, "any": [o["id"] for o in failed], "none": []}
+    failing = selected[options.fail_on]
+    counts = _counts(rows)
+    problems = [r for r in rows if r["error"]][:MAX_REPORTED_ROWS]
+    report = {
+        "run_id": ctx.run_id,
+        "job": JOB,
+        "namespace": ctx.namespace,
+        "topics": list(options.topics) if options.topics is not None else None,
+        "success": not failed,
+        "fail_on": options.fail_on,
+        "failed_expectations": [o["id"] for o in failed],
+        "critical_failures": critical,
+        "index_only_failure": index_only,
+        "statistics": {
+            "evaluated_expectations": len(outcomes),
+            "successful_expectations": len(outcomes) - len(failed),
+            "unsuccessful_expectations": len(failed),
+        },
+        "counts": counts,
+        "expectations": outcomes,
+        "problems": problems,
+        "problems_truncated": len([r for r in rows if r["error"]]) > len(problems),
+        "data_docs_index": docs_index,
+        "timings": dict(ctx.timings),
+    }
+    report_key = None
+    if not options.dry_run:
+        report_key = ctx.report_prefix + "report.json"
+        common.write_json(ctx.store, report_key, report)
+    status = common.STATUS_FAILED if failing else common.STATUS_OK
+    if failed:
+        message = (
+            f"{len(failed)} of {len(outcomes)} expectations failed "
+            f"({len(critical)} critical: {', '.join(critical) or 'none'})"
+        )
+    else:
+        message = f"{counts['segments']} segments in {counts['partitions']} partitions passed"
+    details = {
+        "report_key": report_key,
+        "data_docs_index": docs_index,
+        "index_only_failure": index_only,
+        "critical_failures": critical,
+        "failed_expectations": report["failed_expectations"],
+        "report": report,
+    }
+    return JobResult(status, message, counts, details)
+
+
+def _upload_docs(ctx: JobContext, docs_dir: Path) -> str | None:
+    """Put every Data Docs file under ``<report prefix>data_docs/``; the index.html key."""
+    prefix = ctx.report_prefix + "data_docs/"
+    index: str | None = None
+    for path in sorted(p for p in docs_dir.rglob("*") if p.is_file()):
+        relative = path.relative_to(docs_dir).as_posix()
+        key = prefix + relative
+        ctx.store.put(key, path.read_bytes())
+        if relative == "index.html":
+            index = key
+    return index
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return common.main(run, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    # Run the importable module, not this __main__ copy, so executors unpickle
+    # the per-segment functions by reference to spark_jobs.validation.
+    from spark_jobs.validation import main as _main
+
+    sys.exit(_main())
+
+
+__all__ = [
+    "COLUMNS",
+    "RESULT_SCHEMA",
+    "Check",
+    "ValidationOptions",
+    "build_expectations",
+    "build_parser",
+    "check_segment",
+    "collect_rows",
+    "list_partition_objects",
+    "main",
+    "rows_dataframe",
+    "run",
+    "run_expectations",
+    "validate",
+]
