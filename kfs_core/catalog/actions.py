@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -42,6 +42,9 @@ from pydantic import (
 
 from kfs_core.catalog import layout
 from kfs_core.errors import CorruptCatalog
+
+if TYPE_CHECKING:
+    from kfs_core.formats.segment import SealedSegment
 
 FORMAT_VERSION: Literal[1] = 1
 MAX_CODEC = 4  # Kafka attribute codes: none 0, gzip 1, snappy 2, lz4 3, zstd 4
@@ -122,6 +125,27 @@ class SegmentEntry(_Model):
             created_ms=created_ms,
             key=key,
             index_key=layout.index_key_for(key),
+        )
+
+    @classmethod
+    def for_sealed(
+        cls, topic: str, partition: int, sealed: SealedSegment, *, key_suffix: str = ""
+    ) -> SegmentEntry:
+        """The entry describing a segment `SegmentWriter.finish` just sealed."""
+        meta = sealed.meta
+        return cls.for_partition(
+            topic,
+            partition,
+            base_offset=meta.base_offset,
+            last_offset=meta.last_offset,
+            record_count=meta.record_count,
+            size_bytes=meta.size,
+            index_size_bytes=len(sealed.index),
+            min_timestamp=meta.min_timestamp,
+            max_timestamp=meta.max_timestamp,
+            codec=meta.codec,
+            created_ms=meta.created_ms,
+            key_suffix=key_suffix,
         )
 
 

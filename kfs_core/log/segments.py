@@ -150,20 +150,7 @@ def seal_segments(
         writer = SegmentWriter(created_ms=created_ms, index_interval=index_interval)
         positions = tuple(writer.append(stored[i]) for i in group)
         segment = writer.finish()
-        meta = segment.meta
-        entry = SegmentEntry.for_partition(
-            topic,
-            partition,
-            base_offset=meta.base_offset,
-            last_offset=meta.last_offset,
-            record_count=meta.record_count,
-            size_bytes=meta.size,
-            index_size_bytes=len(segment.index),
-            min_timestamp=meta.min_timestamp,
-            max_timestamp=meta.max_timestamp,
-            codec=meta.codec,
-            created_ms=meta.created_ms,
-        )
+        entry = SegmentEntry.for_sealed(topic, partition, segment)
         sealed.append(
             Sealed(
                 segment,

@@ -57,21 +57,7 @@ def compact_first_segment(store: ObjectStore, *, drop_base: int = 3) -> SegmentE
             writer.append(reencode_batch(batch, CODEC_GZIP))
         position += batch.size_in_bytes
     sealed = writer.finish()
-    meta = sealed.meta
-    new = SegmentEntry.for_partition(
-        TOPIC,
-        0,
-        base_offset=meta.base_offset,
-        last_offset=meta.last_offset,
-        record_count=meta.record_count,
-        size_bytes=meta.size,
-        index_size_bytes=len(sealed.index),
-        min_timestamp=meta.min_timestamp,
-        max_timestamp=meta.max_timestamp,
-        codec=meta.codec,
-        created_ms=meta.created_ms,
-        key_suffix="-c1",
-    )
+    new = SegmentEntry.for_sealed(TOPIC, 0, sealed, key_suffix="-c1")
     store.put(f"{NS}/{new.key}", sealed.data)
     store.put(f"{NS}/{new.index_key}", sealed.index)
     job.replace([old], [new])

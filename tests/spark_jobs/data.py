@@ -88,20 +88,7 @@ def write_segment(
     writer = SegmentWriter(base_offset, created_ms=created_ms, index_interval=index_interval)
     writer.append(make_batches(base_offset, record_count, batch_size=batch_size, codec=codec))
     sealed = writer.finish()
-    meta = sealed.meta
-    entry = SegmentEntry.for_partition(
-        topic,
-        partition,
-        base_offset=meta.base_offset,
-        last_offset=meta.last_offset,
-        record_count=meta.record_count,
-        size_bytes=meta.size,
-        index_size_bytes=len(sealed.index),
-        min_timestamp=meta.min_timestamp,
-        max_timestamp=meta.max_timestamp,
-        codec=meta.codec,
-        created_ms=meta.created_ms,
-    )
+    entry = SegmentEntry.for_sealed(topic, partition, sealed)
     store.put(layout.join(namespace, entry.key), sealed.data)
     store.put(layout.join(namespace, entry.index_key), sealed.index)
     return entry
