@@ -32,6 +32,7 @@ bench: install ## Run the benchmarks and print their tables
 	$(BIN)/python bench/formats.py --commits $(BENCH_COMMITS)
 	$(BIN)/python -m bench.wal
 	$(BIN)/python -m bench.produce_fetch
+	$(BIN)/python -m bench.maintenance
 
 lint: install ## ruff (lint + format check) and mypy (strict on kfs_core)
 	$(BIN)/ruff check .

@@ -1,0 +1,497 @@
+"""Maintenance job throughput (validation, compaction) against raw store I/O, same run.
+
+    .venv/bin/python -m bench.maintenance [--gib 1.0] [--quick] [--dir DIR]
+
+Writes about ``--gib`` GiB of uncompressed segments (1 KiB JSON-like values as
+in `bench.formats.json_like_value`, batches of ``BATCH_RECORDS`` records,
+segments of about 4 MiB, ``PARTITIONS`` partitions of one topic, committed to
+the catalog) into a temporary local store (``file://``), then measures, each
+beside a baseline taken in the same run on the same bytes:
+
+- raw store I/O: every segment object read through the store (``get``), and
+  read then written to a new key (``get`` + ``put``), on ``PARALLELISM``
+  threads: the I/O limit of this machine;
+- the validation job, MB/s of segment bytes over the wall time of ``run()``
+  (target: >= 0.5 of the raw read rate);
+- the compaction job merging the small segments into ``segment.bytes``
+  outputs recompressed with zstd, MB/s of input bytes (target: >= 0.25 of the
+  raw read + write rate) and the storage it saves (1 - output / input bytes;
+  target: >= 80 % on JSON-like records);
+- the speed-up of both jobs from ``local[1]`` to ``local[2]`` (this bench's
+  own target: >= 1.5; 2.0 is ideal), beside the machine's own scaling: zstd
+  compressing one segment in 1 process, then in 2 at once.
+
+Validation's row is followed by an informational one: the same bytes over
+its per-segment checks phase only (its ``segments`` timing), which shows how
+much of ``run()`` is fixed cost (Python worker start, expectations, listing).
+
+Each job run is a subprocess (``--_worker``) with its own SparkSession, so the
+``local[N]`` runs do not share one.  Start-up is excluded from the timed
+``run()``: the session is created (and the job's lazily imported modules,
+Great Expectations for validation, loaded) before the clock starts; both
+times are printed.  Every compaction run works on its own hard-linked copy of
+the generated store (the local store replaces objects by rename, never in
+place), so each one merges the same segments.
+
+``--quick`` is a smoke run: 0.1 GiB unless ``--gib`` says otherwise, and only
+the ``local[2]`` runs (no speed-up rows).  A missed target is reported, the
+exit status stays 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.formats import RECORD_SIZE, json_like_value
+from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicRegistry, layout
+from kfs_core.formats.segment import SegmentWriter
+from kfs_core.records import Record, encode_batch
+from kfs_core.storage import open_store
+
+MIB = 1 << 20
+GIB = 1 << 30
+NAMESPACE = "bench"
+TOPIC = "events"
+PARTITIONS = 4
+SEGMENT_BYTES = 4 * MIB
+BATCH_RECORDS = 100  # ~100 KiB producer batches
+#: Bytes a 1 KiB record takes in a batch (framing, key, varints): sizes segments.
+RECORD_BYTES = RECORD_SIZE + 40
+PARALLELISM = 2  # raw baselines' threads and the headline Spark master, local[2]
+BASE_TIMESTAMP_MS = 1_700_000_000_000
+RESULT_MARK = "@@bench-result "
+REPO = Path(__file__).resolve().parent.parent
+
+TARGET_VALIDATION = 0.5
+TARGET_COMPACTION = 0.25
+TARGET_SAVING = 0.80
+TARGET_SPEEDUP = 1.5
+
+
+# --- data -----------------------------------------------------------------------------
+
+
+def _write_partition(store_url: str, partition: int, records: int) -> list[SegmentEntry]:
+    """Seal ``records`` JSON-like records of one partition into ~4 MiB segments (uncommitted)."""
+    store = open_store(store_url)
+    rng = random.Random(1000 + partition)
+    per_segment = max(BATCH_RECORDS, SEGMENT_BYTES // RECORD_BYTES // BATCH_RECORDS * BATCH_RECORDS)
+    entries: list[SegmentEntry] = []
+    try:
+        offset = 0
+        while offset < records:
+            count = min(per_segment, records - offset)
+            writer = SegmentWriter(offset, created_ms=BASE_TIMESTAMP_MS + offset)
+            for start in range(offset, offset + count, BATCH_RECORDS):
+                batch = [
+                    Record(
+                        offset=i,
+                        timestamp=BASE_TIMESTAMP_MS + i,
+                        key=f"user-{rng.randrange(100_000)}".encode(),
+                        value=json_like_value(rng, i),
+                    )
+                    for i in range(start, min(start + BATCH_RECORDS, offset + count))
+                ]
+                writer.append(encode_batch(batch, base_offset=start))
+            sealed = writer.finish()
+            entry = SegmentEntry.for_sealed(TOPIC, partition, sealed)
+            store.put(layout.join(NAMESPACE, entry.key), sealed.data)
+            store.put(layout.join(NAMESPACE, entry.index_key), sealed.index)
+            entries.append(entry)
+            offset += count
+    finally:
+        store.close()
+    return entries
+
+
+def generate(store_url: str, total_bytes: int) -> list[SegmentEntry]:
+    """Create the topic and commit about ``total_bytes`` of segments (one commit per partition)."""
+    store = open_store(store_url)
+    try:
+        TopicRegistry(store, NAMESPACE).create_topic(TOPIC, PARTITIONS)
+        per_partition = max(BATCH_RECORDS, total_bytes // RECORD_BYTES // PARTITIONS)
+        with ProcessPoolExecutor(min(PARTITIONS, os.cpu_count() or 1)) as pool:
+            written = list(
+                pool.map(
+                    _write_partition,
+                    [store_url] * PARTITIONS,
+                    range(PARTITIONS),
+                    [per_partition] * PARTITIONS,
+                )
+            )
+        for partition, entries in enumerate(written):
+            PartitionCatalog(store, NAMESPACE, TOPIC, partition).add_segments(entries)
+    finally:
+        store.close()
+    return [entry for entries in written for entry in entries]
+
+
+# --- raw I/O baselines ----------------------------------------------------------------
+
+
+def raw_io(store_url: str, keys: Sequence[str]) -> tuple[float, float]:
+    """Seconds to read every key, and to read it and put it to a new key, on PARALLELISM threads."""
+    store = open_store(store_url)
+    copy_prefix = "_bench_io_copy"
+
+    def read(key: str) -> int:
+        return len(store.get(key))
+
+    def copy(key: str) -> int:
+        data = store.get(key)
+        store.put(layout.join(copy_prefix, key), data)
+        return len(data)
+
+    def timed(fn: Callable[[str], int]) -> float:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(PARALLELISM) as pool:
+            sum(pool.map(fn, keys))
+        return time.perf_counter() - started
+
+    try:
+        read_s = min(timed(read) for _ in range(2))  # the first pass also warms the page cache
+        copy_s = timed(copy)
+        for key in keys:
+            store.delete(layout.join(copy_prefix, key))
+    finally:
+        store.close()
+    return read_s, copy_s
+
+
+def _compress_rounds(data: bytes, rounds: int) -> int:
+    import zstandard
+
+    compressor = zstandard.ZstdCompressor(level=3)
+    return sum(len(compressor.compress(data)) for _ in range(rounds))
+
+
+def cpu_scaling(data: bytes, rounds: int = 8) -> tuple[float, float]:
+    """zstd-compress ``data`` ``rounds`` times per process: seconds on 1, then on 2 processes.
+
+    The machine's own CPU scaling, the baseline of the jobs' local[1] -> local[2] speed-up.
+    """
+
+    def timed(processes: int) -> float:
+        with ProcessPoolExecutor(processes) as pool:
+            list(pool.map(_compress_rounds, [data] * processes, [1] * processes))  # warm up
+            started = time.perf_counter()
+            list(pool.map(_compress_rounds, [data] * processes, [rounds] * processes))
+            return time.perf_counter() - started
+
+    return timed(1), timed(PARALLELISM)
+
+
+# --- job runs (subprocesses) ----------------------------------------------------------
+
+
+def worker(job: str, master: str, store_url: str) -> dict[str, Any]:
+    """One job run in this process's own session; the timings and the summary's counts."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    started = time.perf_counter()
+    spark = (
+        SparkSession.builder.appName(f"kfs-bench-{job}")
+        .master(master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "8")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    session_s = time.perf_counter() - started
+    started = time.perf_counter()
+    if job == "validation":
+        import great_expectations  # noqa: F401  (a lazy import of the job: start-up, not work)
+
+        from spark_jobs import validation
+
+        options: Any = validation.ValidationOptions(
+            store_url=store_url, namespace=NAMESPACE, master=master
+        )
+        run = validation.run
+    else:
+        from spark_jobs import compaction
+
+        options = compaction.CompactionOptions(
+            store_url=store_url, namespace=NAMESPACE, master=master, max_read_mb_per_s=0
+        )
+        run = compaction.run
+    imports_s = time.perf_counter() - started
+    started = time.perf_counter()
+    summary = run(options, spark)
+    wall_s = time.perf_counter() - started
+    spark.stop()
+    return {
+        "job": job,
+        "master": master,
+        "session_s": session_s,
+        "imports_s": imports_s,
+        "wall_s": wall_s,
+        "status": summary["status"],
+        "message": summary["message"],
+        "counts": summary["counts"],
+        "timings": summary["timings"],
+        "storage": summary["details"].get("storage"),
+    }
+
+
+def run_worker(job: str, master: str, store_url: str) -> dict[str, Any]:
+    command = [
+        sys.executable,
+        "-m",
+        "bench.maintenance",
+        "--_worker",
+        job,
+        "--master",
+        master,
+        "--store-url",
+        store_url,
+    ]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(RESULT_MARK):
+            return json.loads(line[len(RESULT_MARK) :])
+    sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+    raise RuntimeError(f"{job} on {master} exited {done.returncode} without a result")
+
+
+def link_copy(source: Path, target: Path) -> None:
+    """A hard-linked copy of a local store (safe: its puts rename new files into place)."""
+    shutil.copytree(source, target, copy_function=os.link)
+
+
+# --- report ---------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    measure: str
+    value: str
+    baseline: str = ""
+    ratio: str = ""
+    target: str = ""
+    missed: bool = False
+
+
+def mbps(nbytes: int, seconds: float) -> float:
+    return nbytes / seconds / 1e6
+
+
+def checked(
+    measure: str, value: str, baseline: str, ratio: float, target: float, fmt: str = "{:.2f}"
+) -> Row:
+    return Row(
+        measure,
+        value,
+        baseline,
+        fmt.format(ratio),
+        ">= " + fmt.format(target),
+        missed=ratio < target,
+    )
+
+
+def print_table(rows: Sequence[Row]) -> None:
+    header = ("measure", "value", "baseline", "ratio", "target", "met")
+    cells = [
+        (r.measure, r.value, r.baseline, r.ratio, r.target, ("MISSED" if r.missed else "yes"))
+        if r.target
+        else (r.measure, r.value, r.baseline, r.ratio, r.target, "")
+        for r in rows
+    ]
+    widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
+    for cell in [header, tuple("-" * w for w in widths), *cells]:
+        print("  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip())
+
+
+def describe(result: dict[str, Any]) -> str:
+    phases = " ".join(f"{k}={v:.1f}s" for k, v in result["timings"].items())
+    return (
+        f"  {result['job']} {result['master']}: {result['status']}, run() {result['wall_s']:.1f}s "
+        f"({phases}); start-up excluded: session {result['session_s']:.1f}s, "
+        f"imports {result['imports_s']:.1f}s"
+    )
+
+
+def bench(directory: str, gib: float, quick: bool) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="kfs-maint-bench-", dir=directory))
+    try:
+        base = workdir / "base"
+        base_url = f"file://{base}"
+        started = time.perf_counter()
+        entries = generate(base_url, int(gib * GIB))
+        segment_bytes = sum(e.size_bytes for e in entries)
+        print(
+            f"store {base}: {segment_bytes / MIB:,.0f} MiB in {len(entries)} segments "
+            f"({PARTITIONS} partitions, {BATCH_RECORDS}-record batches, uncompressed), "
+            f"written in {time.perf_counter() - started:.0f}s",
+            flush=True,
+        )
+        keys = [layout.join(NAMESPACE, e.key) for e in entries]
+        read_s, copy_s = raw_io(base_url, keys)
+        raw_read, raw_copy = mbps(segment_bytes, read_s), mbps(segment_bytes, copy_s)
+        sample_store = open_store(base_url)
+        sample = sample_store.get(keys[0])
+        sample_store.close()
+        one_s, two_s = cpu_scaling(sample)
+        cpu_speedup = PARALLELISM * one_s / two_s  # PARALLELISM x the work in two_s
+
+        masters = [f"local[{PARALLELISM}]"] if quick else ["local[1]", f"local[{PARALLELISM}]"]
+        validation: dict[str, dict[str, Any]] = {}
+        compaction: dict[str, dict[str, Any]] = {}
+        for master in masters:
+            validation[master] = run_worker("validation", master, base_url)
+            print(describe(validation[master]), flush=True)
+        for master in masters:
+            scratch = workdir / f"compaction-{len(compaction)}"
+            link_copy(base, scratch)
+            try:
+                compaction[master] = run_worker("compaction", master, f"file://{scratch}")
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            print(describe(compaction[master]), flush=True)
+        print()
+
+        rows = [
+            Row(f"raw store read ({PARALLELISM} threads)", f"{raw_read:,.0f} MB/s", "", "1.00"),
+            Row(
+                f"raw store read + write ({PARALLELISM} threads)",
+                f"{raw_copy:,.0f} MB/s",
+                "",
+                "1.00",
+            ),
+        ]
+        head = f"local[{PARALLELISM}]"
+        v = validation[head]
+        v_rate = mbps(segment_bytes, v["wall_s"])
+        rows.append(
+            checked(
+                f"validation job, {head}",
+                f"{v_rate:,.0f} MB/s",
+                f"raw read {raw_read:,.0f} MB/s",
+                v_rate / raw_read,
+                TARGET_VALIDATION,
+            )
+        )
+        checks_s = v["timings"].get("segments", 0.0)
+        if checks_s:
+            checks = mbps(segment_bytes, checks_s)
+            rows.append(
+                Row(
+                    f"  of which per-segment checks, {head}",
+                    f"{checks:,.0f} MB/s",
+                    f"raw read {raw_read:,.0f} MB/s",
+                    f"{checks / raw_read:.2f}",
+                    "",
+                )
+            )
+        c = compaction[head]
+        c_in = c["counts"].get("bytes_in", 0)
+        c_out = c["counts"].get("bytes_out", 0)
+        c_rate = mbps(c_in, c["wall_s"])
+        rows.append(
+            checked(
+                f"compaction job, {head}",
+                f"{c_rate:,.0f} MB/s",
+                f"raw read+write {raw_copy:,.0f} MB/s",
+                c_rate / raw_copy,
+                TARGET_COMPACTION,
+            )
+        )
+        saving = 1 - c_out / c_in if c_in else 0.0
+        rows.append(
+            checked(
+                "compaction storage saving (zstd)",
+                f"{c_out / MIB:,.1f} MiB out",
+                f"{c_in / MIB:,.1f} MiB in",
+                saving,
+                TARGET_SAVING,
+                fmt="{:.2%}",
+            )
+        )
+        rows.append(
+            Row(
+                f"machine: zstd on 1 -> {PARALLELISM} processes",
+                f"{cpu_speedup:.2f}x",
+                "",
+                f"{cpu_speedup:.2f}",
+                "",
+            )
+        )
+        if not quick:
+            for name, runs, nbytes in (
+                ("validation", validation, lambda r: segment_bytes),
+                ("compaction", compaction, lambda r: r["counts"].get("bytes_in", 0)),
+            ):
+                one, two = runs["local[1]"], runs[head]
+                rate1, rate2 = mbps(nbytes(one), one["wall_s"]), mbps(nbytes(two), two["wall_s"])
+                rows.append(
+                    checked(
+                        f"{name} speed-up local[1] -> {head}",
+                        f"{rate2 / rate1:.2f}x ({rate2:,.0f} MB/s)",
+                        f"local[1] {rate1:,.0f} MB/s",
+                        rate2 / rate1,
+                        TARGET_SPEEDUP,
+                    )
+                )
+        print_table(rows)
+
+        problems = [
+            f"{r['job']} {r['master']} ended {r['status']}: {r['message']}"
+            for r in [*validation.values(), *compaction.values()]
+            if r["status"] != "ok"
+        ]
+        problems += [
+            f"compaction {m} merged {r['counts'].get('segments_in', 0)} of {len(entries)} segments"
+            for m, r in compaction.items()
+            if r["counts"].get("segments_in", 0) != len(entries)
+        ]
+        missed = [r.measure for r in rows if r.missed]
+        print()
+        for problem in problems:
+            print(f"PROBLEM: {problem}")
+        if missed:
+            print("TARGET MISSED: " + "; ".join(missed))
+        elif not problems:
+            print("all targets met")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--gib", type=float, default=None, help="GiB of segments (default 1.0; --quick: 0.1)"
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke run: local[2] only")
+    parser.add_argument(
+        "--dir", default=tempfile.gettempdir(), help="where the temporary store goes"
+    )
+    parser.add_argument("--_worker", choices=("validation", "compaction"), help=argparse.SUPPRESS)
+    parser.add_argument("--master", default=f"local[{PARALLELISM}]", help=argparse.SUPPRESS)
+    parser.add_argument("--store-url", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args._worker:
+        result = worker(args._worker, args.master, args.store_url)
+        print(RESULT_MARK + json.dumps(result), flush=True)
+        return 0
+    gib = args.gib if args.gib is not None else (0.1 if args.quick else 1.0)
+    bench(args.dir, gib, args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
