@@ -51,14 +51,21 @@ def json_like_value(rng: random.Random, i: int) -> bytes:
     """A 1 KiB JSON event: repeated field names, random ids and numbers."""
     items = []
     while sum(map(len, items)) < RECORD_SIZE:
-        items.append(json.dumps({
-            "event_id": f"{rng.getrandbits(64):016x}",
-            "seq": i,
-            "type": rng.choice(["page_view", "click", "purchase", "signup", "logout"]),
-            "user": {"id": rng.randrange(1_000_000), "country": rng.choice(["DE", "FR", "US"])},
-            "ts": 1_700_000_000_000 + i * 7 + rng.randrange(1000),
-            "price": round(rng.random() * 100, 2),
-        }))
+        items.append(
+            json.dumps(
+                {
+                    "event_id": f"{rng.getrandbits(64):016x}",
+                    "seq": i,
+                    "type": rng.choice(["page_view", "click", "purchase", "signup", "logout"]),
+                    "user": {
+                        "id": rng.randrange(1_000_000),
+                        "country": rng.choice(["DE", "FR", "US"]),
+                    },
+                    "ts": 1_700_000_000_000 + i * 7 + rng.randrange(1000),
+                    "price": round(rng.random() * 100, 2),
+                }
+            )
+        )
     return ("[" + ",".join(items) + "]").encode()[:RECORD_SIZE]
 
 
@@ -78,8 +85,10 @@ def make_records(n: int, random_values: bool, base: int = 0) -> list[Record]:
 
 def bench_segments() -> list[tuple[str, str, str, str]]:
     batches = [
-        encode_batch(make_records(RECORDS_PER_BATCH, True, i * RECORDS_PER_BATCH),
-                     base_offset=i * RECORDS_PER_BATCH)
+        encode_batch(
+            make_records(RECORDS_PER_BATCH, True, i * RECORDS_PER_BATCH),
+            base_offset=i * RECORDS_PER_BATCH,
+        )
         for i in range(SEGMENT_BATCHES)
     ]
     total = sum(map(len, batches))
@@ -99,8 +108,12 @@ def bench_segments() -> list[tuple[str, str, str, str]]:
     base_s, ours_s = best_seconds(baseline), best_seconds(build_and_verify)
     return [
         ("CRC-32C + memcpy (limit)", f"{total / base_s / 1e6:,.0f} MB/s", "1.00", ""),
-        ("segment build + full verify", f"{total / ours_s / 1e6:,.0f} MB/s",
-         f"{base_s / ours_s:.2f}", "target >= 0.25"),
+        (
+            "segment build + full verify",
+            f"{total / ours_s / 1e6:,.0f} MB/s",
+            f"{base_s / ours_s:.2f}",
+            "target >= 0.25",
+        ),
     ]
 
 
@@ -111,12 +124,14 @@ def bench_codecs() -> list[tuple[str, str, str, str]]:
     for codec in range(5):
         batch = encode_batch(records, codec=codec)
         seconds = best_seconds(lambda b=batch: decode_batch(b), repeat=5)
-        rows.append((
-            f"decode {codec_name(codec)}",
-            f"{RECORDS_PER_BATCH / seconds:,.0f} rec/s",
-            f"{len(batch) / len(plain):.2f}",
-            "ratio = compressed / plain size",
-        ))
+        rows.append(
+            (
+                f"decode {codec_name(codec)}",
+                f"{RECORDS_PER_BATCH / seconds:,.0f} rec/s",
+                f"{len(batch) / len(plain):.2f}",
+                "ratio = compressed / plain size",
+            )
+        )
     return rows
 
 
@@ -127,14 +142,24 @@ def bench_catalog(commits: int) -> list[tuple[str, str, str, str]]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         result = bench_catalog_load(LocalObjectStore(tmp), commits=commits)
-        rows.append((f"catalog load, local, {commits:,} commits",
-                     f"{result['load_seconds'] * 1000:,.1f} ms", f"{result['gets']} GETs",
-                     f"written in {result['write_seconds']:.0f} s"))
+        rows.append(
+            (
+                f"catalog load, local, {commits:,} commits",
+                f"{result['load_seconds'] * 1000:,.1f} ms",
+                f"{result['gets']} GETs",
+                f"written in {result['write_seconds']:.0f} s",
+            )
+        )
     with moto_store() as store:
         result = bench_catalog_load(store, commits=commits)
-        rows.append((f"catalog load, S3 (moto), {commits:,} commits",
-                     f"{result['load_seconds'] * 1000:,.1f} ms", f"{result['gets']} GETs",
-                     f"written in {result['write_seconds']:.0f} s"))
+        rows.append(
+            (
+                f"catalog load, S3 (moto), {commits:,} commits",
+                f"{result['load_seconds'] * 1000:,.1f} ms",
+                f"{result['gets']} GETs",
+                f"written in {result['write_seconds']:.0f} s",
+            )
+        )
     return rows
 
 
@@ -147,8 +172,12 @@ def print_table(rows: list[tuple[str, str, str, str]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commits", type=int, default=170_000,
-                        help="catalog commits before the load is timed (a busy day: 170,000)")
+    parser.add_argument(
+        "--commits",
+        type=int,
+        default=170_000,
+        help="catalog commits before the load is timed (a busy day: 170,000)",
+    )
     args = parser.parse_args()
     rows = bench_segments() + bench_codecs()
     print_table(rows)

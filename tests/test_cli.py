@@ -17,16 +17,18 @@ KFS = [sys.executable, "-m", "kfs_core.cli"]
 
 
 def kfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*KFS, *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*KFS, *args], capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})}
+    )
 
 
 def write_segment(directory: Path, base: int = 100) -> Path:
     writer = SegmentWriter(created_ms=1_700_000_000_000, index_interval=2)
     offset = base
     for codec, n in [(0, 3), (CODEC_GZIP, 4), (CODEC_ZSTD, 5)]:
-        records = [Record(offset + i, 1_700_000_000_000 + offset + i, b"k", b"v" * 50)
-                   for i in range(n)]
+        records = [
+            Record(offset + i, 1_700_000_000_000 + offset + i, b"k", b"v" * 50) for i in range(n)
+        ]
         writer.append(encode_batch(records, base_offset=offset, codec=codec))
         offset += n
     sealed = writer.finish()
@@ -43,8 +45,11 @@ def test_segment_dump_prints_header_batches_and_index(tmp_path: Path) -> None:
     out = result.stdout
     assert "base offset 100" in out and "messages 12" in out
     assert "last offset 111" in out
-    lines = [line for line in out.splitlines() if line.strip().endswith((" ok", " BAD"))
-             and line.split()[0].isdigit()]
+    lines = [
+        line
+        for line in out.splitlines()
+        if line.strip().endswith((" ok", " BAD")) and line.split()[0].isdigit()
+    ]
     assert len(lines) == 3
     assert [line.split()[4] for line in lines] == ["none", "gzip", "zstd"]
     assert [int(line.split()[1]) for line in lines] == [100, 103, 107]
@@ -77,8 +82,12 @@ def test_segment_dump_truncated_or_wrong_magic(tmp_path: Path, damage: str) -> N
 
 
 def test_segment_dump_missing_object(tmp_path: Path) -> None:
-    result = kfs("segment", "dump", "nope/0/segment-00000000000000000000.kfs",
-                 env={"KFS_STORE_URL": (tmp_path / "store").as_uri()})
+    result = kfs(
+        "segment",
+        "dump",
+        "nope/0/segment-00000000000000000000.kfs",
+        env={"KFS_STORE_URL": (tmp_path / "store").as_uri()},
+    )
     assert result.returncode != 0
     assert result.stderr.strip().startswith("kfs: error: ")
     assert "no such file or object" in result.stderr
@@ -99,8 +108,16 @@ def test_topics_and_catalog_show(tmp_path: Path) -> None:
     from kfs_core.storage import LocalObjectStore
 
     env = {"KFS_STORE_URL": (tmp_path / "store").as_uri(), "KFS_NAMESPACE": "ns1"}
-    created = kfs("topics", "create", "orders", "--partitions", "2",
-                  "--config", "retention.ms=3600000", env=env)
+    created = kfs(
+        "topics",
+        "create",
+        "orders",
+        "--partitions",
+        "2",
+        "--config",
+        "retention.ms=3600000",
+        env=env,
+    )
     assert created.returncode == 0, created.stderr
     assert kfs("topics", "list", env=env).stdout.split() == ["orders"]
     described = kfs("topics", "describe", "orders", env=env).stdout
@@ -112,9 +129,16 @@ def test_topics_and_catalog_show(tmp_path: Path) -> None:
     segment = write_segment(tmp_path, base=0)
     catalog = PartitionCatalog(store, "ns1", "orders", 1)
     entry = SegmentEntry.for_partition(
-        "orders", 1, base_offset=0, last_offset=11, record_count=12,
-        size_bytes=segment.stat().st_size, index_size_bytes=0,
-        min_timestamp=1_700_000_000_000, max_timestamp=1_700_000_000_011, codec=0,
+        "orders",
+        1,
+        base_offset=0,
+        last_offset=11,
+        record_count=12,
+        size_bytes=segment.stat().st_size,
+        index_size_bytes=0,
+        min_timestamp=1_700_000_000_000,
+        max_timestamp=1_700_000_000_011,
+        codec=0,
         created_ms=1_700_000_000_000,
     )
     catalog.add_segments([entry])
@@ -154,12 +178,20 @@ def test_catalog_snapshot_list_and_restore(tmp_path: Path) -> None:
     store = LocalObjectStore(tmp_path / "store")
     path = write_segment(tmp_path, base=0)
     store.put("ns1/orders/0/segment-00000000000000000000.kfs", path.read_bytes())
-    store.put("ns1/orders/0/segment-00000000000000000000.index",
-              path.with_suffix(".index").read_bytes())
+    store.put(
+        "ns1/orders/0/segment-00000000000000000000.index", path.with_suffix(".index").read_bytes()
+    )
     entry = SegmentEntry.for_partition(
-        "orders", 0, base_offset=0, last_offset=11, record_count=12,
-        size_bytes=path.stat().st_size, index_size_bytes=path.with_suffix(".index").stat().st_size,
-        min_timestamp=1_700_000_000_000, max_timestamp=1_700_000_000_011, codec=0,
+        "orders",
+        0,
+        base_offset=0,
+        last_offset=11,
+        record_count=12,
+        size_bytes=path.stat().st_size,
+        index_size_bytes=path.with_suffix(".index").stat().st_size,
+        min_timestamp=1_700_000_000_000,
+        max_timestamp=1_700_000_000_011,
+        codec=0,
         created_ms=1_700_000_000_000,
     )
     catalog = PartitionCatalog(store, "ns1", "orders", 0)

@@ -9,8 +9,16 @@ from kfs_core.config import Settings, parse_size
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("0", 0), ("4096", 4096), ("4MiB", 4 << 20), ("4MB", 4 << 20), ("512mb", 512 << 20),
-     ("1GB", 1 << 30), ("2k", 2048), ("7b", 7)],
+    [
+        ("0", 0),
+        ("4096", 4096),
+        ("4MiB", 4 << 20),
+        ("4MB", 4 << 20),
+        ("512mb", 512 << 20),
+        ("1GB", 1 << 30),
+        ("2k", 2048),
+        ("7b", 7),
+    ],
 )
 def test_parse_size(text: str, expected: int) -> None:
     assert parse_size(text) == expected
@@ -28,7 +36,12 @@ def test_defaults_follow_design(tmp_path, monkeypatch) -> None:
     assert s.store_url == (tmp_path / "store").as_uri()
     assert s.data_dir == str(tmp_path / "data")
     assert (s.listen, s.durability, s.segment_bytes, s.flush_interval_ms, s.pool_bytes) == (
-        "127.0.0.1:9092", "cautious", 4 << 20, 500, 512 << 20)
+        "127.0.0.1:9092",
+        "cautious",
+        4 << 20,
+        500,
+        512 << 20,
+    )
     assert s.readahead_segments == 2
 
 

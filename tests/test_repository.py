@@ -11,8 +11,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_fixed_top_level_exists() -> None:
-    for name in ["dags", "kfs_core", "spark_jobs", "plugins", "tests", "infra", "bench",
-                 "docker-compose.yml", "README.md", "pyproject.toml", "Makefile", ".ci/run"]:
+    for name in [
+        "dags",
+        "kfs_core",
+        "spark_jobs",
+        "plugins",
+        "tests",
+        "infra",
+        "bench",
+        "docker-compose.yml",
+        "README.md",
+        "pyproject.toml",
+        "Makefile",
+        ".ci/run",
+    ]:
         assert (ROOT / name).exists(), name
 
 
