@@ -292,9 +292,15 @@ def get_spark(app_name: str, master: str | None = None) -> SparkSession:
     launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master or not launched_by_spark_submit:
         effective = master or "local[*]"
-        if effective.startswith("local"):
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.master(effective)
+        if effective.startswith("local"):
+            # Executors run this interpreter (same kfs_core), and a local run
+            # talks to itself over loopback only, whatever the hostname says.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            builder = builder.config("spark.driver.host", "127.0.0.1").config(
+                "spark.driver.bindAddress", "127.0.0.1"
+            )
     return builder.getOrCreate()
 
 
