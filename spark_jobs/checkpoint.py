@@ -502,4 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable module, not this __main__ copy, so executors unpickle
+    # the per-partition functions by reference to spark_jobs.checkpoint.
+    from spark_jobs.checkpoint import main as _main
+
+    sys.exit(_main())
