@@ -58,13 +58,11 @@ from kfs_core.log.wal_manager import is_paused
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import (
-    STATUS_FAILED,
-    STATUS_OK,
-    STATUS_PAUSED,
     JobContext,
     JobOptions,
     JobResult,
     UsageError,
+    conclude,
 )
 from spark_jobs.retention import duration_arg, format_duration_ms
 
@@ -459,14 +457,15 @@ def _body(ctx: JobContext, options: CheckpointOptions, clock: Clock) -> JobResul
         message += f", {would}take snapshot {snapshot['name']!r}"
     if pruned:
         message += f", {would}delete {len(pruned)} automatic snapshots"
-    if paused:
-        return JobResult(STATUS_PAUSED, message + "; paused by the emergency flag", counts, details)
-    if errors:
-        first = f"{errors[0].topic}/{errors[0].partition}: {errors[0].error}"
-        return JobResult(
-            STATUS_FAILED, message + f"; {len(errors)} partitions failed ({first})", counts, details
-        )
-    return JobResult(STATUS_OK, message, counts, details)
+    first = f"{errors[0].topic}/{errors[0].partition}: {errors[0].error}" if errors else ""
+    return conclude(
+        message,
+        counts,
+        details,
+        paused=paused,
+        failed_partitions=len(errors),
+        first_failure=first,
+    )
 
 
 def _refuse_existing_snapshot(options: CheckpointOptions) -> None:

@@ -500,6 +500,36 @@ class JobResult:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+def conclude(
+    message: str,
+    counts: dict[str, int],
+    details: dict[str, Any],
+    *,
+    paused: bool = False,
+    failed_partitions: int = 0,
+    first_failure: str = "",
+    conflicts: int = 0,
+) -> JobResult:
+    """The `JobResult` of a partition-by-partition job, with the usual message tails.
+
+    Conflicts (a partition changed meanwhile) are reported but not a failure:
+    the next run retries them.  A pause wins over failures.
+    """
+    if conflicts:
+        message += f"; {conflicts} partitions changed meanwhile (next run retries)"
+    if paused:
+        return JobResult(STATUS_PAUSED, message + "; paused by the emergency flag", counts, details)
+    if failed_partitions:
+        tail = f" ({first_failure})" if first_failure else ""
+        return JobResult(
+            STATUS_FAILED,
+            f"{message}; {failed_partitions} partitions failed{tail}",
+            counts,
+            details,
+        )
+    return JobResult(STATUS_OK, message, counts, details)
+
+
 class JobContext:
     """One run of a job: its options, store, run id, Spark session and phase timings."""
 

@@ -134,7 +134,6 @@ from kfs_core.records.codecs import codec_by_name
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import (
-    STATUS_FAILED,
     STATUS_OK,
     STATUS_PAUSED,
     JobContext,
@@ -142,6 +141,7 @@ from spark_jobs.common import (
     JobResult,
     SegmentDescriptor,
     UsageError,
+    conclude,
 )
 
 if TYPE_CHECKING:
@@ -1265,15 +1265,14 @@ def _result(
         f"{counts['segments_out']} ({counts['bytes_out']} bytes), "
         f"{counts['records_removed']} records removed, {counts['bytes_saved']} bytes saved"
     )
-    if counts["conflicts"]:
-        message += f"; {counts['conflicts']} partitions changed meanwhile (next run retries)"
-    if paused:
-        return JobResult(STATUS_PAUSED, message + "; paused by the emergency flag", counts, details)
-    if counts["errors"]:
-        return JobResult(
-            STATUS_FAILED, message + f"; {counts['errors']} partitions failed", counts, details
-        )
-    return JobResult(STATUS_OK, message, counts, details)
+    return conclude(
+        message,
+        counts,
+        details,
+        paused=paused,
+        failed_partitions=counts["errors"],
+        conflicts=counts["conflicts"],
+    )
 
 
 def run(

@@ -84,13 +84,12 @@ from kfs_core.log.wal_manager import is_paused
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import (
-    STATUS_FAILED,
-    STATUS_OK,
     STATUS_PAUSED,
     JobContext,
     JobOptions,
     JobResult,
     UsageError,
+    conclude,
 )
 
 JOB = "retention"
@@ -577,15 +576,14 @@ def _body(ctx: JobContext, options: RetentionOptions, clock: Clock) -> JobResult
         f"{counts['partitions']} partitions; {gone} {counts['objects_deleted']} removed and "
         f"{counts['orphans_deleted']} orphaned objects"
     )
-    if counts["conflicts"]:
-        message += f"; {counts['conflicts']} partitions changed meanwhile (next run retries)"
-    if paused:
-        return JobResult(STATUS_PAUSED, message + "; paused by the emergency flag", counts, details)
-    if counts["errors"]:
-        return JobResult(
-            STATUS_FAILED, message + f"; {counts['errors']} partitions failed", counts, details
-        )
-    return JobResult(STATUS_OK, message, counts, details)
+    return conclude(
+        message,
+        counts,
+        details,
+        paused=paused,
+        failed_partitions=counts["errors"],
+        conflicts=counts["conflicts"],
+    )
 
 
 def run(
