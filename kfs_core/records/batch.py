@@ -48,6 +48,7 @@ from kfs_core.records.header import (
     MAGIC_V2,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
+    BatchAttributes,
     BatchHeader,
     batch_crc,
     read_batch_header,
@@ -146,7 +147,7 @@ class Record:
 
 
 @dataclass(slots=True)
-class RecordBatch:
+class RecordBatch(BatchAttributes):
     """A decoded batch: every header field plus its records."""
 
     base_offset: int
@@ -165,31 +166,6 @@ class RecordBatch:
     @property
     def magic(self) -> int:
         return MAGIC_V2
-
-    @property
-    def codec(self) -> int:
-        return self.attributes & CODEC_MASK
-
-    @property
-    def timestamp_type(self) -> int:
-        """`CREATE_TIME` (0) or `LOG_APPEND_TIME` (1)."""
-        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_BIT else CREATE_TIME
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & TRANSACTIONAL_BIT)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & CONTROL_BIT)
-
-    @property
-    def has_delete_horizon(self) -> bool:
-        return bool(self.attributes & DELETE_HORIZON_BIT)
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
 
     @property
     def next_offset(self) -> int:

@@ -62,26 +62,13 @@ CONTROL_BIT = 0x20
 DELETE_HORIZON_BIT = 0x40
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    base_offset: int
-    batch_length: int
-    partition_leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    first_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    record_count: int
+class BatchAttributes:
+    """What the attributes and offset fields say: shared by `BatchHeader` and `RecordBatch`."""
 
-    @property
-    def total_size(self) -> int:
-        """Bytes of the whole batch, header included."""
-        return LOG_OVERHEAD + self.batch_length
+    __slots__ = ()
+    attributes: int
+    base_offset: int
+    last_offset_delta: int
 
     @property
     def last_offset(self) -> int:
@@ -107,6 +94,28 @@ class BatchHeader:
     def timestamp_type(self) -> int:
         """0 = CreateTime, 1 = LogAppendTime."""
         return 1 if self.attributes & TIMESTAMP_TYPE_BIT else 0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader(BatchAttributes):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def total_size(self) -> int:
+        """Bytes of the whole batch, header included."""
+        return LOG_OVERHEAD + self.batch_length
 
 
 def read_batch_header(
