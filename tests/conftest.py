@@ -6,10 +6,13 @@ moto server, so a test that takes it runs against both backends.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +24,17 @@ import pytest
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+# Airflow reads its configuration once, at import: point it at a private home
+# (SQLite database, this repository's dags/ and plugins/) before anything imports it.
+REPO = Path(__file__).resolve().parent.parent
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="kfs-airflow-home-"))
+atexit.register(shutil.rmtree, AIRFLOW_HOME, ignore_errors=True)
+os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}"
 
 
 def _free_port() -> int:

@@ -1,0 +1,58 @@
+"""KfsHook: settings from the ``kfs_default`` connection, the store, topics, job arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kfs_core.catalog.topics import TopicRegistry
+from kfs_core.storage import open_store
+from tests.airflow.conftest import kfs_connection_env
+
+pytestmark = pytest.mark.airflow
+
+
+def test_hook_reads_the_connection_and_lists_topics(kfs_connection: str) -> None:
+    from kfs_airflow.hooks import KfsHook
+
+    TopicRegistry(open_store(kfs_connection), "default").create_topic("orders", partitions=2)
+    hook = KfsHook()
+    assert hook.store_url == kfs_connection
+    assert hook.namespace == "default"
+    assert hook.list_topics() == ["orders"]
+    assert hook.job_args(topics=["orders"], dry_run=True) == [
+        "--store-url", kfs_connection, "--namespace", "default", "--topics", "orders", "--dry-run",
+    ]  # fmt: skip
+    assert hook.test_connection()[0] is True
+
+
+def test_hook_passes_s3_settings_to_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kfs_airflow.hooks import KfsHook
+
+    conn = {
+        "conn_type": "kfs",
+        "login": "AKIAEXAMPLE",
+        "password": "secret",
+        "extra": {"store_url": "s3://kfs-data/prod", "namespace": "prod",
+                  "s3_endpoint_url": "http://minio:9000", "region_name": "eu-west-1"},
+    }  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", json.dumps(conn))
+    hook = KfsHook()
+    assert hook.job_args(topics="a,b")[-4:] == [
+        "--s3-endpoint-url", "http://minio:9000", "--topics", "a,b",
+    ]  # fmt: skip
+    assert hook.job_env() == {
+        "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
+
+
+def test_a_connection_without_a_store_url_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kfs_airflow.hooks import KfsConnectionError, KfsHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(""))
+    with pytest.raises(KfsConnectionError, match="no store_url"):
+        KfsHook().get_store()
+    assert KfsHook().test_connection()[0] is False
