@@ -25,7 +25,10 @@ install: $(STAMP) ## Create .venv and install KFS with every pinned dependency
 run: install ## Run KFS on the embedded default (a local directory store under .kfs/)
 	$(BIN)/kfs run
 
-test: install ## Run the whole test suite
+browser: ## Install Debian's chromium for the KFS page's browser test (when missing)
+	@bash .ci/install-chromium
+
+test: install browser ## Run the whole test suite
 	$(BIN)/pytest
 
 bench: install ## Run the benchmarks and print their tables
@@ -51,4 +54,4 @@ lock: ## Re-resolve constraints.txt from pyproject.toml in a scratch venv
 clean: ## Remove the venv, caches and the local store
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .kfs
 
-.PHONY: help install run test bench lint format lock clean
+.PHONY: help install browser run test bench lint format lock clean

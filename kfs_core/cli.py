@@ -84,24 +84,57 @@ def main(ctx: click.Context, store_url: str | None, namespace: str | None) -> No
 
 
 @main.command()
+@click.option(
+    "--airflow/--no-airflow",
+    default=True,
+    show_default=True,
+    envvar="KFS_AIRFLOW",
+    help="start Airflow (api-server, scheduler, dag-processor, triggerer) [KFS_AIRFLOW]",
+)
+@click.option(
+    "--airflow-port",
+    type=click.IntRange(1, 65535),
+    default=8080,
+    show_default=True,
+    envvar="KFS_AIRFLOW_PORT",
+    help="port of Airflow's UI and API [KFS_AIRFLOW_PORT]",
+)
+@click.option(
+    "--airflow-host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="KFS_AIRFLOW_HOST",
+    help="address Airflow's api-server listens on [KFS_AIRFLOW_HOST]",
+)
+@click.option(
+    "--demo/--no-demo",
+    default=True,
+    show_default=True,
+    envvar="KFS_DEMO",
+    help="produce the demo-events stream, a JSON event a second [KFS_DEMO=0 turns it off]",
+)
 @click.pass_context
-def run(ctx: click.Context) -> None:
-    """Start KFS on the embedded default: the daemon on a local directory store."""
-    settings = _settings(ctx)
+def run(
+    ctx: click.Context, airflow: bool, airflow_port: int, airflow_host: str, demo: bool
+) -> None:
+    """Start KFS on the embedded default: the daemon, Airflow and a demo stream.
+
+    Everything lives under KFS_HOME (.kfs/): the store, the WAL, Airflow's
+    home and SQLite database, and a log per process in .kfs/logs/.  Ctrl-C or
+    SIGTERM stops it all and flushes the daemon (see kfs_core.embedded).
+    """
+    from kfs_core.embedded import RunOptions, Supervisor
+
     with operator_errors():
-        Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    click.echo(f"KFS {__version__} on the embedded default")
-    click.echo(f"  Kafka      {settings.listen}  (bootstrap.servers)")
-    click.echo(f"  metrics    http://{settings.metrics_listen}/metrics")
-    click.echo(f"  store      {settings.store_url}  (namespace {settings.namespace!r})")
-    click.echo(f"  WAL        {settings.data_dir}")
-    click.echo("Produce and consume from another shell:")
-    click.echo("  echo hello | .venv/bin/kfs produce demo-events")
-    click.echo("  .venv/bin/kfs consume demo-events --from-beginning --max-messages 1")
-    click.echo("or point any Kafka client at the address above.  Ctrl-C stops KFS cleanly.")
-    click.echo("Maintenance jobs run by hand for now: .venv/bin/python -m spark_jobs validation")
-    click.echo("Not there yet: the Airflow DAGs and the KFS page in the Airflow UI.")
-    ctx.invoke(serve)
+        options = RunOptions(
+            _settings(ctx),
+            airflow=airflow,
+            airflow_host=airflow_host,
+            airflow_port=airflow_port,
+            demo=demo,
+        )
+        code = Supervisor(options).run()
+    ctx.exit(code)
 
 
 # --- kfs segment ----------------------------------------------------------------
@@ -413,6 +446,43 @@ def topics_delete(ctx: click.Context, name: str) -> None:
     with operator_errors():
         TopicRegistry(_store(ctx), _settings(ctx).namespace).delete_topic(name)
     click.echo(f"deleted topic {name}")
+
+
+# --- kfs lifecycle --------------------------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["json", "terraform"]),
+    default="json",
+    show_default=True,
+    help="json: the document `aws s3api put-bucket-lifecycle-configuration` takes; "
+    "terraform: an aws_s3_bucket_lifecycle_configuration resource",
+)
+@click.option("--topics", help="comma-separated topics (default: all)")
+@click.pass_context
+def lifecycle(ctx: click.Context, output_format: str, topics: str | None) -> None:
+    """Print S3 lifecycle rules that expire segments after their topic's retention.
+
+    One rule per partition of each topic, on its segment-* objects only (never
+    the catalog), expiring after retention.ms + max(1 day, 10%), rounded up to
+    whole days: a backstop under the retention DAG, never ahead of it.  Topics
+    with retention.ms=-1 or a compact cleanup.policy get none.  S3 stores
+    only; rerun after creating topics or partitions or changing retention.
+    """
+    from kfs_core.lifecycle import plan_for_store
+
+    with operator_errors():
+        plan = plan_for_store(
+            _store(ctx),
+            _settings(ctx).namespace,
+            [t for t in topics.split(",") if t] if topics else None,
+        )
+    for skipped in plan.skipped:
+        click.echo(f"kfs: note: no expiration for {skipped.name}: {skipped.reason}", err=True)
+    click.echo(plan.to_json() if output_format == "json" else plan.to_terraform(), nl=False)
 
 
 # --- kfs serve / produce / consume ----------------------------------------------

@@ -24,7 +24,7 @@ Public API (kept small and stable; other jobs build on it):
 
 Options and command line
     `JobOptions`                 store_url, namespace, topics, dry_run, master,
-                                 s3_endpoint_url, paused_exit_code; ``open_store()``.
+                                 s3_endpoint_url, paused_exit_code, run_id; ``open_store()``.
                                  Jobs subclass it (frozen dataclass, fields with defaults).
     `job_parser(job, description)`  argparse parser with the shared flags.
     `coerce_options(options, parser, cls)`  JobOptions from options | argv | Namespace.
@@ -77,6 +77,7 @@ import dataclasses
 import datetime as _dt
 import json
 import os
+import re
 import secrets
 import sys
 import time
@@ -136,6 +137,9 @@ EXIT_ERROR = 3
 
 REPORTS_DIR = "_reports"
 
+#: What ``--run-id`` accepts: it becomes part of report object keys.
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
 
 class UsageError(ValueError):
     """The job was asked for something impossible (a bad store URL, say): exit 2."""
@@ -162,10 +166,13 @@ class JobOptions:
     master: str | None = None
     s3_endpoint_url: str | None = None
     paused_exit_code: int = EXIT_OK
+    run_id: str | None = None  # None: a fresh `new_run_id()`
 
     def __post_init__(self) -> None:
         if not self.store_url:
             raise ValueError("--store-url is required")
+        if self.run_id is not None and not RUN_ID_PATTERN.fullmatch(self.run_id):
+            raise ValueError(f"run id {self.run_id!r} must match {RUN_ID_PATTERN.pattern}")
         if self.topics is not None:
             object.__setattr__(self, "topics", tuple(self.topics))
 
@@ -194,6 +201,12 @@ def _topic_list(value: str) -> tuple[str, ...]:
     if not topics:
         raise argparse.ArgumentTypeError("--topics needs at least one topic name")
     return topics
+
+
+def _run_id(value: str) -> str:
+    if not RUN_ID_PATTERN.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"must match {RUN_ID_PATTERN.pattern}")
+    return value
 
 
 def job_parser(job: str, description: str | None = None) -> argparse.ArgumentParser:
@@ -236,6 +249,13 @@ def job_parser(job: str, description: str | None = None) -> argparse.ArgumentPar
         type=int,
         default=EXIT_OK,
         help="exit status when the emergency pause flag stops the job (default 0)",
+    )
+    parser.add_argument(
+        "--run-id",
+        type=_run_id,
+        default=None,
+        help="id of this run, so a scheduler finds its summary at "
+        "{ns}/_reports/<job>/<run-id>.json (default: UTC time and random bits)",
     )
     return parser
 
@@ -606,7 +626,7 @@ def execute(
         store = options.open_store()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    ctx = JobContext(job, options, store, run_id or new_run_id(), spark)
+    ctx = JobContext(job, options, store, run_id or options.run_id or new_run_id(), spark)
     started = time.time()
     t0 = time.monotonic()
     try:

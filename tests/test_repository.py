@@ -1,11 +1,9 @@
-"""The fixed top level, the README's two commands, CI and docker-compose hold together."""
+"""The fixed top level, the README's two commands and CI hold together (compose: test_compose.py)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,19 +41,3 @@ def test_make_help_documents_every_target() -> None:
     documented = set(re.findall(r"^([a-z]+):.*## ", makefile, re.M))
     assert {"run", "test", "bench", "help"} <= documented
     assert set(targets) - documented == set()
-
-
-def test_compose_file_is_consistent() -> None:
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    services = compose["services"]
-    host_ports = [p.split(":")[0] for s in services.values() for p in s.get("ports", [])]
-    assert len(host_ports) == len(set(host_ports)), "host ports must be unique"
-    declared_volumes = set(compose.get("volumes", {}))
-    for name, service in services.items():
-        assert "image" in service or "build" in service, name
-        for dep in service.get("depends_on", {}):
-            assert dep in services, f"{name} depends on unknown {dep}"
-        for volume in service.get("volumes", []):
-            source = volume.split(":")[0]
-            if not source.startswith((".", "/")):
-                assert source in declared_volumes, f"{name} uses undeclared volume {source}"

@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from kfs_core.catalog.topics import TopicRegistry
-from kfs_core.storage import ObjectStore, open_store
+if TYPE_CHECKING:
+    # kfs_core is imported where it is used: DAG files import this module through the
+    # operators, and parsing a DAG must stay cheap.
+    from kfs_core.catalog import PartitionState, TopicRegistry
+    from kfs_core.storage import ObjectStore
 
 __all__ = ["KfsConnectionError", "KfsHook"]
 
@@ -103,6 +107,8 @@ class KfsHook(BaseHook):
         return self.get_store()
 
     def get_store(self) -> ObjectStore:
+        from kfs_core.storage import open_store
+
         if not self.is_s3:
             try:
                 return open_store(self.store_url)
@@ -120,11 +126,32 @@ class KfsHook(BaseHook):
         )
 
     def topics(self) -> TopicRegistry:
+        from kfs_core.catalog import TopicRegistry
+
         return TopicRegistry(self.get_store(), self.namespace)
 
     def list_topics(self) -> list[str]:
         """The namespace's topics, sorted."""
         return sorted(self.topics().list_topics())
+
+    def partition_states(self, topics: Iterable[str] | None = None) -> list[PartitionState]:
+        """The newest catalog state of every partition of ``topics`` (default: all), sorted.
+
+        A topic that does not exist raises `kfs_core.errors.UnknownTopic`.
+        """
+        from kfs_core.catalog import PartitionCatalog, TopicRegistry
+
+        store = self.get_store()
+        try:
+            registry = TopicRegistry(store, self.namespace)
+            names = sorted(set(topics)) if topics is not None else registry.list_topics()
+            return [
+                PartitionCatalog(store, self.namespace, name, partition).load()
+                for name in names
+                for partition in range(registry.describe(name).partitions)
+            ]
+        finally:
+            store.close()
 
     # --- Spark jobs -----------------------------------------------------------
 
@@ -136,7 +163,7 @@ class KfsHook(BaseHook):
         if self._settings["s3_endpoint_url"]:
             args += ["--s3-endpoint-url", self._settings["s3_endpoint_url"]]
         if isinstance(topics, str):
-            topics = [t for t in topics.split(",") if t.strip()]
+            topics = [t.strip() for t in topics.split(",") if t.strip()]
         if topics:
             args += ["--topics", ",".join(topics)]
         if dry_run:

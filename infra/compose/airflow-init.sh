@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# docker-compose's airflow-init: prepares Airflow's metadata database once,
+# before the api-server, scheduler, dag-processor and triggerer start.
+#
+# 1. `airflow db migrate` on PostgreSQL (idempotent: a second run is a no-op);
+# 2. the `kfs_spark` pool that bounds concurrent Spark jobs (the Spark
+#    operators run in it; `kfs run` creates the same pool);
+# 3. the simple auth manager's password file: user `admin` (from
+#    AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS) with the password
+#    KFS_AIRFLOW_ADMIN_PASSWORD, so the login is known instead of generated.
+set -euo pipefail
+
+: "${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:?must name the password file}"
+: "${KFS_AIRFLOW_ADMIN_PASSWORD:?must be the admin password}"
+KFS_SPARK_POOL_SLOTS="${KFS_SPARK_POOL_SLOTS:-2}"
+
+airflow db migrate
+airflow pools set kfs_spark "$KFS_SPARK_POOL_SLOTS" "KFS Spark jobs"
+
+python3 - <<'PY'
+import json
+import os
+
+path = os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]
+with open(path, "w", encoding="utf-8") as out:
+    json.dump({"admin": os.environ["KFS_AIRFLOW_ADMIN_PASSWORD"]}, out)
+    out.write("\n")
+os.chmod(path, 0o600)
+PY
+echo "airflow-init: database migrated, pool kfs_spark ready, login admin"

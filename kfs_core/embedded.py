@@ -1,0 +1,861 @@
+"""`kfs run`: the embedded default -- the daemon, Airflow and a demo stream on one machine.
+
+`kfs run` is a small process supervisor.  Every component is a child process
+in its own process group, with its output in a log file, so the terminal
+shows only what the supervisor says and Ctrl-C reaches the supervisor alone::
+
+    $KFS_HOME (.kfs/)
+      store/  data/     the object store (file://) and the WAL (kfs_core.config)
+      airflow/          AIRFLOW_HOME: airflow.cfg, airflow.db (SQLite), the admin password
+      logs/             kfs.log, demo.log, airflow-<component>.log, airflow/ (task logs)
+      run.lock          held while `kfs run` runs: one supervisor per home
+
+Start: take the lock; start the daemon (`kfs serve`); run `airflow db migrate`
+and create the `kfs_spark` pool; start the api-server, scheduler,
+dag-processor and triggerer; wait for the daemon's /readyz and the
+api-server's health; start the `demo-events` stream (kfs_core.demo); print
+the banner.  Stop (SIGINT, SIGTERM, SIGHUP): the demo; the scheduler (running
+tasks get a grace period), dag-processor and triggerer; the api-server, whose
+execution API those tasks report to; last the daemon, which flushes its
+buffers to the store; exit 0.  A child that exits on
+its own is reported with the tail of its log, the rest are stopped, exit 1.
+A second signal stops Airflow without waiting for running tasks, a third
+kills the daemon too (what it acknowledged stays in the WAL).
+
+kfs_core never imports Airflow: Airflow runs as ``python -m airflow``
+subprocesses configured by environment -- ``infra/airflow/airflow.env`` first,
+the caller's environment over it, then what only the launcher knows (paths,
+ports, the database, the ``kfs_default`` connection; see `airflow_environment`).
+On Linux the supervisor is a child subreaper and children get a parent-death
+signal, so no task process or Spark JVM outlives `kfs run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import fcntl
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Final
+
+from kfs_core import __version__
+from kfs_core.config import Settings, default_home
+from kfs_core.errors import KfsError
+
+__all__ = [
+    "AIRFLOW_COMPONENTS",
+    "EmbeddedError",
+    "RunOptions",
+    "Supervisor",
+    "admin_password",
+    "airflow_environment",
+    "find_repository",
+    "read_env_file",
+]
+
+AIRFLOW_COMPONENTS: Final = ("api-server", "scheduler", "dag-processor", "triggerer")
+SPARK_POOL: Final = ("kfs_spark", "2", "KFS Spark jobs")
+ADMIN_USER: Final = "admin"
+PASSWORDS_FILE: Final = "simple_auth_manager_passwords.json.generated"
+
+# How long a stopping component may take before it is signalled again, then killed.
+DEMO_STOP_S: Final = 10.0
+AIRFLOW_STOP_S: Final = 20.0  # the scheduler lets running tasks finish; then TERM again, then KILL
+DAEMON_STOP_S: Final = 180.0  # shutdown grace plus the flush of every buffer
+LEFTOVER_GRACE_S: Final = 5.0
+# Start-up deadlines; the daemon has none, its WAL recovery takes what it takes.
+SETUP_COMMAND_S: Final = 300.0
+API_SERVER_START_S: Final = 240.0
+TICK_S: Final = 0.2
+LOG_TAIL_LINES: Final = 20
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+
+_PR_SET_PDEATHSIG: Final = 1
+_PR_SET_CHILD_SUBREAPER: Final = 36
+
+
+class EmbeddedError(KfsError):
+    """`kfs run` cannot start: a port in use, a missing folder, another `kfs run`."""
+
+
+# --- configuration ----------------------------------------------------------------
+
+
+def find_repository() -> Path:
+    """The KFS checkout whose ``dags/`` and ``plugins/`` Airflow loads."""
+    candidates = [Path(__file__).resolve().parent.parent, Path.cwd()]
+    for root in candidates:
+        if (root / "dags").is_dir() and (root / "plugins").is_dir():
+            return root
+    raise EmbeddedError(
+        "kfs run needs the KFS repository (its dags/ and plugins/ folders): run it from a "
+        "checkout, or use --no-airflow for the daemon alone"
+    )
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines as docker-compose's ``env_file`` reads them (no expansion)."""
+    values: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise EmbeddedError(f"{path}:{number}: expected KEY=VALUE, got {raw!r}")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key] = value
+    return values
+
+
+def admin_password(airflow_home: Path) -> str:
+    """The admin's password: generated on first start, read from the passwords file after.
+
+    The file is the simple auth manager's own (``{"user": "password"}``), so
+    Airflow finds the user there and generates nothing itself.
+    """
+    path = airflow_home / PASSWORDS_FILE
+    passwords: dict[str, str] = {}
+    if path.exists():
+        try:
+            passwords = json.loads(path.read_text() or "{}")
+        except json.JSONDecodeError as exc:
+            raise EmbeddedError(f"{path}: not JSON ({exc}); delete it for a new password") from None
+    if ADMIN_USER not in passwords:
+        passwords[ADMIN_USER] = secrets.token_urlsafe(12)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(passwords) + "\n")
+    return str(passwords[ADMIN_USER])
+
+
+def connect_host(host: str) -> str:
+    """Where a local client connects to a server listening on ``host``."""
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::", "*") else host
+
+
+def _host_port(text: str, default_port: int) -> tuple[str, int]:
+    from kfs_core.server.app import parse_host_port
+
+    return parse_host_port(text, default_port)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What `kfs run` starts, and where."""
+
+    settings: Settings
+    home: Path = field(default_factory=default_home)
+    airflow: bool = True
+    airflow_host: str = "127.0.0.1"
+    airflow_port: int = 8080
+    demo: bool = True
+    repository: Path | None = None  # found when Airflow starts
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.home / "airflow"
+
+    @property
+    def bootstrap(self) -> str:
+        host, port = _host_port(self.settings.listen, 9092)
+        return f"{connect_host(host)}:{port}"
+
+    @property
+    def metrics_url(self) -> str:
+        host, port = _host_port(self.settings.metrics_listen, 9644)
+        return f"http://{connect_host(host)}:{port}"
+
+    @property
+    def airflow_url(self) -> str:
+        return f"http://{connect_host(self.airflow_host)}:{self.airflow_port}"
+
+
+def daemon_environment(options: RunOptions, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of `kfs serve`: every setting `kfs run` resolved, as KFS_* variables."""
+    s = options.settings
+    return {
+        **base,
+        "KFS_HOME": str(options.home),
+        "KFS_STORE_URL": s.store_url,
+        "KFS_NAMESPACE": s.namespace,
+        "KFS_DATA_DIR": s.data_dir,
+        "KFS_LISTEN": s.listen,
+        "KFS_METRICS_LISTEN": s.metrics_listen,
+    }
+
+
+def airflow_environment(options: RunOptions, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of every Airflow process `kfs run` starts.
+
+    Precedence: ``infra/airflow/airflow.env`` < ``base`` (the caller's
+    environment) < what follows from the options, which must agree with the
+    daemon and the home this `kfs run` uses.
+    """
+    repo = options.repository or find_repository()
+    env_file = repo / "infra" / "airflow" / "airflow.env"
+    env = {**(read_env_file(env_file) if env_file.is_file() else {}), **base}
+    airflow_home = options.airflow_home
+    venv_bin = str(Path(sys.executable).parent)
+    s = options.settings
+    extra = {"store_url": s.store_url, "namespace": s.namespace}
+    if s.s3_endpoint_url:
+        extra["s3_endpoint_url"] = s.s3_endpoint_url
+    env.update(
+        {
+            "AIRFLOW_HOME": str(airflow_home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home / 'airflow.db'}",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(repo / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(repo / "plugins"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(airflow_home / PASSWORDS_FILE),
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(options.logs / "airflow"),
+            "AIRFLOW__API__HOST": options.airflow_host,
+            "AIRFLOW__API__PORT": str(options.airflow_port),
+            "AIRFLOW__API__BASE_URL": options.airflow_url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{options.airflow_url}/execution/",
+            "AIRFLOW_CONN_KFS_DEFAULT": json.dumps({"conn_type": "kfs", "extra": extra}),
+            # Tasks call spark-submit, which lives beside this Python; executors
+            # run this Python too, so they import the same kfs_core.
+            "PATH": os.pathsep.join(p for p in (venv_bin, env.get("PATH", "")) if p),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        }
+    )
+    spark_conf = repo / "infra" / "spark"
+    if spark_conf.is_dir():
+        env.setdefault("SPARK_CONF_DIR", str(spark_conf))
+    return env
+
+
+# --- child processes ----------------------------------------------------------------
+
+
+def _linux_prctl() -> Callable[[int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    prctl: Callable[[int, int], int] = libc.prctl
+    return prctl
+
+
+_PRCTL = _linux_prctl()
+
+
+def _child_setup(parent: int) -> Callable[[], None]:
+    """Run in the child before exec: die with the supervisor, even if it is killed."""
+
+    def setup() -> None:
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:  # the supervisor died before prctl took effect
+                os._exit(1)
+
+    return setup
+
+
+def _rotate(log_path: Path) -> None:
+    """Keep the previous run's log as ``<name>.log.1``; this run's starts empty."""
+    if log_path.exists() and log_path.stat().st_size:
+        log_path.replace(log_path.with_name(log_path.name + ".1"))
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
+
+
+class Child:
+    """One supervised process: its own process group, its output in ``log_path``."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        *,
+        term_group: bool = False,
+    ) -> None:
+        self.name = name
+        self.term_group = term_group  # SIGTERM the whole group, not the leader alone
+        self.argv = argv
+        self.env = dict(env)
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.returncode: int | None = None
+        self.stopping = False
+        self._signalled_at = 0.0
+        self._signals = 0
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process is not None else -1
+
+    def start(self, *, rotate: bool = True) -> None:
+        if rotate:
+            _rotate(self.log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches the supervisor only
+                preexec_fn=_child_setup(os.getpid()),
+            )
+
+    def exited(self) -> bool:
+        """Whether the process has exited; its group's leftovers are stopped, then it is reaped.
+
+        The exited leader is left a zombie until its group is empty, so its pid
+        (the group id) cannot be reused while `_stop_group` signals the group.
+        """
+        if self.returncode is not None:
+            return True
+        if self.process is None:
+            return False
+        try:
+            info = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped already
+            info = None
+            if self.process.poll() is None:
+                return False
+        else:
+            if info is None:
+                return False
+            self._stop_group()
+        self.returncode = self.process.wait()
+        return True
+
+    def terminate(self) -> None:
+        """SIGTERM the process, or its group when ``term_group``; again if called again."""
+        self.stopping = True
+        if self.process is None or self.returncode is not None:
+            return
+        self._signals += 1
+        self._signalled_at = time.monotonic()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if self.term_group:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            else:
+                self.process.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group."""
+        self.stopping = True
+        if self.process is None or self.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    def since_signal(self) -> float:
+        return time.monotonic() - self._signalled_at
+
+    @property
+    def signals_sent(self) -> int:
+        return self._signals
+
+    def _stop_group(self) -> None:
+        """TERM, then KILL, whatever is left in the process group of an exited leader.
+
+        Without /proc (not Linux) nobody can tell who is left: TERM the group, no more.
+        """
+        assert self.process is not None
+        pgid = self.process.pid
+        known = _proc_table() is not None
+        for signum, grace in ((signal.SIGTERM, LEFTOVER_GRACE_S), (signal.SIGKILL, 0.0)):
+            if known and not _group_alive(pgid, exclude=pgid):
+                return
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signum)
+            if not known:
+                return
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _group_alive(pgid, exclude=pgid):
+                time.sleep(TICK_S)
+
+
+def _group_alive(pgid: int, *, exclude: int) -> bool:
+    """Whether a live process other than ``exclude`` is in process group ``pgid`` (Linux)."""
+    return any(
+        pg == pgid and pid != exclude and state != "Z"
+        for pid, (_, pg, state) in (_proc_table() or {}).items()
+    )
+
+
+def _proc_table() -> dict[int, tuple[int, int, str]] | None:
+    """pid -> (ppid, pgid, state) from /proc, or None where there is no /proc."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return None
+    table: dict[int, tuple[int, int, str]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses.
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) >= 3:
+            table[int(entry.name)] = (int(fields[1]), int(fields[2]), fields[0])
+    return table
+
+
+def _descendants(root: int) -> list[int]:
+    procs = _proc_table() or {}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    found: list[int] = []
+    stack = list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def _reap_orphans(known: set[int]) -> None:
+    """Reap exited processes re-parented to this subreaper (never a `Child`'s own pid)."""
+    me = os.getpid()
+    for pid, (ppid, _, state) in (_proc_table() or {}).items():
+        if ppid == me and state == "Z" and pid not in known:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+# --- the supervisor ---------------------------------------------------------------
+
+
+class _Stop(Exception):
+    """A signal asked `kfs run` to stop while it was starting."""
+
+
+class _ChildFailed(Exception):
+    def __init__(self, child: Child, during: str) -> None:
+        super().__init__(child.name)
+        self.child = child
+        self.during = during
+
+
+@dataclass
+class _Output:
+    out: IO[str] = field(default_factory=lambda: sys.stdout)
+    err: IO[str] = field(default_factory=lambda: sys.stderr)
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.out, flush=True)
+
+    def warn(self, text: str) -> None:
+        print(text, file=self.err, flush=True)
+
+
+class Supervisor:
+    """Starts the children of `kfs run`, watches them, and stops them in order."""
+
+    def __init__(self, options: RunOptions, *, env: Mapping[str, str] | None = None) -> None:
+        self.options = options
+        self.base_env = dict(os.environ if env is None else env)
+        self.out = _Output()
+        self.signals: list[int] = []
+        self.daemon: Child | None = None
+        self.airflow: list[Child] = []
+        self.demo: Child | None = None
+        self.setup_step: Child | None = None  # `airflow db migrate` and the like, while they run
+        self.airflow_env: dict[str, str] = {}
+        self._subreaper = False
+
+    # --- public ---------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start everything, supervise until a signal or a failure; the exit code.
+
+        Meant for the process of `kfs run` itself: on Linux it becomes a child
+        subreaper and, when done, stops every process still below it.
+        """
+        if self.options.airflow:
+            self.airflow_env = airflow_environment(self.options, self.base_env)
+        self._check_ports()
+        with self._home_lock():
+            previous = {
+                s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+            }
+            for signum in previous:
+                signal.signal(signum, self._on_signal)
+            self._subreaper = _PRCTL is not None and _PRCTL(_PR_SET_CHILD_SUBREAPER, 1) == 0
+            try:
+                return self._run()
+            finally:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
+
+    # --- start-up ---------------------------------------------------------------------
+
+    def _run(self) -> int:
+        o = self.options
+        code = EXIT_OK
+        try:
+            self.out.say(f"KFS {__version__}: starting on the embedded default in {o.home}")
+            self._start_daemon()
+            if o.airflow:
+                self._setup_airflow()
+                self._start_airflow()
+            self._wait_ready()
+            if o.demo:
+                self._start_demo()
+            self._banner()
+            self._supervise()
+        except _Stop:
+            pass
+        except _ChildFailed as failed:
+            self._report(failed.child, failed.during)
+            code = EXIT_FAILED
+        except BaseException:
+            self._stop_all()
+            raise
+        self.out.say("kfs run: stopping ...")
+        if not self._stop_all():
+            code = EXIT_FAILED
+        self.out.say(f"kfs run: stopped (exit {code})")
+        return code
+
+    def _start_daemon(self) -> None:
+        o = self.options
+        self.daemon = Child(
+            "kfs daemon",
+            [sys.executable, "-m", "kfs_core.cli", "serve"],
+            daemon_environment(o, self.base_env),
+            o.logs / "kfs.log",
+        )
+        self.daemon.start()
+
+    def _setup_airflow(self) -> None:
+        """`airflow db migrate`, then the Spark pool: one-shot commands, one after the other."""
+        o = self.options
+        o.airflow_home.mkdir(parents=True, exist_ok=True)
+        admin_password(o.airflow_home)  # before any Airflow process can generate one
+        env = self.airflow_env
+        log = o.logs / "airflow-setup.log"
+        _rotate(log)
+        self.out.say(f"  Airflow: migrating its database {o.airflow_home / 'airflow.db'} ...")
+        steps = [["db", "migrate"], ["pools", "set", *SPARK_POOL]]
+        for args in steps:
+            step = Child(
+                f"airflow {' '.join(args[:2])}", [sys.executable, "-m", "airflow", *args], env, log
+            )
+            self.setup_step = step
+            step.start(rotate=False)
+            deadline = time.monotonic() + SETUP_COMMAND_S
+            while not step.exited():
+                self._check_running(during="Airflow's set-up")
+                if time.monotonic() > deadline:
+                    raise EmbeddedError(
+                        f"{step.name} did not finish within {SETUP_COMMAND_S:.0f}s; "
+                        f"its log: {step.log_path}"
+                    )
+                time.sleep(TICK_S)
+            self.setup_step = None
+            if step.returncode != 0:
+                raise _ChildFailed(step, "Airflow's set-up")
+
+    def _start_airflow(self) -> None:
+        o = self.options
+        env = self.airflow_env
+        self.out.say(f"  Airflow: starting {', '.join(AIRFLOW_COMPONENTS)} ...")
+        for component in AIRFLOW_COMPONENTS:
+            args = [component]
+            if component == "api-server":
+                args += ["--host", o.airflow_host, "--port", str(o.airflow_port)]
+            child = Child(
+                f"airflow {component}",
+                [sys.executable, "-m", "airflow", *args],
+                env,
+                o.logs / f"airflow-{component}.log",
+                # TERM reaches the whole group (the triggerer's trigger runner takes
+                # 10 s to stop when only the triggerer is told), but for the
+                # scheduler's: its LocalExecutor workers let running tasks finish.
+                term_group=component != "scheduler",
+            )
+            self.airflow.append(child)
+            child.start()
+
+    def _wait_ready(self) -> None:
+        o = self.options
+        self._wait_until(lambda: _http_ok(f"{o.metrics_url}/readyz"), "the daemon", None)
+        if o.airflow:
+            self._wait_until(
+                lambda: _http_ok(f"{o.airflow_url}/api/v2/monitor/health"),
+                "the Airflow api-server",
+                API_SERVER_START_S,
+            )
+
+    def _start_demo(self) -> None:
+        o = self.options
+        self.demo = Child(
+            "demo-events stream",
+            [sys.executable, "-m", "kfs_core.demo", "--bootstrap", o.bootstrap],
+            self.base_env,
+            o.logs / "demo.log",
+        )
+        self.demo.start()
+
+    def _wait_until(self, ready: Callable[[], bool], what: str, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not ready():
+            self._check_running(during=f"the start of {what}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise EmbeddedError(
+                    f"{what} did not answer within {timeout:.0f}s; see {self.options.logs}"
+                )
+            time.sleep(TICK_S)
+
+    def _check_running(self, *, during: str) -> None:
+        """Raise `_Stop` after a signal, `_ChildFailed` when a child has exited."""
+        if self.signals:
+            raise _Stop
+        for child in self._children():
+            if child.exited():
+                raise _ChildFailed(child, during)
+
+    # --- running ----------------------------------------------------------------------
+
+    def _supervise(self) -> None:
+        """Until a signal: watch the children; one exiting is a failure."""
+        last_reap = time.monotonic()
+        while not self.signals:
+            for child in self._children():
+                if child.exited():
+                    raise _ChildFailed(child, "the run")
+            if self._subreaper and time.monotonic() - last_reap > 5:
+                _reap_orphans({c.pid for c in self._children()})
+                last_reap = time.monotonic()
+            time.sleep(TICK_S)
+
+    def _children(self) -> list[Child]:
+        """The long-running children (a set-up step is watched by its own loop)."""
+        children = [self.daemon, *self.airflow, self.demo]
+        return [c for c in children if c is not None]
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        # Only a list append: the handler may run while the loop holds any lock.
+        self.signals.append(signum)
+
+    # --- stopping ---------------------------------------------------------------------
+
+    def _stop_all(self) -> bool:
+        """Stop the demo, then Airflow, then the daemon; whether the daemon stopped cleanly.
+
+        One more signal kills what is left of Airflow at once; the third kills
+        the daemon too (what it acknowledged is in the WAL, replayed next start).
+        """
+        if self.demo is not None:
+            self._stop([self.demo], DEMO_STOP_S, force=lambda: len(self.signals) >= 2)
+        airflow = [c for c in (*self.airflow, self.setup_step) if c is not None]
+        if any(c.returncode is None for c in airflow):
+            self.out.say(
+                f"  Airflow: stopping (running tasks get {AIRFLOW_STOP_S:.0f}s; "
+                "Ctrl-C again stops them at once) ..."
+            )
+            # Running tasks report to the api-server's execution API until they
+            # end: it stops last.
+            api_server = [c for c in airflow if c.name == "airflow api-server"]
+            rest = [c for c in airflow if c not in api_server]
+            for group in (rest, api_server):
+                self._stop(group, AIRFLOW_STOP_S, force=lambda: len(self.signals) >= 2)
+        clean = True
+        daemon = self.daemon
+        if daemon is not None:
+            if daemon.returncode is None:
+                self.out.say("  daemon: flushing its buffers to the store ...")
+            self._stop([daemon], DAEMON_STOP_S, force=lambda: len(self.signals) >= 3)
+            clean = daemon.returncode == 0
+            if not clean and daemon.stopping:
+                self.out.warn(
+                    f"kfs run: the daemon stopped with status {daemon.returncode}; its log: "
+                    f"{daemon.log_path} (the WAL keeps what was acknowledged)"
+                )
+        if self._subreaper:
+            self._sweep()
+        return clean
+
+    def _stop(self, children: list[Child], grace: float, *, force: Callable[[], bool]) -> None:
+        """TERM each child; TERM again after ``grace``, KILL after another; KILL when ``force()``.
+
+        The second TERM matters to the scheduler: it stops waiting for running tasks.
+        """
+        for child in children:
+            if not child.exited():
+                child.terminate()
+        while True:
+            running = [c for c in children if not c.exited()]
+            if not running:
+                return
+            for child in running:
+                if force():
+                    child.kill()
+                elif child.since_signal() > grace:
+                    if child.signals_sent == 1:
+                        child.terminate()
+                    else:
+                        child.kill()
+            time.sleep(TICK_S)
+
+    def _sweep(self) -> None:
+        """TERM, then KILL, every process still below the supervisor (orphans re-parented here)."""
+        for signum, grace in (
+            (signal.SIGTERM, LEFTOVER_GRACE_S),
+            (signal.SIGKILL, LEFTOVER_GRACE_S),
+        ):
+            left = _descendants(os.getpid())
+            if not left:
+                return
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signum)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                _reap_orphans(set())
+                if not _descendants(os.getpid()):
+                    return
+                time.sleep(TICK_S)
+
+    # --- reporting ----------------------------------------------------------------------
+
+    def _report(self, child: Child, during: str) -> None:
+        status = child.returncode
+        how = (
+            f"was killed by signal {-status}"
+            if status is not None and status < 0
+            else f"exited unexpectedly with status {status}"
+        )
+        self.out.warn(f"kfs run: {child.name} {how} during {during}; its log: {child.log_path}")
+        for line in _tail(child.log_path):
+            self.out.warn(f"  | {line}")
+
+    def _banner(self) -> None:
+        o = self.options
+        s = o.settings
+        say = self.out.say
+        bootstrap_flag = "" if o.bootstrap == "127.0.0.1:9092" else f" --bootstrap {o.bootstrap}"
+        say()
+        say(f"KFS {__version__} is ready on the embedded default ({o.home})")
+        say(f"  Kafka      {o.bootstrap}  (bootstrap.servers)")
+        say(f"  metrics    {o.metrics_url}/metrics")
+        if o.airflow:
+            say(f"  Airflow    {o.airflow_url}  (the KFS page: 'KFS' in its navigation bar)")
+            say(f"  login      {ADMIN_USER} / {admin_password(o.airflow_home)}")
+            say(f"             (kept in {o.airflow_home / PASSWORDS_FILE})")
+        else:
+            say("  Airflow    not started (--no-airflow)")
+        say(f"  store      {s.store_url}  (namespace {s.namespace!r})")
+        say(f"  logs       {o.logs}")
+        if o.demo:
+            say("  demo       topic demo-events, one JSON event a second (KFS_DEMO=0 turns it off)")
+        say("Produce and consume from another shell:")
+        say(f"  echo hello | .venv/bin/kfs produce my-topic{bootstrap_flag}")
+        say(
+            f"  .venv/bin/kfs consume demo-events --from-beginning --max-messages 5{bootstrap_flag}"
+        )
+        say(f"or point any Kafka client at {o.bootstrap}.  Ctrl-C stops everything cleanly.")
+
+    # --- guards -------------------------------------------------------------------------
+
+    def _check_ports(self) -> None:
+        """Fail at once, naming the setting, when a port some child would listen on is taken."""
+        o = self.options
+        ports = [
+            ("the Kafka listener (KFS_LISTEN)", o.settings.listen, 9092),
+            ("the metrics endpoint (KFS_METRICS_LISTEN)", o.settings.metrics_listen, 9644),
+        ]
+        if o.airflow:
+            env = self.airflow_env
+            ports.append(("Airflow (KFS_AIRFLOW_PORT)", f"{o.airflow_host}:{o.airflow_port}", 8080))
+            # The scheduler and the triggerer serve running tasks' logs on every interface.
+            for key, default in (("WORKER", 8793), ("TRIGGER", 8794)):
+                name = f"AIRFLOW__LOGGING__{key}_LOG_SERVER_PORT"
+                ports.append(
+                    (
+                        f"Airflow's {key.lower()} log server ({name})",
+                        f":{env.get(name) or default}",
+                        default,
+                    )
+                )
+        for what, address, default in ports:
+            host, port = _host_port(address, default)
+            if port and not _can_bind(host, port):
+                raise EmbeddedError(f"{host or '*'}:{port}, for {what}, is in use")
+
+    @contextlib.contextmanager
+    def _home_lock(self) -> Iterator[None]:
+        home = self.options.home
+        home.mkdir(parents=True, exist_ok=True)
+        lock = (home / "run.lock").open("a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            lock.close()
+            raise EmbeddedError(f"another kfs run (pid {holder}) is using {home}") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        try:
+            yield
+        finally:
+            lock.close()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _can_bind(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,341 @@
+"""`KfsSparkJobOperator`: one KFS maintenance job (``spark_jobs/<job>.py``) through spark-submit.
+
+It is the Apache Spark provider's `SparkSubmitOperator` with the application,
+arguments and environment filled in:
+
+- application   ``spark_jobs/<job>.py`` of the installed ``spark_jobs`` package;
+- arguments     `KfsHook.job_args` (store URL, namespace, S3 endpoint of the
+                ``kfs_default`` connection), ``--topics``, ``--dry-run``, the job's
+                own flags (``job_args``) and ``--run-id``, which names the run's
+                summary object ``{ns}/_reports/<job>/<run-id>.json``;
+- environment   the connection's AWS settings and, for a ``local`` master,
+                ``PYSPARK_PYTHON`` (this interpreter unless set) and ``PATH`` with this
+                interpreter's ``bin/`` when ``spark-submit`` is not on it (a virtualenv
+                that was never activated).
+
+Spark itself comes from the ``spark_default`` connection (master ``local[*]``,
+``yarn``, ``spark://...``, ``k8s://...``).  If that connection does not exist the
+provider would fall back to YARN; this operator runs ``local[*]`` instead and
+says so in the log.
+
+After spark-submit the operator reads the run's summary from the store and
+returns it, trimmed to what fits an XCom (`compact_summary`), also under the
+XCom key ``summary`` - pushed before the task fails, too, so downstream tasks
+with a trigger rule can see why.  The job's exit status decides the outcome:
+
+- ``ok`` / ``paused`` (exit 0): success;
+- ``failed`` (exit 1: the job ran and found or left problems, e.g. a failed
+  critical expectation): `AirflowFailException`, so the task fails *without
+  retries* - running it again would find the same problems;
+- bad arguments (exit 2, e.g. an unknown topic): `AirflowFailException` as well;
+- anything else (the job or Spark broke, the store was unreachable): an ordinary
+  failure, retried with the task's retry policy.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
+
+from kfs_airflow.hooks import KfsHook
+
+if TYPE_CHECKING:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from airflow.sdk import Context
+
+__all__ = [
+    "JOBS",
+    "LOCAL_MASTER",
+    "KfsSparkJobOperator",
+    "compact_summary",
+    "job_application",
+    "spark_submit_env",
+]
+
+#: The maintenance jobs, as named in ``spark_jobs/``.
+JOBS = ("checkpoint", "compaction", "index_rebuild", "retention", "validation")
+
+#: The Spark master used when the Spark connection does not exist.
+LOCAL_MASTER = "local[*]"
+
+# Exit statuses of spark_jobs.common.main that retrying cannot fix.
+_STATUS_FAILED = "failed"
+_EXIT_USAGE = 2
+
+_SUMMARY_KEYS = (
+    "job",
+    "run_id",
+    "status",
+    "message",
+    "exit_code",
+    "namespace",
+    "topics",
+    "dry_run",
+    "started_at",
+    "finished_at",
+    "duration_s",
+    "counts",
+    "report_key",
+)
+_MAX_XCOM_LIST = 50
+
+
+def job_application(job: str) -> str:
+    """The path of ``spark_jobs/<job>.py`` (the application spark-submit runs)."""
+    if job not in JOBS:
+        raise ValueError(f"unknown KFS job {job!r}; jobs: {', '.join(JOBS)}")
+    import spark_jobs  # the package only: its modules (pyspark, GX) stay unimported
+
+    return str(Path(spark_jobs.__file__).parent / f"{job}.py")
+
+
+def spark_submit_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment spark-submit needs to run a job with this interpreter and its packages.
+
+    ``PYSPARK_PYTHON`` (and the driver's) default to `sys.executable`, so executors
+    import the same ``kfs_core``.  If ``spark-submit`` is not on ``PATH`` but sits next
+    to the interpreter (a virtualenv's ``bin/``), that directory is put first: the
+    provider runs the bare name ``spark-submit`` and `subprocess` looks it up on the
+    ``PATH`` of the environment it is given.
+    """
+    environ = os.environ if environ is None else environ
+    python = environ.get("PYSPARK_PYTHON") or sys.executable
+    env = {
+        "PYSPARK_PYTHON": python,
+        "PYSPARK_DRIVER_PYTHON": environ.get("PYSPARK_DRIVER_PYTHON") or python,
+    }
+    path = environ.get("PATH", os.defpath)
+    bin_dir = Path(sys.executable).parent
+    if shutil.which("spark-submit", path=path) is None and (bin_dir / "spark-submit").exists():
+        env["PATH"] = f"{bin_dir}{os.pathsep}{path}"
+    return env
+
+
+def _is_small(value: Any) -> bool:
+    if value is None or isinstance(value, str | int | float | bool):
+        return True
+    if isinstance(value, list | tuple):
+        return len(value) <= _MAX_XCOM_LIST and all(
+            v is None or isinstance(v, str | int | float | bool) for v in value
+        )
+    return False
+
+
+def compact_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A job summary without its bulky parts (per-partition lists, the validation report).
+
+    Keeps the common keys and the ``details`` entries that are scalars or short
+    lists of scalars (validation's ``index_only_failure``, ``critical_failures``,
+    ``report_key``, ...).  The full summary stays in the store at ``report_key``.
+    """
+    doc = {key: summary.get(key) for key in _SUMMARY_KEYS}
+    details = summary.get("details") or {}
+    doc["details"] = {k: v for k, v in details.items() if _is_small(v)}
+    return doc
+
+
+def _as_bool(value: Any) -> bool:
+    """Booleans from templates arrive as strings ("True", "false", "")."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def _topics_arg(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.split(",")
+    topics = [str(t).strip() for t in value if str(t).strip()]
+    return topics or None
+
+
+def _exit_code(exc: BaseException) -> int | None:
+    """The spark-submit exit status in the provider's error message, if it names one."""
+    match = re.search(r"Error code is: (-?\d+)", str(exc))
+    return int(match.group(1)) if match else None
+
+
+def _airflow_run_id(context: Context, now: _dt.datetime | None = None) -> str:
+    """A job run id for this task try: UTC start time (sorts) + a digest of the try's key."""
+    ti = context["ti"]
+    key = f"{ti.dag_id}\0{ti.run_id}\0{ti.task_id}\0{ti.map_index}\0{ti.try_number}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    now = now or _dt.datetime.now(_dt.UTC)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-af{digest}"
+
+
+class KfsSparkJobOperator(SparkSubmitOperator):
+    """Run the KFS maintenance job ``job`` on the namespace of a ``kfs`` connection.
+
+    :param job: ``compaction``, ``index_rebuild``, ``retention``, ``checkpoint`` or
+        ``validation``.
+    :param topics: topics to work on, a list or a comma-separated string; empty or
+        None: every topic of the namespace (templated).
+    :param dry_run: report what would change, change nothing; booleans and their
+        string forms ("True", "false") (templated).
+    :param job_args: the job's own flags, e.g. ``["--min-inputs", "4"]`` (templated).
+    :param kfs_conn_id: the ``kfs`` connection naming the store and namespace.
+    :param conn_id: the Spark connection (default ``spark_default``).
+
+    Every other `SparkSubmitOperator` argument (``conf``, ``driver_memory``,
+    ``py_files``, ...) passes through.  Returns `compact_summary` of the run.
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "topics",
+        "job_dry_run",
+        "job_args",
+    )
+    ui_color = "#e8f1fb"
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        topics: str | Sequence[str] | None = None,
+        dry_run: bool | str = False,
+        job_args: Sequence[str] | None = None,
+        kfs_conn_id: str = KfsHook.default_conn_name,
+        conn_id: str = "spark_default",
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("application", job_application(job))
+        kwargs.setdefault("name", f"kfs-{job}")
+        super().__init__(conn_id=conn_id, **kwargs)
+        self.job = job
+        self.topics = topics
+        self.job_dry_run = dry_run  # not "dry_run": BaseOperator has a method of that name
+        self.job_args = list(job_args or [])
+        self.kfs_conn_id = kfs_conn_id
+        self._spark_connection_found: bool | None = None
+
+    # --- spark-submit -----------------------------------------------------------
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        if not self._spark_connection_exists():
+            # The provider's fallback is YARN, which is never what a KFS job without a
+            # Spark connection wants; the jobs themselves default to local[*] too.
+            hook._connection["master"] = LOCAL_MASTER
+            hook._is_yarn = hook._is_yarn_cluster_mode = hook._is_kubernetes = False
+            hook._should_track_driver_status = False
+        return hook
+
+    def _spark_connection_exists(self) -> bool:
+        if self._spark_connection_found is None:
+            try:
+                BaseHook.get_connection(self._conn_id)
+            except AirflowNotFoundException:
+                self._spark_connection_found = False
+                self.log.warning(
+                    "Spark connection %r not found: running spark-submit with master %s",
+                    self._conn_id,
+                    LOCAL_MASTER,
+                )
+            else:
+                self._spark_connection_found = True
+        return self._spark_connection_found
+
+    # --- the run ----------------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        kfs = KfsHook(kfs_conn_id=self.kfs_conn_id)
+        ti = context["ti"]
+        run_id = _airflow_run_id(context)
+        ti.xcom_push(key="kfs_run_id", value=run_id)
+        self.application_args = [
+            *kfs.job_args(topics=_topics_arg(self.topics), dry_run=_as_bool(self.job_dry_run)),
+            *[str(a) for a in self.job_args],
+            "--run-id",
+            run_id,
+        ]
+        # The interpreter and PATH of this worker mean something to a local master only;
+        # a cluster's Python is its spark-defaults' business.
+        local = self._get_hook()._connection["master"].startswith("local")
+        local_env = spark_submit_env() if local else {}
+        self.env_vars = {**local_env, **kfs.job_env(), **(self.env_vars or {})}
+        self._hook = None  # rebuilt with the arguments and environment above
+        try:
+            super().execute(context)
+        except Exception as exc:
+            summary = self._read_summary(kfs, run_id)
+            if summary is not None:
+                ti.xcom_push(key="summary", value=summary)
+            elif _exit_code(exc) != _EXIT_USAGE:
+                raise  # no summary: spark-submit or the job broke before it wrote one
+            raise self._failure(summary, exc) from exc
+        summary = self._read_summary(kfs, run_id)
+        if summary is None:
+            raise AirflowException(
+                f"kfs {self.job}: spark-submit succeeded but run {run_id} left no summary "
+                f"at {self._summary_key(kfs, run_id)}"
+            )
+        ti.xcom_push(key="summary", value=summary)
+        level = logging.INFO if summary["status"] == "ok" else logging.WARNING  # e.g. paused
+        self.log.log(level, "kfs %s %s: %s", self.job, summary["status"], summary["message"])
+        self._describe_outlet_events(context, summary)
+        return summary
+
+    def _failure(self, summary: Mapping[str, Any] | None, exc: BaseException) -> AirflowException:
+        if summary is None:
+            text = f"kfs {self.job}: bad arguments (exit {_EXIT_USAGE}); see the log above"
+        else:
+            text = (
+                f"kfs {self.job} {summary.get('status')}: {summary.get('message')} "
+                f"(summary {summary.get('report_key')})"
+            )
+        if _exit_code(exc) == _EXIT_USAGE or (summary or {}).get("status") == _STATUS_FAILED:
+            return AirflowFailException(text)  # the same input fails the same way: no retry
+        return AirflowException(text)
+
+    def _summary_key(self, kfs: KfsHook, run_id: str) -> str:
+        from spark_jobs.common import report_key
+
+        return report_key(kfs.namespace, self.job, run_id)
+
+    def _read_summary(self, kfs: KfsHook, run_id: str) -> dict[str, Any] | None:
+        """The run's stored summary, compacted; None when the run never wrote one."""
+        from kfs_core.errors import ObjectNotFound
+
+        key = self._summary_key(kfs, run_id)
+        store = kfs.get_store()
+        try:
+            doc = json.loads(store.get(key))
+        except ObjectNotFound:
+            return None
+        except Exception:  # noqa: BLE001 - the task's own error is the one to report
+            self.log.exception("could not read the run summary %s", key)
+            return None
+        finally:
+            store.close()
+        return compact_summary(doc)
+
+    def _describe_outlet_events(self, context: Context, summary: Mapping[str, Any]) -> None:
+        """Put the run's headline into the extra of every asset event this task emits."""
+        for outlet in self.outlets or ():
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra.update(
+                    {
+                        "job": self.job,
+                        "run_id": summary.get("run_id"),
+                        "status": summary.get("status"),
+                        "topics": summary.get("topics"),
+                        "counts": summary.get("counts"),
+                        "report_key": summary.get("report_key"),
+                    }
+                )

@@ -1,0 +1,189 @@
+"""The KFS page: a FastAPI app the Airflow api-server mounts at ``/kfs`` (`kfs_airflow.plugin`).
+
+Routes, relative to the mount point::
+
+    GET /                                              the page (HTML, no JavaScript needed)
+    GET /api/overview                                  the same data as JSON (`Overview`)
+    GET /reports/validation/<run-id>/data_docs/<path>  a Great Expectations Data Docs file
+    GET /static/<file>                                 stylesheet and nav icon (public)
+
+Everything but ``/static`` answers only users logged in to Airflow
+(`kfs_airflow.ui.auth`): the page sends anonymous visitors to Airflow's login
+page, the other routes answer 401.  The namespace is the one the ``kfs_default``
+connection names (`KfsHook`), read afresh on every request; whatever cannot be
+read (no connection, an unreachable store, a damaged catalog or report) is shown
+as a message on the page, never a server error.  Links inside the page are
+relative, so it works at any ``[api] base_url`` and inside the UI's iframe.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from kfs_airflow.overview import (
+    Overview,
+    chart_points,
+    data_docs_key,
+    describe_error,
+    read_overview,
+    unavailable,
+)
+from kfs_airflow.ui.auth import NotLoggedIn, airflow_user, airflow_user_page, login_url
+from kfs_airflow.ui.chart import trend_svg
+from kfs_core.errors import ObjectNotFound
+from kfs_core.storage import ObjectStore
+
+__all__ = ["NamespaceUnavailable", "OpenNamespace", "create_app", "open_connection_namespace"]
+
+HERE = Path(__file__).parent
+TEMPLATES = Jinja2Templates(directory=HERE / "templates")
+
+#: Opens the store of the namespace to show: ``(store, namespace)``.  Raises
+#: `NamespaceUnavailable` (or anything else) with a message for the page.
+OpenNamespace = Callable[[], tuple[ObjectStore, str]]
+
+_User = Annotated[Any, Depends(airflow_user)]
+_PageUser = Annotated[Any, Depends(airflow_user_page)]
+
+# Store files are our own job's output, but they are served on Airflow's origin:
+# never let a browser sniff them into something else, and never frame them elsewhere.
+_DOCS_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "frame-ancestors 'self'",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "private, max-age=60",
+}
+
+
+class NamespaceUnavailable(Exception):
+    """The namespace to show cannot be opened (no connection, a bad store URL ...)."""
+
+
+def open_connection_namespace(conn_id: str = "kfs_default") -> OpenNamespace:
+    """An `OpenNamespace` reading the Airflow connection ``conn_id`` on every call."""
+
+    def open_namespace() -> tuple[ObjectStore, str]:
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from kfs_airflow.hooks import KfsHook
+
+        hook = KfsHook(conn_id)
+        try:
+            return hook.get_store(), hook.namespace
+        except AirflowNotFoundException:
+            raise NamespaceUnavailable(
+                f"Airflow connection {conn_id!r} is not defined: add a connection of type "
+                '"kfs" with extra {"store_url": ..., "namespace": ...}'
+            ) from None
+
+    return open_namespace
+
+
+def _human_bytes(value: int | float | None) -> str:
+    if value is None:
+        return ""
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def _number(value: int | None) -> str:
+    return "" if value is None else f"{value:,}"
+
+
+def _percent(value: float | None) -> str:
+    return "" if value is None else f"{value * 100:.1f}%"
+
+
+TEMPLATES.env.filters["human_bytes"] = _human_bytes
+TEMPLATES.env.filters["number"] = _number
+TEMPLATES.env.filters["percent"] = _percent
+
+
+def create_app(open_namespace: OpenNamespace | None = None) -> FastAPI:
+    """The KFS page app; ``open_namespace`` defaults to the ``kfs_default`` connection."""
+    opener = open_namespace or open_connection_namespace()
+    app = FastAPI(
+        title="KFS",
+        description="KFS namespace overview: topics, partitions, compaction, data quality.",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+
+    @app.exception_handler(NotLoggedIn)
+    async def not_logged_in(request: Request, exc: NotLoggedIn) -> Response:
+        if exc.page:
+            return RedirectResponse(login_url(request), status.HTTP_307_TEMPORARY_REDIRECT)
+        return JSONResponse({"detail": exc.detail}, exc.status_code)
+
+    def overview() -> Overview:
+        try:
+            store, namespace = opener()
+        except Exception as exc:  # noqa: BLE001 - shown on the page
+            message = str(exc) if isinstance(exc, NamespaceUnavailable) else describe_error(exc)
+            return unavailable("", "", f"cannot open the KFS store: {message}")
+        try:
+            return read_overview(store, namespace)
+        except Exception as exc:  # noqa: BLE001 - read_overview keeps its own errors; belt and braces
+            return unavailable(
+                namespace, store.url, f"cannot read the namespace: {describe_error(exc)}"
+            )
+        finally:
+            store.close()
+
+    @app.get("/", response_class=HTMLResponse)
+    def page(request: Request, user: _PageUser) -> Response:
+        data = overview()
+        latest = data.latest_report
+        return TEMPLATES.TemplateResponse(
+            request,
+            "kfs.html",
+            {
+                "overview": data,
+                "latest": latest,
+                "trend": trend_svg(chart_points(data.validation)),
+                "user": user.get_name(),
+            },
+        )
+
+    @app.get("/api/overview")
+    def overview_json(user: _User) -> JSONResponse:
+        return JSONResponse(overview().model_dump(mode="json"))
+
+    @app.get("/reports/validation/{run_id}/data_docs/{path:path}")
+    def data_docs(run_id: str, path: str, user: _User) -> Response:
+        try:
+            store, namespace = opener()
+        except Exception as exc:  # noqa: BLE001
+            raise HTTPException(
+                status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot open the KFS store: {exc}"
+            ) from None
+        try:
+            key = data_docs_key(namespace, run_id, path)
+            if key is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, "no such Data Docs file")
+            try:
+                body = store.get(key)
+            except (ObjectNotFound, ValueError):
+                raise HTTPException(status.HTTP_404_NOT_FOUND, "no such Data Docs file") from None
+        finally:
+            store.close()
+        media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        if media_type.startswith("text/") or media_type in ("application/javascript",):
+            media_type += "; charset=utf-8"
+        return Response(body, media_type=media_type, headers=_DOCS_HEADERS)
+
+    return app

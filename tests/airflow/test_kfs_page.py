@@ -1,0 +1,467 @@
+"""The KFS page: its read model over real stores and reports, and its app inside Airflow's api-server app.
+
+Data comes from the writers the daemon and the jobs use: topics and segments
+from ``tests.spark_jobs.data`` (kfs_core), compaction summaries through
+``spark_jobs.common.execute`` (the envelope every job stores), and validation
+reports from real ``spark_jobs.validation`` runs, Great Expectations and Data
+Docs included, with `InProcessSpark` standing in for the SparkSession (the
+job's only Spark calls are ``parallelize().mapPartitions().collect()`` and
+``createDataFrame().toPandas()``), so no JVM starts.  The app tests mount the
+plugin the way the api-server does: Airflow's own ``create_app`` with the
+simple auth manager, requests through Starlette's TestClient.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kfs_core.catalog import PartitionCatalog, layout
+from kfs_core.storage import ObjectStore, open_store
+from spark_jobs import common
+from spark_jobs.common import JobOptions, JobResult
+from tests.airflow.conftest import kfs_connection_env
+from tests.spark_jobs.data import batch_byte, flip_bit, write_topic
+
+pytestmark = [
+    pytest.mark.airflow,
+    # Great Expectations imports the deprecated sre modules (see tests/spark_jobs/conftest.py).
+    pytest.mark.filterwarnings("ignore:module 'sre_constants' is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:module 'sre_parse' is deprecated:DeprecationWarning"),
+    # airflow.api_fastapi imports svcs, which imports Starlette's TestClient, which warns
+    # about httpx at import time.
+    pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`"),
+]
+
+NS = "ns"
+CLEAN_RUN = "20240101T000000Z-aaaaaa"
+DAMAGED_RUN = "20240101T000500Z-bbbbbb"
+PASSWORD = "kfs-page-test"
+SIMPLE_AUTH_MANAGER = (
+    "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+)
+
+
+# --- data ---------------------------------------------------------------------------
+
+
+class _Rdd:
+    def __init__(self, items: Any) -> None:
+        self.items = list(items)
+
+    def mapPartitions(self, fn: Any) -> _Rdd:  # noqa: N802 - Spark's name
+        return _Rdd(fn(iter(self.items)))
+
+    def collect(self) -> list[Any]:
+        return list(self.items)
+
+
+class _Frame:
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+
+    def toPandas(self) -> Any:  # noqa: N802 - Spark's name
+        import pandas as pd
+
+        from spark_jobs.validation import COLUMNS
+
+        return pd.DataFrame(self.rows, columns=list(COLUMNS))
+
+
+class _Context:
+    defaultParallelism = 1
+    master = "in-process"
+    applicationId = "in-process"
+
+    def parallelize(self, items: Any, slices: int | None = None) -> _Rdd:
+        return _Rdd(items)
+
+
+class InProcessSpark:
+    """The part of a SparkSession `spark_jobs.validation` uses, computed in this process."""
+
+    sparkContext = _Context()
+
+    def createDataFrame(self, rows: list[tuple[Any, ...]], schema: str) -> _Frame:  # noqa: N802
+        return _Frame(rows)
+
+
+def _validate(store: ObjectStore, run_id: str) -> dict[str, Any]:
+    from spark_jobs import validation
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(common, "new_run_id", lambda: run_id)
+        return validation.run(
+            validation.ValidationOptions(store_url=store.url, namespace=NS), InProcessSpark()
+        )
+
+
+def _compaction_summary(
+    store: ObjectStore, run_id: str, *, bytes_in: int, bytes_out: int, dry_run: bool = False
+) -> dict[str, Any]:
+    """A compaction run summary as `spark_jobs.compaction` stores it (counts by its names)."""
+    counts = {
+        "partitions": 2, "partitions_planned": 1, "partitions_merged": 1,
+        "partitions_compacted": 0, "segments_in": 6, "segments_out": 1,
+        "bytes_in": bytes_in, "bytes_out": bytes_out, "bytes_saved": bytes_in - bytes_out,
+        "records_in": 600, "records_out": 600, "records_removed": 0,
+        "conflicts": 0, "errors": 0, "orphaned_objects": 0,
+    }  # fmt: skip
+    details: dict[str, Any] = {
+        "storage": {
+            "input_bytes": bytes_in,
+            "output_bytes": bytes_out,
+            "saved_bytes": bytes_in - bytes_out,
+            "saved_ratio": round((bytes_in - bytes_out) / bytes_in, 6),
+        }
+    }
+    if dry_run:
+        counts = {"partitions": 2, "partitions_planned": 1, "segments_in": 6, "bytes_in": bytes_in}
+        details = {"partitions": []}
+    options = JobOptions(store_url=store.url, namespace=NS, dry_run=dry_run)
+    return common.execute(
+        "compaction",
+        options,
+        lambda ctx: JobResult(common.STATUS_OK, "merged", counts, details),
+        run_id=run_id,
+    )
+
+
+@pytest.fixture(scope="module")
+def reported_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Two topics, two compaction summaries (one a dry run) and two real validation runs.
+
+    The second validation run follows a bit flip in ``clicks/0``, so it fails
+    ``body_crc`` and ``batch_crc``.  Tests read this store; none may change it.
+    """
+    url = (tmp_path_factory.mktemp("reported") / "store").as_uri()
+    store = open_store(url)
+    write_topic(store, NS, "orders", partitions=2, segments=3, records_per_segment=100)
+    write_topic(store, NS, "clicks", partitions=1, segments=2, records_per_segment=50)
+    PartitionCatalog(store, NS, "orders", 1).set_log_start_offset(100)
+    _compaction_summary(store, "20240101T000100Z-cccccc", bytes_in=40_000, bytes_out=10_000)
+    _compaction_summary(store, "20240101T000200Z-dddddd", bytes_in=8_000, bytes_out=0, dry_run=True)
+    _validate(store, CLEAN_RUN)
+    segment = PartitionCatalog(store, NS, "clicks", 0).load().segments[0]
+    key = layout.join(NS, segment.key)
+    flip_bit(store, key, batch_byte(store, key, 1, 70))
+    _validate(store, DAMAGED_RUN)
+    store.close()
+    return url
+
+
+# --- the read model -----------------------------------------------------------------
+
+
+def test_overview_of_topics_partitions_and_runs(reported_store: str) -> None:
+    from kfs_airflow.overview import read_overview
+
+    store = open_store(reported_store)
+    overview = read_overview(store, NS)
+    assert overview.problems == []
+    assert [t.name for t in overview.topics] == ["clicks", "orders"]
+    orders = overview.topics[1]
+    assert (orders.partition_count, orders.segments, orders.record_count) == (2, 6, 600)
+    for p in orders.partitions:
+        state = PartitionCatalog(store, NS, "orders", p.partition).load()
+        assert (p.segments, p.size_bytes, p.record_count) == (
+            len(state.segments), state.size_bytes, state.record_count,
+        )  # fmt: skip
+        assert (p.high_watermark, p.catalog_version) == (300, state.version)
+    assert [p.log_start_offset for p in orders.partitions] == [0, 100]
+
+    compaction = overview.compaction
+    assert [r.run_id for r in compaction.runs] == [
+        "20240101T000200Z-dddddd", "20240101T000100Z-cccccc",
+    ]  # fmt: skip
+    dry, real = compaction.runs
+    assert dry.dry_run and dry.bytes_saved == 0
+    assert (real.bytes_saved, real.saved_ratio, real.segments_out) == (30_000, 0.75, 1)
+    # Dry runs rewrite nothing, so they count towards neither total.
+    assert (compaction.total_bytes_in, compaction.total_bytes_saved) == (40_000, 30_000)
+
+    assert [r.run_id for r in overview.validation] == [DAMAGED_RUN, CLEAN_RUN]
+    latest = overview.latest_report
+    assert latest is not None and latest.run_id == DAMAGED_RUN
+    assert latest.success is False and latest.status == "failed"
+    assert set(latest.critical_failures) == {"body_crc", "batch_crc"}
+    outcomes = {e.id: e.success for e in latest.expectations}
+    assert outcomes["body_crc"] is False and outcomes["header_ok"] is True
+    assert (latest.evaluated, latest.unsuccessful) == (len(outcomes), 2)
+    clean = overview.validation[1]
+    assert clean.success is True and clean.unsuccessful == 0
+    assert latest.data_docs_index == "index.html"
+    assert overview.latest_validation_page is not None
+    assert overview.latest_validation_page.startswith("validations/")
+    assert store.exists(
+        f"{NS}/_reports/validation/{DAMAGED_RUN}/data_docs/{overview.latest_validation_page}"
+    )
+
+
+def test_trend_chart_draws_one_bar_per_run_oldest_first(reported_store: str) -> None:
+    from kfs_airflow.overview import chart_points, read_overview
+    from kfs_airflow.ui.chart import trend_svg
+
+    runs = chart_points(read_overview(open_store(reported_store), NS).validation)
+    svg = str(trend_svg(runs))
+    bars = re.findall(r'data-run-id="([^"]+)" data-passed="(\d+)" data-failed="(\d+)"', svg)
+    evaluated = runs[0].evaluated
+    assert bars == [
+        (CLEAN_RUN, str(evaluated), "0"), (DAMAGED_RUN, str(evaluated - 2), "2"),
+    ]  # fmt: skip
+    assert svg.startswith('<svg id="dq-trend"') and "#c23030" in svg  # a critical failure
+    assert str(trend_svg([])) == ""
+
+
+def test_empty_store_has_no_problems_only_nothing_to_show(tmp_path: Path) -> None:
+    from kfs_airflow.overview import read_overview
+
+    overview = read_overview(open_store(str(tmp_path / "empty")), NS)
+    assert (overview.topics, overview.validation, overview.compaction.runs) == ([], [], [])
+    assert overview.problems == [] and overview.latest_report is None
+
+
+def test_damaged_catalogs_and_reports_become_messages(tmp_path: Path) -> None:
+    from kfs_airflow.overview import read_overview
+
+    store = open_store(str(tmp_path / "store"))
+    write_topic(store, NS, "orders", partitions=2, segments=2, records_per_segment=50)
+    write_topic(store, NS, "broken", partitions=1, segments=1, records_per_segment=10)
+    # A commit that is not JSON: orders/1 cannot be loaded, orders/0 still can.
+    store.put(layout.log_prefix(NS, "orders", 1) + layout.commit_name(0), b"not json")
+    # A topic record that is not a topic record.
+    store.put(f"{NS}/_topics/broken.json", b"{}")
+    store.put(f"{NS}/_reports/compaction/20240101T000000Z-eeeeee.json", b"{truncated")
+    store.put(f"{NS}/_reports/validation/20240101T000000Z-ffffff.json", b"[1, 2]")
+    # A run whose report was never written (killed between summary and upload).
+    summary = {"job": "validation", "status": "ok", "details": {
+        "report_key": f"{NS}/_reports/validation/20240102T000000Z-abcdef/report.json"}}  # fmt: skip
+    store.put(
+        f"{NS}/_reports/validation/20240102T000000Z-abcdef.json", json.dumps(summary).encode()
+    )
+
+    overview = read_overview(store, NS)
+    assert overview.problems == []
+    broken, orders = overview.topics
+    assert broken.error is not None and "CorruptCatalog" in broken.error
+    assert orders.partitions[0].error is None and orders.partitions[0].high_watermark == 100
+    assert orders.partitions[1].error is not None
+    assert orders.partitions[1].error.startswith("catalog unreadable: CorruptCatalog")
+    [compaction] = overview.compaction.runs
+    assert compaction.status == "unreadable" and "JSONDecodeError" in (compaction.error or "")
+    missing, not_an_object = overview.validation
+    assert missing.success is None and "is missing" in (missing.error or "")
+    assert not_an_object.status == "unreadable" and "not an object" in (not_an_object.error or "")
+
+
+def test_a_summary_without_the_report_falls_back_to_report_json(
+    reported_store: str, tmp_path: Path
+) -> None:
+    from kfs_airflow.overview import read_validation
+
+    source = open_store(reported_store)
+    store = open_store(str(tmp_path / "copy"))
+    for info in source.list(f"{NS}/_reports/validation/"):
+        if not info.key.endswith(".html"):
+            store.put(info.key, source.get(info.key))
+    key = f"{NS}/_reports/validation/{DAMAGED_RUN}.json"
+    summary = json.loads(store.get(key))
+    with_report = read_validation(store, NS)[0]
+    del summary["details"]["report"]
+    store.put(key, json.dumps(summary).encode())
+    assert read_validation(store, NS)[0] == with_report
+
+
+@pytest.mark.parametrize(
+    ("run_id", "path", "allowed"),
+    [
+        (CLEAN_RUN, "index.html", True),
+        (CLEAN_RUN, "static/styles/data_docs_default_styles.css", True),
+        (CLEAN_RUN, "../report.json", False),
+        (CLEAN_RUN, "validations/../../report.json", False),
+        (CLEAN_RUN, "", False),
+        (CLEAN_RUN, "static//x.css", False),
+        (CLEAN_RUN, "./index.html", False),
+        (CLEAN_RUN, "a\\..\\b", False),
+        ("..", "index.html", False),
+        ("../compaction", "index.html", False),
+        ("a..b", "index.html", False),
+        (".hidden", "index.html", False),
+    ],
+)
+def test_data_docs_keys_stay_inside_the_runs_data_docs(
+    run_id: str, path: str, allowed: bool
+) -> None:
+    from kfs_airflow.overview import data_docs_key
+
+    key = data_docs_key(NS, run_id, path)
+    if allowed:
+        assert key == f"{NS}/_reports/validation/{run_id}/data_docs/{path}"
+    else:
+        assert key is None
+
+
+# --- the app inside Airflow's api-server app ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def airflow_app(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Airflow's api-server app (core) with the simple auth manager: users admin and viewer."""
+    passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
+    passwords.write_text(json.dumps({"admin": PASSWORD, "viewer": PASSWORD}))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW__CORE__AUTH_MANAGER", SIMPLE_AUTH_MANAGER)
+        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,viewer:viewer")
+        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(passwords))
+        mp.setenv("AIRFLOW__API_AUTH__JWT_SECRET", secrets.token_urlsafe(64))
+        from airflow.api_fastapi.app import create_app, purge_cached_app
+
+        try:
+            yield create_app(apps="core")
+        finally:
+            purge_cached_app()
+
+
+@pytest.fixture
+def client(airflow_app: Any) -> Any:
+    from fastapi.testclient import TestClient
+
+    return TestClient(airflow_app)
+
+
+def _login(client: Any, username: str = "admin") -> dict[str, str]:
+    response = client.post("/auth/token", json={"username": username, "password": PASSWORD})
+    assert response.status_code == 201, response.text
+    return {"Authorization": f"Bearer {response.json()['access_token']}"}
+
+
+def test_anonymous_requests_are_refused(
+    client: Any, reported_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(reported_store, NS))
+    page = client.get("/kfs/", follow_redirects=False)
+    assert page.status_code == 307
+    assert page.headers["location"].startswith("/auth/login?next=")
+    assert "%2Fkfs%2F" in page.headers["location"]
+    assert client.get("/kfs/api/overview").status_code == 401
+    docs = f"/kfs/reports/validation/{CLEAN_RUN}/data_docs/index.html"
+    assert client.get(docs).status_code == 401
+    forged = {"Authorization": "Bearer eyJhbGciOiJIUzUxMiJ9.e30.c2lnbmF0dXJl"}
+    assert client.get("/kfs/api/overview", headers=forged).status_code in (401, 403)
+    # A forged cookie sends the page to the login form too.
+    client.cookies.set("_token", "not-a-jwt")
+    assert client.get("/kfs/", follow_redirects=False).status_code == 307
+    # The stylesheet and icon are public: the nav shows the icon before anyone logs in.
+    assert client.get("/kfs/static/kfs.css").status_code == 200
+
+
+def test_the_page_shows_topics_partitions_and_data_quality(
+    client: Any, reported_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(reported_store, NS))
+    token = _login(client, "viewer")["Authorization"].split()[1]
+    client.cookies.set("_token", token)  # what the UI's login form leaves behind
+    response = client.get("/kfs/")
+    assert response.status_code == 200
+    html = response.text
+    assert "signed in as viewer" in html
+    row = re.search(
+        r'<tr class="partition" data-topic="orders" data-partition="1">(.*?)</tr>', html, re.S
+    )
+    assert row is not None
+    assert re.search(r'class="num log-start">100<', row.group(1))
+    assert re.search(r'class="num high-watermark">300<', row.group(1))
+    assert 'data-topic="clicks"' in html
+    assert re.search(r'data-expectation="body_crc" data-success="false"', html)
+    assert re.search(r'data-expectation="header_ok" data-success="true"', html)
+    assert html.count('<g class="run ') == 2
+    assert "29.3 KiB" in html  # 30,000 bytes saved by the compaction run
+    link = re.search(r'id="data-docs-link" href="([^"]+)"', html)
+    assert link is not None and link.group(1).startswith(f"reports/validation/{DAMAGED_RUN}/")
+
+
+def test_json_and_data_docs_for_a_bearer_token(
+    client: Any, reported_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kfs_airflow.overview import read_overview
+
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(reported_store, NS))
+    auth = _login(client)
+    data = client.get("/kfs/api/overview", headers=auth).json()
+    expected = read_overview(open_store(reported_store), NS).model_dump(mode="json")
+    for doc in (data, expected):
+        doc.pop("generated_at")
+    assert data == expected
+
+    base = f"/kfs/reports/validation/{DAMAGED_RUN}/data_docs/"
+    index = client.get(base + "index.html", headers=auth)
+    assert index.status_code == 200
+    assert index.headers["content-type"] == "text/html; charset=utf-8"
+    assert index.headers["x-content-type-options"] == "nosniff"
+    assert "kfs_segments" in index.text
+    page = client.get(base + data["latest_validation_page"], headers=auth)
+    assert page.status_code == 200 and "body_crc" in page.text
+    css = client.get(base + "static/styles/data_docs_default_styles.css", headers=auth)
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+    assert client.get(base + "no-such-file.html", headers=auth).status_code == 404
+    # Traversal attempts, percent-encoded so no client normalises them away first.
+    for path in (
+        "..%2F..%2F..%2F_topics%2Forders.json",
+        "%2E%2E/report.json",
+        "static/%2e%2e/%2e%2e/report.json",
+    ):
+        assert client.get(base + path, headers=auth).status_code == 404, path
+    escape = f"/kfs/reports/validation/%2E%2E/data_docs/{DAMAGED_RUN}.json"
+    assert client.get(escape, headers=auth).status_code == 404
+
+
+def test_no_connection_or_a_bad_store_url_is_a_message_not_an_error(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    auth = _login(client)
+    monkeypatch.delenv("AIRFLOW_CONN_KFS_DEFAULT", raising=False)
+    page = client.get("/kfs/", headers=auth)
+    assert page.status_code == 200
+    assert "connection &#39;kfs_default&#39; is not defined" in page.text
+    data = client.get("/kfs/api/overview", headers=auth).json()
+    assert data["topics"] == [] and "kfs_default" in data["problems"][0]
+    docs = client.get(f"/kfs/reports/validation/{CLEAN_RUN}/data_docs/index.html", headers=auth)
+    assert docs.status_code == 503
+
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env("ftp://nowhere/kfs"))
+    page = client.get("/kfs/", headers=auth)
+    assert page.status_code == 200 and "unsupported store URL" in page.text
+
+
+def test_an_empty_namespace_says_so(
+    client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env((tmp_path / "s").as_uri()))
+    page = client.get("/kfs/", headers=_login(client))
+    assert page.status_code == 200
+    assert "No topics in this namespace yet" in page.text
+    assert "No compaction runs reported yet" in page.text
+    assert "No validation reports yet" in page.text
+    assert 'id="problems"' not in page.text
+
+
+def test_a_damaged_namespace_still_renders(
+    client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = (tmp_path / "s").as_uri()
+    store = open_store(url)
+    write_topic(store, "default", "orders", partitions=2, segments=1, records_per_segment=10)
+    store.put(layout.log_prefix("default", "orders", 0) + layout.commit_name(0), b"\x00garbage")
+    store.put("default/_reports/validation/20240101T000000Z-000000.json", b"{")
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(url))
+    page = client.get("/kfs/", headers=_login(client))
+    assert page.status_code == 200
+    assert "catalog unreadable: CorruptCatalog" in page.text
+    assert re.search(r'data-partition="1">.*?high-watermark">10<', page.text, re.S)
+    assert "summary unreadable" in page.text
