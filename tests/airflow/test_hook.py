@@ -56,3 +56,14 @@ def test_a_connection_without_a_store_url_is_a_clear_error(monkeypatch: pytest.M
     with pytest.raises(KfsConnectionError, match="no store_url"):
         KfsHook().get_store()
     assert KfsHook().test_connection()[0] is False
+
+
+def test_the_kfs_connection_type_is_registered_with_airflow() -> None:
+    from airflow.providers_manager import ProvidersManager
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    assert "kfs" in ProvidersManager().providers
+    hook = ProvidersManagerTaskRuntime().hooks["kfs"]
+    assert hook is not None
+    assert hook.hook_class_name == "kfs_airflow.hooks.KfsHook"
+    assert hook.connection_id_attribute_name == "kfs_conn_id"
