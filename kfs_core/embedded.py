@@ -81,6 +81,11 @@ SETUP_COMMAND_S: Final = 300.0
 API_SERVER_START_S: Final = 240.0
 TICK_S: Final = 0.2
 LOG_TAIL_LINES: Final = 20
+# On first start, once the demo stream has sealed a segment, `kfs run` triggers
+# kfs_validation so a new user has a data-quality report within minutes.
+FIRST_REPORT_DAG: Final = "kfs_validation"
+FIRST_REPORT_MARKER: Final = "first-report-triggered"
+FIRST_REPORT_CHECK_S: Final = 10.0
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -657,6 +662,7 @@ class Supervisor:
     def _supervise(self) -> None:
         """Until a signal: watch the children; one exiting is a failure."""
         last_reap = time.monotonic()
+        last_report_check = 0.0
         while not self.signals:
             for child in self._children():
                 if child.exited():
@@ -664,7 +670,51 @@ class Supervisor:
             if self._subreaper and time.monotonic() - last_reap > 5:
                 _reap_orphans({c.pid for c in self._children()})
                 last_reap = time.monotonic()
+            if time.monotonic() - last_report_check > FIRST_REPORT_CHECK_S:
+                last_report_check = time.monotonic()
+                self._first_report()
             time.sleep(TICK_S)
+
+    def _first_report(self) -> None:
+        """On first start: trigger kfs_validation once the demo topic has a segment.
+
+        Tried every few seconds until it succeeds (the DAG may not be parsed
+        yet); a marker in Airflow's home makes it happen once per home.
+        """
+        o = self.options
+        marker = o.airflow_home / FIRST_REPORT_MARKER
+        if not (o.airflow and o.demo) or marker.exists():
+            return
+        if not self._demo_has_segments():
+            return
+        try:
+            run_id = trigger_dag(
+                o.airflow_url,
+                ADMIN_USER,
+                admin_password(o.airflow_home),
+                FIRST_REPORT_DAG,
+                note="Triggered by kfs run on first start: the demo's first data-quality report.",
+            )
+        except (urllib.error.URLError, OSError, ValueError, KeyError):
+            return  # not parsed yet, or the api-server is busy: next time
+        marker.write_text(run_id + "\n")
+        self.out.say(
+            f"kfs run: triggered {FIRST_REPORT_DAG} ({run_id}); "
+            "its report shows on the KFS page in a few minutes"
+        )
+
+    def _demo_has_segments(self) -> bool:
+        from kfs_core.catalog import layout
+        from kfs_core.demo import DEMO_TOPIC
+        from kfs_core.storage import open_store
+
+        s = self.options.settings
+        try:
+            store = open_store(s.store_url, endpoint_url=s.s3_endpoint_url or None)
+            prefix = layout.join(s.namespace, DEMO_TOPIC, "")
+            return any(info.key.endswith(".kfs") for info in store.list(prefix))
+        except (KfsError, OSError, ValueError):
+            return False
 
     def _children(self) -> list[Child]:
         """The long-running children (a set-up step is watched by its own loop)."""
@@ -840,6 +890,25 @@ class Supervisor:
             yield
         finally:
             lock.close()
+
+
+def trigger_dag(base_url: str, user: str, password: str, dag_id: str, *, note: str) -> str:
+    """Trigger a DAG run through Airflow's REST API; its run id.  Raises URLError on failure."""
+
+    def post(path: str, body: dict[str, object], token: str | None = None) -> dict[str, object]:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        request = urllib.request.Request(
+            base_url + path, data=json.dumps(body).encode(), headers=headers, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            doc: dict[str, object] = json.loads(response.read())
+            return doc
+
+    token = str(post("/auth/token", {"username": user, "password": password})["access_token"])
+    run = post(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "note": note}, token)
+    return str(run["dag_run_id"])
 
 
 def _http_ok(url: str) -> bool:

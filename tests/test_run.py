@@ -108,8 +108,8 @@ def kfs_env(home: Path, **extra: str) -> dict[str, str]:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
         }
     )
-    # The DAGs are unpaused, as for a user, but unscheduled: no Spark jobs on a
-    # 2-core CI machine (kfs_validation then waits for compactions, which never come).
+    # The DAGs are unpaused, as for a user, but unscheduled: on a 2-core CI machine
+    # the only Spark job is the kfs_validation run `kfs run` triggers on first start.
     for job in ("COMPACTION", "INDEX_REBUILD", "RETENTION", "CHECKPOINT", "VALIDATION"):
         env[f"KFS_SCHEDULE_{job}"] = "none"
     env.update(extra)
@@ -330,6 +330,41 @@ def test_demo_events_receive_json_records(launched: KfsRun) -> None:
     events = [json.loads(m.value()) for m in messages]
     assert all({"event_id", "ts", "user", "action"} <= e.keys() for e in events)
     assert all(m.key().decode() == e["user"] for m, e in zip(messages, events, strict=True))
+
+
+@pytest.mark.airflow
+@pytest.mark.slow
+@pytest.mark.spark
+def test_first_start_triggers_validation_and_its_report_reaches_the_kfs_page(
+    launched: KfsRun,
+) -> None:
+    """A new user's path: a first data-quality report, read on the KFS page, with no clicks."""
+    auth = token(launched)
+    runs_url = f"{launched.airflow_url}/api/v2/dags/kfs_validation/dagRuns"
+
+    def finished_run() -> dict[str, Any] | None:
+        status, body = http("GET", runs_url, token=auth)
+        assert status == 200, body
+        done = [r for r in body["dag_runs"] if r["state"] in ("success", "failed")]
+        return done[0] if done else None
+
+    try:
+        run = wait_for(finished_run, timeout=400, interval=2, what="the first kfs_validation run")
+    except TimeoutError:
+        raise AssertionError(launched.output) from None
+    assert run["state"] == "success", run
+    assert "first start" in (run.get("note") or ""), run
+    assert (launched.home / "airflow" / "first-report-triggered").read_text().strip() == run[
+        "dag_run_id"
+    ]
+    assert "triggered kfs_validation" in launched.output
+
+    status, overview = http("GET", f"{launched.airflow_url}/kfs/api/overview", token=auth)
+    assert status == 200, overview
+    assert "demo-events" in {t["name"] for t in overview["topics"]}, overview
+    latest = next(r for r in overview["validation"] if r["success"] is not None)
+    assert latest["success"] is True, latest
+    assert latest["evaluated"] > 0 and latest["unsuccessful"] == 0, latest
 
 
 @pytest.mark.airflow
