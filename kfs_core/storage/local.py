@@ -280,6 +280,10 @@ class LocalObjectStore(ObjectStore):
         except FileExistsError:
             if os.path.isdir(directory):
                 return  # a concurrent writer made it
+            if not os.path.lexists(directory):
+                # Made by a concurrent writer, then pruned by a concurrent delete
+                # before we looked: the caller makes it again.
+                raise FileNotFoundError(directory) from None
             raise self._prefix_conflict(key, self._relative(directory)) from None
         except NotADirectoryError:
             raise self._prefix_conflict(key, self._relative(parent)) from None
