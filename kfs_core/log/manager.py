@@ -6,15 +6,18 @@ the background on the same event loop; blocking work (object store requests,
 catalog commits, sealing segments) runs on the manager's thread pool, so the
 loop never waits on I/O.
 
-Write path.  ``append`` validates the batches (`validate_produce`), charges
-their size to the `MemoryPool` (waiting while it is full), then under the
-partition's lock assigns offsets in place, stamps LogAppendTime when the
-topic asks for it, puts the batches into the partition's `PartitionBuffer`
-and queues the WAL frame -- the lock is released once the frame is queued,
-not when it is durable, so concurrent producers share fsyncs and offsets are
-assigned in exactly WAL order.  When the WAL acknowledges (per its
-durability mode), the partition's high watermark moves past the batch and the
-producer gets its `AppendResult`.
+Write path.  ``append_many`` takes every partition of one produce request
+(``append`` is the one-partition case).  It validates each partition's
+batches (`validate_produce`), charges their size to the `MemoryPool`
+(waiting while it is full), then, in one step with no await inside, assigns
+offsets in place, stamps LogAppendTime when the topic asks for it, puts the
+batches into the partitions' `PartitionBuffer` and queues one WAL group (a
+frame per partition, `WalManager.append_group`).  Nothing else runs on the
+loop in between, so offsets are assigned in exactly WAL order without a
+lock, and the step ends once the frames are queued, not when they are
+durable, so concurrent producers share fsyncs.  When the WAL acknowledges
+(per its durability mode), each partition's high watermark moves past its
+batches and the producer gets an `AppendResult` per partition.
 
 Flush.  A background task seals a partition's acknowledged batches into
 segments (`seal_segments`) when they reach ``segment_bytes``, are older than
@@ -29,6 +32,8 @@ produced unless the topic's ``compression.type`` names a codec, or it is
 ``producer`` and ``compression_codec`` (``KFS_COMPRESSION_CODEC``) names one
 for the batches producers left uncompressed: then the batch is re-encoded
 (`segments.Recompression`), and fetches after the commit return it so.
+The segments of one cycle upload side by side (``upload_concurrency``),
+each before its index; a busy partition seals several per cycle.
 
 Read path, cheapest first: the partition buffer (offsets not yet committed),
 then the committed segments through `SegmentFetcher` (`reader`): L1 whole
@@ -123,7 +128,13 @@ from kfs_core.log.segments import (
     seal_segments,
 )
 from kfs_core.log.validate import validate_produce
-from kfs_core.log.wal_manager import RecoveredBatch, TornTail, WalManager
+from kfs_core.log.wal_manager import (
+    RecoveredBatch,
+    TornTail,
+    WalAppend,
+    WalManager,
+    WalPosition,
+)
 from kfs_core.records.batch import (
     assign_offsets_into,
     decode_batch,
@@ -209,6 +220,7 @@ class LogSettings:
     compression_codec: str = "none"
     pressure_ratio: float = 0.75  # pool fill that starts an emergency flush
     flush_concurrency: int = 8  # partitions flushing at once
+    upload_concurrency: int = 4  # segments of one partition's flush uploaded at once
     readahead_concurrency: int = 4  # segments prefetched at once
     io_threads: int = 32  # the thread pool for store requests and commits
     index_interval: int = 100  # messages between index entries
@@ -226,6 +238,7 @@ class LogSettings:
             "flush_interval_ms",
             "pool_bytes",
             "flush_concurrency",
+            "upload_concurrency",
             "readahead_concurrency",
             "io_threads",
             "index_interval",
@@ -326,6 +339,19 @@ class StartReport:
 
 
 @dataclass(eq=False, slots=True)
+class _StagedAppend:
+    """One partition of a produce request on its way: validated, then charged, then logged."""
+
+    index: int  # its place in the request
+    p: _Partition
+    info: TopicInfo
+    buf: bytearray | memoryview  # ours to edit in place
+    batches: list[tuple[int, BatchHeader]]
+    base_offset: int = -1  # assigned by `LogManager._assign_and_log`
+    append_time: int = -1  # stamped LogAppendTime, else -1
+
+
+@dataclass(eq=False, slots=True)
 class _PendingAppend:
     """An append queued in the WAL, in offset order; visible once it and all before it are acked."""
 
@@ -349,7 +375,6 @@ class _Partition:
         self.next_offset = state.high_watermark  # the next offset to assign
         self.high_watermark = state.high_watermark  # everything below is acknowledged
         self.buffer = PartitionBuffer()
-        self.append_lock = asyncio.Lock()
         self.pending: deque[_PendingAppend] = deque()
         self.flush_task: asyncio.Task[None] | None = None
         self.next_sequential_read = -1  # where a consumer continuing its last fetch starts
@@ -641,6 +666,24 @@ class LogManager:
             if entry is not None:
                 entry.refreshing = False
 
+    async def open_partitions(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> None:
+        """Load the catalog state of those ``(topic, partition)`` not loaded yet.
+
+        Returns at once (without yielding to the loop) when all are loaded.
+        A server awaits it before it reads the next request of a connection,
+        so that request's appends cannot overtake these: `append_many` then
+        finds its partitions open and assigns offsets without waiting.
+        Errors and timeouts are left for `append_many` to report per partition.
+        """
+        missing = {key for key in keys if key not in self._partitions}
+        if not missing:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                for topic, partition in sorted(missing):
+                    with contextlib.suppress(Exception):
+                        await self._partition(topic, partition)
+
     async def _partition(self, topic: str, partition: int) -> tuple[_Partition, TopicInfo]:
         info = await self._topic_info(topic)
         if not 0 <= partition < info.partitions:
@@ -772,17 +815,68 @@ class LogManager:
         assigned the write may still become visible, like any timed-out
         produce), `LogStorageError` (the WAL failed) or `LogClosed`.
         """
+        (outcome,) = await self.append_many([(topic, partition, records)], timeout_s=timeout_s)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def append_many(
+        self,
+        appends: Sequence[tuple[str, int, bytes | bytearray | memoryview]],
+        *,
+        timeout_s: float,
+        owned: bool = False,
+    ) -> list[AppendResult | Exception]:
+        """`append` for every ``(topic, partition, records)`` of one produce request.
+
+        Returns one outcome per append, in order: its `AppendResult` or the
+        exception `append` would raise.  The partitions that pass validation
+        are assigned offsets together, in one step, and go to the WAL as one
+        group (`WalManager.append_group`): one hand-off to the WAL writer and
+        one wake-up back for the whole request.  With ``owned=True`` the
+        caller gives up writable ``records`` buffers (the request frame): the
+        offsets are assigned in them in place and the partition buffers keep
+        views of them instead of copies, so they must not change afterwards.
+        Raises only `LogClosed` or `LogStorageError`, before anything is stored.
+        """
         self._check_writable()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        outcomes: list[AppendResult | Exception | None] = [None] * len(appends)
+        staged: list[_StagedAppend] = []
         try:
             async with asyncio.timeout_at(deadline):
-                p, info = await self._partition(topic, partition)
+                for index, (topic, partition, records) in enumerate(appends):
+                    try:
+                        p, info = await self._partition(topic, partition)
+                        staged.append(self._validate(index, p, info, records, owned))
+                    except Exception as exc:
+                        outcomes[index] = exc
         except TimeoutError:
-            raise RequestTimedOut(
-                f"{topic}-{partition}: the partition did not open in time"
-            ) from None
-        buf = bytearray(records)  # ours to edit in place; the caller may reuse its buffer
+            for index, (topic, partition, _) in enumerate(appends):
+                if outcomes[index] is None and not any(s.index == index for s in staged):
+                    outcomes[index] = RequestTimedOut(
+                        f"{topic}-{partition}: the partition did not open in time"
+                    )
+        staged = await self._charge(staged, outcomes, deadline)
+        if staged:
+            await self._log_and_wait(staged, outcomes, deadline, timeout_s)
+        assert all(outcome is not None for outcome in outcomes)
+        return outcomes  # type: ignore[return-value]
+
+    def _validate(
+        self,
+        index: int,
+        p: _Partition,
+        info: TopicInfo,
+        records: bytes | bytearray | memoryview,
+        owned: bool,
+    ) -> _StagedAppend:
+        """Check one partition's batches; its buffer is ours to edit in place from here on."""
+        if owned and isinstance(records, memoryview) and not records.readonly:
+            buf: bytearray | memoryview = records
+        else:
+            buf = bytearray(records)  # the caller may reuse its buffer
         try:
             batches = validate_produce(
                 buf,
@@ -800,101 +894,170 @@ class LogManager:
         except LogError:
             self._metrics.produce_rejected += 1
             raise
-        size = len(buf)
+        return _StagedAppend(index, p, info, buf, batches)
+
+    async def _charge(
+        self,
+        staged: list[_StagedAppend],
+        outcomes: list[AppendResult | Exception | None],
+        deadline: float,
+    ) -> list[_StagedAppend]:
+        """Charge the staged appends to the pool, in order; the rest time out with the first."""
+        loop = asyncio.get_running_loop()
+        for k, item in enumerate(staged):
+            try:
+                await self._pool.acquire(len(item.buf), max(deadline - loop.time(), 0.0))
+            except RequestTimedOut as exc:
+                for later in staged[k:]:
+                    self._metrics.produce_timeouts += 1
+                    outcomes[later.index] = exc
+                return staged[:k]
+            except BaseException:  # cancelled: give back what this request holds
+                for earlier in staged[:k]:
+                    self._pool.release(len(earlier.buf))
+                raise
+        return staged
+
+    async def _log_and_wait(
+        self,
+        staged: list[_StagedAppend],
+        outcomes: list[AppendResult | Exception | None],
+        deadline: float,
+        timeout_s: float,
+    ) -> None:
+        """Assign offsets, buffer and queue the WAL group in one step; wait for visibility.
+
+        Once ``staged`` is charged, the charge is the buffer's (released by
+        the flush) or, for an append refused here, given back here.
+        """
+        ready: list[_StagedAppend] = []
+        for item in staged:
+            try:
+                self._check_writable(item.p)
+            except LogError as exc:
+                outcomes[item.index] = exc
+                self._pool.release(len(item.buf))
+            else:
+                ready.append(item)
+        if not ready:
+            return
         try:
-            await self._pool.acquire(size, max(deadline - loop.time(), 0.0))
-        except RequestTimedOut:
-            self._metrics.produce_timeouts += 1
-            raise
-        charged = True  # until the buffer holds the batches, the charge is ours to return
+            pending = self._assign_and_log(ready)
+        except Exception as exc:  # the WAL refused the group: nothing was assigned
+            refusal: Exception = exc
+            if isinstance(exc, WalError):  # it failed or is closed
+                refusal = LogStorageError(self._fail(exc).message)
+            for item in ready:
+                self._pool.release(len(item.buf))
+                outcomes[item.index] = refusal
+            return
         try:
             async with asyncio.timeout_at(deadline):
-                async with p.append_lock:
-                    self._check_writable(p)
-                    pending, base_offset, append_time = self._assign_and_log(
-                        p, buf, batches, info.log_append_time
-                    )
-                    charged = False
-                    # The WAL task was created above; its first step (which queues
-                    # the frame) is already scheduled, and callbacks run in the
-                    # order they were scheduled.  Yielding once lets it run
-                    # before the lock passes to the next append, so WAL order
-                    # is offset order without waiting for the fsync here.
-                    await asyncio.sleep(0)
-                await asyncio.shield(pending.visible)
+                for item, visible in zip(ready, pending, strict=True):
+                    try:
+                        await asyncio.shield(visible)
+                    except LogError as exc:  # the WAL failed, or the topic was deleted
+                        outcomes[item.index] = exc
+                    else:
+                        outcomes[item.index] = AppendResult(
+                            item.base_offset, item.append_time, item.p.state.log_start_offset
+                        )
         except TimeoutError:
-            self._metrics.produce_timeouts += 1
-            raise RequestTimedOut(
-                f"{p.name}: the WAL did not acknowledge within {timeout_s}s; the write may "
-                "still become visible"
-            ) from None
-        finally:
-            if charged:
-                self._pool.release(size)
+            for item in ready:
+                if outcomes[item.index] is None:
+                    self._metrics.produce_timeouts += 1
+                    outcomes[item.index] = RequestTimedOut(
+                        f"{item.p.name}: the WAL did not acknowledge within {timeout_s}s; the "
+                        "write may still become visible"
+                    )
         m = self._metrics
-        m.produce_requests += 1
-        m.produce_batches += len(batches)
-        m.produce_records += sum(header.record_count for _, header in batches)
-        m.produce_bytes += size
-        return AppendResult(base_offset, append_time, p.state.log_start_offset)
+        for item in ready:
+            if isinstance(outcomes[item.index], AppendResult):
+                m.produce_requests += 1
+                m.produce_batches += len(item.batches)
+                m.produce_records += sum(header.record_count for _, header in item.batches)
+                m.produce_bytes += len(item.buf)
 
-    def _assign_and_log(
-        self,
-        p: _Partition,
-        buf: bytearray,
-        batches: list[tuple[int, BatchHeader]],
-        log_append_time: bool,
-    ) -> tuple[_PendingAppend, int, int]:
-        """Assign offsets, stamp, buffer and queue in the WAL: one step, no await inside."""
-        loop = asyncio.get_running_loop()
-        base_offset = p.next_offset
-        next_offset = assign_offsets_into(buf, base_offset, object_name=p.name)
-        append_time = -1
-        if log_append_time:
-            append_time = self._clock()
-            for pos, _ in batches:
-                stamp_log_append_time_into(buf, append_time, pos, object_name=p.name)
-        data = bytes(buf)
-        view = memoryview(data)
-        now = time.monotonic()
-        offset = base_offset
-        for pos, header in batches:
-            last = offset + header.last_offset_delta
-            max_timestamp = append_time if log_append_time else header.max_timestamp
-            p.buffer.append(
-                BufferedBatch(offset, last, max_timestamp, view[pos : pos + header.total_size], now)
+    def _assign_and_log(self, ready: list[_StagedAppend]) -> list[asyncio.Future[None]]:
+        """Assign offsets, stamp, buffer and queue in the WAL: one step, no await inside.
+
+        Offsets are assigned in exactly WAL order without a lock: nothing else
+        runs on the loop between the assignment and the WAL queueing the
+        frames.  Returns each append's visibility future.
+        """
+        next_offsets: dict[tuple[str, int], int] = {}
+        wal_appends: list[WalAppend] = []
+        for item in ready:
+            p = item.p
+            base_offset = next_offsets.get((p.topic, p.partition), p.next_offset)
+            next_offset = assign_offsets_into(item.buf, base_offset, object_name=p.name)
+            if item.info.log_append_time:
+                item.append_time = self._clock()
+                for pos, _ in item.batches:
+                    stamp_log_append_time_into(item.buf, item.append_time, pos, object_name=p.name)
+            item.base_offset = base_offset
+            next_offsets[(p.topic, p.partition)] = next_offset
+            wal_appends.append(
+                WalAppend(p.topic, p.partition, base_offset, item.buf, next_offset - 1)
             )
-            offset = last + 1
-        p.next_offset = next_offset
-        pending = _PendingAppend(next_offset - 1, loop.create_future())
-        p.pending.append(pending)
-        task = loop.create_task(self.wal.append_async(p.topic, p.partition, base_offset, data))
-        task.add_done_callback(functools.partial(self._on_wal_done, p, pending))
-        return pending, base_offset, append_time
+        # Queued before any partition changes: if the WAL refuses, nothing happened.
+        written = self.wal.append_group(wal_appends)
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        appends: list[tuple[_Partition, _PendingAppend]] = []
+        for item in ready:
+            p = item.p
+            view = memoryview(item.buf)
+            offset = item.base_offset
+            for pos, header in item.batches:
+                last = offset + header.last_offset_delta
+                max_timestamp = (
+                    item.append_time if item.info.log_append_time else header.max_timestamp
+                )
+                p.buffer.append(
+                    BufferedBatch(
+                        offset, last, max_timestamp, view[pos : pos + header.total_size], now
+                    )
+                )
+                offset = last + 1
+            p.next_offset = offset
+            pending = _PendingAppend(offset - 1, loop.create_future())
+            p.pending.append(pending)
+            appends.append((p, pending))
+        asyncio.wrap_future(written, loop=loop).add_done_callback(
+            functools.partial(self._on_wal_done, appends)
+        )
+        return [pending.visible for _, pending in appends]
 
-    def _on_wal_done(self, p: _Partition, pending: _PendingAppend, task: asyncio.Task[Any]) -> None:
+    def _on_wal_done(
+        self,
+        appends: list[tuple[_Partition, _PendingAppend]],
+        group: asyncio.Future[list[WalPosition]],
+    ) -> None:
         error: BaseException | None
-        error = WalError("the WAL append was cancelled") if task.cancelled() else task.exception()
+        error = WalError("the WAL append was cancelled") if group.cancelled() else group.exception()
         if error is not None:
             failure = self._fail(error)
             # The WAL acknowledges nothing after its first failure, so neither
-            # this append nor any later one of the partition becomes visible.
-            for later in p.pending:
-                if later.last_offset >= pending.last_offset and not later.visible.done():
-                    later.visible.set_exception(LogStorageError(failure.message))
-                    later.visible.exception()  # its producer may have timed out already
+            # these appends nor any later one of their partitions become visible.
+            for p, pending in appends:
+                for later in p.pending:
+                    if later.last_offset >= pending.last_offset and not later.visible.done():
+                        later.visible.set_exception(LogStorageError(failure.message))
+                        later.visible.exception()  # its producer may have timed out already
             return
-        pending.acked = True
-        while p.pending and p.pending[0].acked:
-            done = p.pending.popleft()
-            p.high_watermark = done.last_offset + 1
-            if not done.visible.done():
-                done.visible.set_result(None)
-        if (
-            p.flush_task is None
-            and p.buffer.visible_bytes(p.high_watermark) >= self.settings.segment_bytes
-        ):
-            self._wake_flusher()
+        for p, pending in appends:
+            pending.acked = True
+            while p.pending and p.pending[0].acked:
+                done = p.pending.popleft()
+                p.high_watermark = done.last_offset + 1
+                if not done.visible.done():
+                    done.visible.set_result(None)
+            if (
+                p.flush_task is None
+                and p.buffer.visible_bytes(p.high_watermark) >= self.settings.segment_bytes
+            ):
+                self._wake_flusher()
 
     def _fail(self, error: BaseException) -> LogStorageError:
         """Enter the failed state (once): refuse appends from now on, and tell the owner."""
@@ -1198,17 +1361,11 @@ class LogManager:
                 ),
             )
             _share_segment_bytes(sealed)
-            for s in sealed:
-                segment_key = self._object_key(s.entry.key)
-                index_key = self._object_key(s.entry.index_key)
-                await self._retry(
-                    f"{p.name}: uploading {segment_key}",
-                    functools.partial(self._put, segment_key, s.segment.data),
-                )
-                await self._retry(
-                    f"{p.name}: uploading {index_key}",
-                    functools.partial(self._put, index_key, s.segment.index),
-                )
+            # Nothing is visible before the commit, so the segments of a cycle
+            # upload side by side (each before its index): one partition that
+            # takes hundreds of MB/s must not wait for one PUT after another.
+            slots = asyncio.Semaphore(self.settings.upload_concurrency)
+            await asyncio.gather(*(self._upload(p, s, slots) for s in sealed))
             entries = [s.entry for s in sealed]
             state = await self._retry(
                 f"{p.name}: committing {len(entries)} segment(s)",
@@ -1246,6 +1403,20 @@ class LogManager:
                 self._fail(exc)
             # The commit stands; the next start replays a little more and skips it.
             log.warning("%s: WAL checkpoint at %d failed: %s", p.name, last_offset, exc)
+
+    async def _upload(self, p: _Partition, sealed: Sealed, slots: asyncio.Semaphore) -> None:
+        """PUT one sealed segment, then its index, retrying until they land."""
+        segment_key = self._object_key(sealed.entry.key)
+        index_key = self._object_key(sealed.entry.index_key)
+        async with slots:
+            await self._retry(
+                f"{p.name}: uploading {segment_key}",
+                functools.partial(self._put, segment_key, sealed.segment.data),
+            )
+            await self._retry(
+                f"{p.name}: uploading {index_key}",
+                functools.partial(self._put, index_key, sealed.segment.index),
+            )
 
     async def _recompression(self, topic: str) -> Recompression:
         """How a flush stores the topic's batches: its compression.type, then KFS_COMPRESSION_CODEC."""

@@ -6,17 +6,26 @@ before the producer is acknowledged.  The WAL lives in one directory
 number, ``00000000000000000007.wal``.  Each file is created under a temporary
 name, preallocated (``posix_fallocate``; ``ftruncate`` where unsupported) so
 appends never change the file size, fsynced, renamed into place and the
-directory fsynced: a ``*.wal`` file is always complete and zero-filled.  A
-frame never spans two files; when the next frame does not fit, the manager
-fsyncs the current file (sealing it) and rolls to a new one.  A frame larger
+directory fsynced: a ``*.wal`` file is always complete and zero-filled.  The
+next file is prepared (created, preallocated, fsynced) on a helper thread
+while the current one fills, and keeps its temporary name until the roll, so
+rolling costs the writer a rename and a directory fsync.  A frame never
+spans two files; when the next frame does not fit, the manager fsyncs the
+current file (sealing it) and rolls to a new one.  A frame larger
 than the file size gets a file of its own, sized to fit, instead of being
 refused: the file size is a disk-layout knob and must not quietly cap
 ``max.message.bytes``.
 
-One writer thread owns the active file.  Producers encode their frame (copy
-and CRC) on their own thread, queue it and wait on a future; the writer
-drains everything queued, writes it with one ``pwritev`` and completes the
-futures.  Durability modes (`Durability`) decide when a future completes:
+One writer thread owns the active file.  Producers frame their batches on
+their own thread (CRC only: a frame is a list of buffers -- header, the
+caller's batch bytes, footer -- so the batch is never copied), queue them
+and wait on a future; the writer drains everything queued, writes it with
+one ``pwritev`` and completes the futures.  `append_group` queues the
+frames of several partitions (one produce request) as one entry with one
+future: one hand-off to the writer and one wake-up back, however many
+partitions the request names.  Each batch is still its own frame, so
+recovery and torn-tail handling do not change.  Durability modes
+(`Durability`) decide when a future completes:
 
 ``cautious`` (default)
     After ``fdatasync`` of the write.  This is group commit: frames that queue
@@ -88,7 +97,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -108,6 +117,7 @@ from kfs_core.formats.wal import (
     Buffer,
     FrameType,
     encode_record_frame,
+    record_frame_parts,
     scan_wal,
 )
 from kfs_core.records.batch import iter_batch_headers
@@ -124,6 +134,7 @@ __all__ = [
     "FsyncObserver",
     "RecoveredBatch",
     "TornTail",
+    "WalAppend",
     "WalManager",
     "WalMetrics",
     "WalPosition",
@@ -192,6 +203,24 @@ class RecoveredBatch:
     last_offset: int  # from the last batch header: what a catalog high-watermark check needs
     batch: bytes  # the RecordBatch v2 bytes exactly as appended
     position: WalPosition
+
+
+@dataclass(frozen=True, slots=True)
+class WalAppend:
+    """One partition's batches for `WalManager.append_group`: one RECORD frame.
+
+    ``batch`` is one or more whole RecordBatch v2, offsets assigned, the first
+    at ``base_offset``; it is written from the caller's buffer, so it must not
+    change until the append returns.  ``last_offset`` is the last batch's last
+    offset when the caller has validated the batches already; None makes the
+    manager read it from the batch headers (checking the base offset).
+    """
+
+    topic: str
+    partition: int
+    base_offset: int
+    batch: Buffer
+    last_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,14 +308,43 @@ class _State(enum.Enum):
 
 
 @dataclass(slots=True)
-class _Pending:
-    """A frame queued for the writer, and the future its producer waits on."""
+class _Frame:
+    """One frame to write: its buffers (back to back) and what the file bookkeeping needs."""
 
-    frame: bytes
+    buffers: list[Buffer]
+    size: int
     key: tuple[str, int]
     last_offset: int | None  # None: a checkpoint frame
-    future: Future[WalPosition] = field(default_factory=Future)
-    position: WalPosition | None = None
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Frames queued for the writer as one entry, and the future their producer waits on."""
+
+    frames: list[_Frame]
+    future: Future[list[WalPosition]] = field(default_factory=Future)
+    positions: list[WalPosition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _WriteGroup:
+    """Frames written with one ``pwritev``, and the entries whose last frame is among them."""
+
+    start: int  # file position of the first frame
+    buffers: list[Buffer] = field(default_factory=list)
+    frames: int = 0
+    bytes: int = 0
+    done: list[_Pending] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Spare:
+    """The next WAL file, being prepared under its temporary name (`WalManager._prepare_spare`)."""
+
+    seq: int
+    path: str  # the temporary name
+    thread: threading.Thread = field(init=False)
+    error: OSError | None = None
 
 
 @dataclass(slots=True)
@@ -299,10 +357,9 @@ class _WalFile:
 
 
 def _resolve(item: _Pending) -> None:
-    assert item.position is not None
     # An append_async caller shields its future, so nothing cancels it; be safe anyway.
     with contextlib.suppress(InvalidStateError):
-        item.future.set_result(item.position)
+        item.future.set_result(item.positions)
 
 
 def _reject(item: _Pending, exc: BaseException) -> None:
@@ -317,7 +374,7 @@ def _notify(listener: FailureListener, failure: WalWriteFailed) -> None:
         log.exception("WAL failure listener failed")
 
 
-def _pwrite_all(fd: int, buffers: list[bytes], offset: int) -> None:
+def _pwrite_all(fd: int, buffers: Sequence[Buffer], offset: int) -> None:
     """Write ``buffers`` back to back at ``offset``, resuming after short writes."""
     if not hasattr(os, "pwritev"):  # pragma: no cover - every supported platform has it
         data = b"".join(buffers)
@@ -349,6 +406,16 @@ def _preallocate(fd: int, size: int) -> None:
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             raise
         os.ftruncate(fd, size)  # a sparse file: still zero-filled, still a fixed size
+
+
+def _create_temp_file(path: str, size: int) -> None:
+    """A zero-filled, preallocated file of ``size`` bytes at ``path``, fsynced."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        _preallocate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_directory(path: str) -> None:
@@ -443,6 +510,7 @@ class WalManager:
 
         # Owned by the writer thread once it runs.
         self._fd = -1
+        self._spare: _Spare | None = None  # the next file, prepared ahead
         self._write_pos = 0
         self._unsynced_frames = 0
         self._unsynced_since = 0.0
@@ -545,9 +613,9 @@ class WalManager:
         at ``base_offset``.  Raises `WalNotRecovered`, `WalClosed`,
         `WalWriteFailed`, `CorruptRecordBatch` or ValueError.
         """
-        item = self._record(topic, partition, base_offset, batch_bytes)
+        item = _Pending([self._record(WalAppend(topic, partition, base_offset, batch_bytes))])
         self._submit(item)
-        return item.future.result()
+        return item.future.result()[0]
 
     async def append_async(
         self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
@@ -558,9 +626,25 @@ class WalManager:
         frame is written regardless -- so treat a cancelled append as
         "outcome unknown", like a produce request that timed out.
         """
-        item = self._record(topic, partition, base_offset, batch_bytes)
+        item = _Pending([self._record(WalAppend(topic, partition, base_offset, batch_bytes))])
         self._submit(item)
-        return await asyncio.shield(asyncio.wrap_future(item.future))
+        return (await asyncio.shield(asyncio.wrap_future(item.future)))[0]
+
+    def append_group(self, appends: list[WalAppend]) -> Future[list[WalPosition]]:
+        """Queue one RECORD frame per `WalAppend` as one entry; returns at once.
+
+        The future gives the frames' positions, in order, once all of them
+        are durable per the mode; frames of one group may land in two files.
+        Raises, before queueing anything, what `append` raises for a bad
+        batch or a WAL that is not open; write failures arrive through the
+        future.  From an event loop, await ``asyncio.wrap_future(future)``
+        (the frames are written whether or not anyone still waits).
+        """
+        if not appends:
+            raise ValueError("append_group needs at least one append")
+        item = _Pending([self._record(append) for append in appends])
+        self._submit(item)
+        return item.future
 
     def checkpoint(self, topic: str, partition: int, flushed_offset: int) -> WalPosition:
         """Record that every offset of the partition at or below ``flushed_offset`` is stored.
@@ -571,8 +655,8 @@ class WalManager:
         """
         item = self._checkpoint_frame(topic, partition, flushed_offset)
         self._submit(item)
-        position = item.future.result()
-        self._after_checkpoint(item.key, flushed_offset)
+        (position,) = item.future.result()
+        self._after_checkpoint((topic, partition), flushed_offset)
         return position
 
     async def checkpoint_async(
@@ -580,9 +664,9 @@ class WalManager:
     ) -> WalPosition:
         item = self._checkpoint_frame(topic, partition, flushed_offset)
         self._submit(item)
-        position = await asyncio.shield(asyncio.wrap_future(item.future))
+        (position,) = await asyncio.shield(asyncio.wrap_future(item.future))
         # Unlinking files is quick, but it is disk I/O: keep it off the loop.
-        await asyncio.to_thread(self._after_checkpoint, item.key, flushed_offset)
+        await asyncio.to_thread(self._after_checkpoint, (topic, partition), flushed_offset)
         return position
 
     def delete_flushed_files(self) -> list[str]:
@@ -605,18 +689,30 @@ class WalManager:
             self._count(files_deleted=len(victims))
         return [os.path.basename(v.path) for v in sorted(victims, key=_seq)]
 
-    def _record(self, topic: str, partition: int, base_offset: int, batch: Buffer) -> _Pending:
-        last_offset = _batch_last_offset(batch, base_offset, f"{topic}-{partition}")
-        frame = encode_record_frame(topic, partition, batch, base_offset=base_offset)
-        return _Pending(frame, (topic, partition), last_offset)
+    @staticmethod
+    def _record(append: WalAppend) -> _Frame:
+        topic, partition, base_offset, batch = (
+            append.topic,
+            append.partition,
+            append.base_offset,
+            append.batch,
+        )
+        last_offset = append.last_offset
+        if last_offset is None:
+            last_offset = _batch_last_offset(batch, base_offset, f"{topic}-{partition}")
+        elif not len(batch):
+            raise ValueError("a WAL record needs at least one record batch")
+        buffers = record_frame_parts(topic, partition, batch, base_offset=base_offset)
+        return _Frame(buffers, sum(map(len, buffers)), (topic, partition), last_offset)
 
-    def _checkpoint_frame(self, topic: str, partition: int, flushed_offset: int) -> _Pending:
+    @staticmethod
+    def _checkpoint_frame(topic: str, partition: int, flushed_offset: int) -> _Pending:
         if flushed_offset < -1:
             raise ValueError(f"flushed offset {flushed_offset} is below -1 (nothing flushed)")
         frame = encode_record_frame(
             topic, partition, base_offset=flushed_offset + 1, frame_type=FrameType.CHECKPOINT
         )
-        return _Pending(frame, (topic, partition), None)
+        return _Pending([_Frame([frame], len(frame), (topic, partition), None)])
 
     def _after_checkpoint(self, key: tuple[str, int], flushed_offset: int) -> None:
         with self._files_lock:
@@ -685,53 +781,58 @@ class WalManager:
         return time.monotonic() - self._unsynced_since >= self._sync_seconds
 
     def _write(self, batch: list[_Pending]) -> None:
-        group: list[_Pending] = []
+        group = _WriteGroup(self._write_pos)
         for item in batch:
-            size = len(item.frame)
-            active = self._active
-            assert active is not None
-            if self._write_pos + size > active.size:
-                self._write_group(group, sync=True)  # seal the file before the next one exists
-                group = []
-                self._roll(size)
+            last_frame = item.frames[-1]
+            for frame in item.frames:
+                size = frame.size
                 active = self._active
                 assert active is not None
-            item.position = WalPosition(active.seq, self._write_pos, size)
-            self._write_pos += size
-            if item.last_offset is not None:
-                with self._files_lock:
-                    if item.last_offset > active.max_offsets.get(item.key, -1):
-                        active.max_offsets[item.key] = item.last_offset
-            group.append(item)
-            if (
-                not self._sync_every_group
-                and self._unsynced_frames + len(group) >= self._sync_frames
-            ):
-                self._write_group(group, sync=True)
-                group = []
+                if self._write_pos + size > active.size:
+                    self._write_group(group, sync=True)  # seal the file before the next one exists
+                    self._roll(size)
+                    group = _WriteGroup(self._write_pos)
+                    active = self._active
+                    assert active is not None
+                item.positions.append(WalPosition(active.seq, self._write_pos, size))
+                self._write_pos += size
+                if frame.last_offset is not None:
+                    with self._files_lock:
+                        if frame.last_offset > active.max_offsets.get(frame.key, -1):
+                            active.max_offsets[frame.key] = frame.last_offset
+                group.buffers += frame.buffers
+                group.frames += 1
+                group.bytes += size
+                if frame is last_frame:
+                    # Complete once the group holding its last frame is written (and synced).
+                    group.done.append(item)
+                if (
+                    not self._sync_every_group
+                    and self._unsynced_frames + group.frames >= self._sync_frames
+                ):
+                    self._write_group(group, sync=True)
+                    group = _WriteGroup(self._write_pos)
         self._write_group(group, sync=self._sync_every_group)
 
-    def _write_group(self, group: list[_Pending], *, sync: bool) -> None:
-        """Write ``group`` at its positions and fsync if asked.
+    def _write_group(self, group: _WriteGroup, *, sync: bool) -> None:
+        """Write ``group`` at its position, fsync if asked, complete the entries it finishes.
 
         Cautious and emergency waiters complete after the fsync, normal ones
         right after the write, before any fsync.
         """
-        if group:
-            first = group[0].position
-            assert first is not None
-            _pwrite_all(self._fd, [item.frame for item in group], first.position)
+        if group.frames:
+            _pwrite_all(self._fd, group.buffers, group.start)
             if not self._unsynced_frames:
                 self._unsynced_since = time.monotonic()
-            self._unsynced_frames += len(group)
-            self._count(frames=len(group), bytes=sum(len(item.frame) for item in group), writes=1)
+            self._unsynced_frames += group.frames
+            self._count(frames=group.frames, bytes=group.bytes, writes=1)
             if not self._sync_every_group:
-                for item in group:
+                for item in group.done:
                     _resolve(item)
         if sync and self._unsynced_frames:
             self._sync()
         if self._sync_every_group:
-            for item in group:
+            for item in group.done:
                 _resolve(item)
 
     def _sync(self) -> None:
@@ -789,18 +890,56 @@ class WalManager:
         ]
 
     def _create_file(self, seq: int, size: int) -> _WalFile:
+        """Put WAL file ``seq`` in place: the spare prepared for it, or a new one.
+
+        The spare (`_prepare_spare`) spares the writer the preallocation and
+        its fsync; the rename and the directory fsync, which make the file a
+        WAL file, happen here, when the previous file is sealed.
+        """
         path = os.path.join(self._directory, wal_file_name(seq))
         temp = path + TEMP_SUFFIX
-        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            _preallocate(fd, size)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        spare, self._spare = self._spare, None
+        ready = False
+        if spare is not None:
+            spare.thread.join()
+            ready = spare.error is None and spare.seq == seq and size == self._file_size
+            if not ready:
+                with contextlib.suppress(OSError):
+                    os.unlink(spare.path)
+        if not ready:
+            _create_temp_file(temp, size)
         os.replace(temp, path)
         _fsync_directory(self._directory)
         self._count(files_created=1)
+        if self._state is not _State.RECOVERING:
+            self._prepare_spare(seq + 1)
         return _WalFile(seq, path, size)
+
+    def _prepare_spare(self, seq: int) -> None:
+        """Create the next file (``{seq}.wal.tmp``, preallocated, fsynced) on a helper thread.
+
+        It keeps its temporary name until `_create_file` renames it, so a
+        crash leaves at most a ``*.wal.tmp`` that recovery removes, never a
+        file that would make the active one look sealed.
+        """
+        spare = _Spare(seq, os.path.join(self._directory, wal_file_name(seq)) + TEMP_SUFFIX)
+
+        def prepare() -> None:
+            try:
+                _create_temp_file(spare.path, self._file_size)
+            except OSError as exc:  # the writer creates the file itself, and meets the error
+                spare.error = exc
+
+        spare.thread = threading.Thread(target=prepare, name="kfs-wal-spare", daemon=True)
+        spare.thread.start()
+        self._spare = spare
+
+    def _discard_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.thread.join()
+            with contextlib.suppress(OSError):
+                os.unlink(spare.path)
 
     def _fail(self, exc: BaseException, batch: list[_Pending]) -> None:
         path = self._active.path if self._active is not None else self._directory
@@ -927,6 +1066,7 @@ class WalManager:
             self._files = files
             self._active = active
             self._flushed = dict(flushed)
+        self._prepare_spare(active.seq + 1)
         log.info(
             "WAL %s recovered: %d files, %d frames, %d batches to replay%s",
             self._directory,
@@ -947,13 +1087,13 @@ class WalManager:
         )
 
     def _remove_temp_files(self) -> list[str]:
-        """A ``*.wal.tmp`` is a file whose creation a crash interrupted: it holds no frame."""
+        """A ``*.wal.tmp`` is a spare or a file whose creation a crash interrupted: no frames."""
         removed = sorted(
             n for n in os.listdir(self._directory) if n.endswith(WAL_SUFFIX + TEMP_SUFFIX)
         )
         for name in removed:
             os.unlink(os.path.join(self._directory, name))
-            log.warning("removed %s, a WAL file whose creation was interrupted", name)
+            log.info("removed %s, a WAL file prepared but not yet in use", name)
         return removed
 
     def _repair_torn_tail(self, path: str, data: bytes, end: int, reason: str) -> TornTail:
@@ -1000,6 +1140,7 @@ class WalManager:
                 self._state = _State.CLOSED
         if self._thread is not None:
             self._thread.join()
+        self._discard_spare()
         with self._cond:
             failure = self._failure if self._state is _State.FAILED else None
             self._state = _State.CLOSED

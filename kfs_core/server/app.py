@@ -77,8 +77,8 @@ from kfs_core.server.protocol import (
     decode_request,
     encode_response_parts,
     error_response_frame,
-    read_frame,
 )
+from kfs_core.server.protocol_framing import FrameStream
 from kfs_core.storage import open_store
 
 __all__ = ["KfsServer", "ServeOptions", "parse_host_port", "serve"]
@@ -294,8 +294,13 @@ class KfsServer:
         """
         s = self.settings
         host, port = parse_host_port(s.listen, KAFKA_PORT)
-        self._kafka_server = await asyncio.start_server(
-            self._accept, host or None, port, reuse_address=True, start_serving=False
+        loop = asyncio.get_running_loop()
+        self._kafka_server = await loop.create_server(
+            lambda: FrameStream(self._accept, MAX_REQUEST_BYTES),
+            host or None,
+            port,
+            reuse_address=True,
+            start_serving=False,
         )
         self.kafka_port = int(self._kafka_server.sockets[0].getsockname()[1])
         store = open_store(s.store_url, endpoint_url=s.s3_endpoint_url or None)
@@ -397,11 +402,11 @@ class KfsServer:
             self.kafka_port,
         )
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, stream: FrameStream) -> None:
         if self._stopping or self.broker is None:
-            writer.close()
+            stream.close()
             return
-        connection = _Connection(self, self.broker, reader, writer)
+        connection = _Connection(self, self.broker, stream)
         self._connections.add(connection)
         self.metrics.connections.inc()
         self.metrics.connections_accepted.inc()
@@ -476,21 +481,19 @@ class _Connection:
         self,
         server: KfsServer,
         broker: Broker,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        stream: FrameStream,
     ) -> None:
         self._server = server
         self._broker = broker
         self._metrics = server.metrics
-        self._reader = reader
-        self._writer = writer
+        self._stream = stream
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._in_flight: deque[_Pending] = deque()  # read and not yet answered, in order
         self._barriers_in_flight = 0
         self._idle = False
         self._task: asyncio.Task[Any] | None = None
         self._broken = False
-        peer = writer.get_extra_info("peername")
+        peer = stream.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
     def stop_reading(self) -> asyncio.Task[Any] | None:
@@ -528,7 +531,7 @@ class _Connection:
                 await responder
             self._cancel_queued()
         finally:
-            self._writer.close()
+            self._stream.close()
 
     def _cancel_queued(self) -> None:
         while not self._queue.empty():
@@ -544,11 +547,11 @@ class _Connection:
 
     async def _read_requests(self) -> bool:
         """Read, decode and start requests in order; True when the client went away."""
-        reader = self._reader
+        stream = self._stream
         while not self._server.stopping and not self._broken:
             self._idle = True
             try:
-                payload = await read_frame(reader, MAX_REQUEST_BYTES)
+                payload = await stream.read_frame()
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if task is not None:
@@ -662,17 +665,16 @@ class _Connection:
         if self._broken:
             return
         try:
-            self._writer.writelines(parts)
-            await self._writer.drain()
+            self._stream.writelines(parts)
+            await self._stream.drain()
         except (ConnectionError, OSError):
             self._abort()
 
     def _abort(self) -> None:
         """Drop the connection; requests already read still run to completion."""
         self._broken = True
-        transport: Any = self._writer.transport
         with contextlib.suppress(Exception):
-            transport.abort()
+            self._stream.abort()
 
 
 def _cancelling() -> bool:

@@ -36,9 +36,12 @@ What each API does here:
   consumers that assign partitions themselves need none of them.
 
 Ordering: `Broker.begin` runs in request order on a connection and returns a
-future of the response body.  Produce does its topic lookups there and
-starts its appends before returning, so appends of pipelined requests reach
-the log in request order while their WAL fsyncs overlap (group commit).
+future of the response body.  Produce does its topic lookups and opens its
+partitions there, then starts one `LogManager.append_many` for all its
+partitions, which assigns offsets without waiting: appends of pipelined
+requests reach the log in request order while their WAL fsyncs overlap
+(group commit).  The request frame is handed over with it (``owned``):
+offsets are assigned in the frame and the log keeps views of it, no copies.
 """
 
 from __future__ import annotations
@@ -381,8 +384,9 @@ class BrokerOptions:
 
 
 Handler = Callable[[Request], Awaitable[Any]]
-# One partition of a produce request: an error decided up front, or its append.
-_ProducePlan = list[tuple[str, list[tuple[int, "ErrorCode | asyncio.Future[AppendResult]"]]]]
+# Each topic of a produce request, and each of its partitions with an error
+# decided up front or (an int) the position of its append in `append_many`.
+_ProducePlan = list[tuple[str, list[tuple[int, ErrorCode | int]]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,14 +541,21 @@ class Broker:
     # --- Produce ----------------------------------------------------------------------
 
     async def _begin_produce(self, request: Request) -> asyncio.Future[Any]:
-        """Resolve the topics (auto-creating), then start every partition's append, in order."""
+        """Resolve the topics (auto-creating) and open the partitions, then start the appends.
+
+        Everything that may wait happens here, before the next request on the
+        connection is read; the appends themselves then start in request
+        order and assign their offsets without waiting (unless the memory
+        pool is full, and then its waiters are served in order too).
+        """
         body = request.body
         timeout_s = max(body.timeout_ms, 0) / 1000
         acks_ok = body.acks in VALID_ACKS
         plan: _ProducePlan = []
+        appends: list[tuple[str, int, Buffer]] = []
         for topic_data in body.topic_data:
             name = topic_data.name
-            outcomes: list[tuple[int, ErrorCode | asyncio.Future[AppendResult]]] = []
+            outcomes: list[tuple[int, ErrorCode | int]] = []
             plan.append((name, outcomes))
             topic_error = ErrorCode.NONE if acks_ok else ErrorCode.INVALID_REQUIRED_ACKS
             if topic_error == ErrorCode.NONE:
@@ -564,18 +575,23 @@ class Broker:
                     outcomes.append((index, ErrorCode.CORRUPT_MESSAGE))
                 else:
                     self.metrics.produce_bytes.inc(len(records))
-                    append = self._append(name, index, records, timeout_s)
-                    outcomes.append((index, asyncio.ensure_future(append)))
-        return asyncio.ensure_future(self._finish_produce(request, plan))
+                    outcomes.append((index, len(appends)))  # its place among the appends
+                    appends.append((name, index, records))
+        if appends:
+            await self.log.open_partitions(((n, i) for n, i, _ in appends), timeout_s)
+        return asyncio.ensure_future(self._finish_produce(request, plan, appends, timeout_s))
 
-    async def _append(
-        self, topic: str, partition: int, records: Buffer, timeout_s: float
-    ) -> AppendResult:
-        result = await self.log.append(topic, partition, records, timeout_s=timeout_s)
-        self.notifier.notify(topic, partition)
-        return result
-
-    async def _finish_produce(self, request: Request, plan: _ProducePlan) -> Any:
+    async def _finish_produce(
+        self,
+        request: Request,
+        plan: _ProducePlan,
+        appends: list[tuple[str, int, Buffer]],
+        timeout_s: float,
+    ) -> Any:
+        results: list[AppendResult | Exception] = []
+        if appends:
+            # The request frame is ours: offsets are assigned in it, no copy.
+            results = await self.log.append_many(appends, timeout_s=timeout_s, owned=True)
         answer = ProduceResponse.TopicProduceResponse
         partition_answer = answer.PartitionProduceResponse
         responses = []
@@ -586,17 +602,17 @@ class Broker:
                 if isinstance(outcome, ErrorCode):
                     code = outcome
                 else:
-                    try:
-                        result = await outcome
-                    except Exception as exc:
-                        code = error_code_for(exc)
-                        message = _message(exc)
-                        _log_failure(f"produce to {name}-{index}", exc, code)
+                    result = results[outcome]
+                    if isinstance(result, Exception):
+                        code = error_code_for(result)
+                        message = _message(result)
+                        _log_failure(f"produce to {name}-{index}", result, code)
                     else:
                         code = ErrorCode.NONE
                         base_offset = result.base_offset
                         append_time = result.log_append_time
                         start_offset = result.log_start_offset
+                        self.notifier.notify(name, index)
                 self._count_error(ApiKey.PRODUCE, code)
                 partitions.append(
                     partition_answer(

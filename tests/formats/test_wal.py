@@ -23,6 +23,7 @@ from kfs_core.formats.wal import (
     encode_record_frame,
     encode_wal_record,
     find_valid_frame,
+    record_frame_parts,
     scan_wal,
 )
 from tests.formats import golden
@@ -86,6 +87,11 @@ def test_golden_record_payload() -> None:
         FrameType.RECORD_BATCH, "orders", 3, 9, golden.BATCH_B
     )
     assert encode_record_frame("orders", 3, golden.BATCH_B) == encode_frame(expected)
+    # For a vectored write: the same bytes, with the caller's batch buffer itself in the middle.
+    batch = memoryview(golden.BATCH_B)
+    parts = record_frame_parts("orders", 3, batch)
+    assert b"".join(parts) == encode_frame(expected)
+    assert any(part is batch for part in parts)
 
 
 # --- records ---------------------------------------------------------------
@@ -109,6 +115,10 @@ def test_record_round_trip(
         topic, partition, batch, base_offset=base_offset, frame_type=frame_type
     )
     assert frame == encode_frame(payload)
+    parts = record_frame_parts(
+        topic, partition, batch, base_offset=base_offset, frame_type=frame_type
+    )
+    assert b"".join(parts) == frame
     (only,) = scan_wal(frame).frames
     assert only.record() == record
 

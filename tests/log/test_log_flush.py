@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from kfs_core.catalog import PartitionCatalog
@@ -95,6 +96,32 @@ def test_one_commit_per_partition_for_all_segments_of_a_cycle(
         assert logs.wal.flushed_offsets[(TOPIC, 0)] == 47
 
     run_harness(any_store, tmp_path, body)
+
+
+def test_the_segments_of_a_cycle_upload_side_by_side_each_before_its_index(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    store = InstrumentedStore(local_store)
+
+    async def body(h: Harness) -> None:
+        logs = await h.open(segment_bytes=1000, upload_concurrency=3)
+        await logs.create_topic(TOPIC)
+        produce = b"".join(make_batch(4, size=60, tag=f"{n}-") for n in range(12))
+        await logs.append(TOPIC, 0, produce, timeout_s=10)
+        store.put_gate.clear()
+        flush = asyncio.ensure_future(logs.flush())
+        # Three segment PUTs wait at the gate together: none waits for another.
+        await eventually(lambda: store.held == 3)
+        store.put_gate.set()
+        await flush
+        state = await logs.catalog_state(TOPIC, 0)
+        assert len(state.segments) > 3 and state.version == 0
+        for segment in state.segments:
+            puts = store.puts
+            assert puts.index(f"{NS}/{segment.key}") < puts.index(f"{NS}/{segment.index_key}")
+        assert puts[-1].endswith(".json")  # the commit comes last
+
+    run_harness(store, tmp_path, body)
 
 
 def test_failed_uploads_and_commits_are_retried_and_nothing_is_lost(
