@@ -12,7 +12,7 @@ beside a baseline taken in the same run on the same bytes:
   read then written to a new key (``get`` + ``put``), on ``PARALLELISM``
   threads: the I/O limit of this machine;
 - the validation job, MB/s of segment bytes over the wall time of ``run()``
-  (target: >= 0.5 of the raw read rate);
+  (target: >= 0.5 of the raw read + write rate);
 - the compaction job merging the small segments into ``segment.bytes``
   outputs recompressed with zstd, MB/s of input bytes (target: >= 0.25 of the
   raw read + write rate) and the storage it saves (1 - output / input bytes;
@@ -21,9 +21,35 @@ beside a baseline taken in the same run on the same bytes:
   own target: >= 1.5; 2.0 is ideal), beside the machine's own scaling: zstd
   compressing one segment in 1 process, then in 2 at once.
 
-Validation's row is followed by an informational one: the same bytes over
-its per-segment checks phase only (its ``segments`` timing), which shows how
-much of ``run()`` is fixed cost (Python worker start, expectations, listing).
+The baseline of both jobs' ratios is the raw read + write rate, as issue 4
+words it: "compaction and validation MB/s beside the same run's raw read +
+write throughput of the same bytes, as ratios (targets: validation >= 0.5,
+compaction >= 0.25 on 2 cores)" - one baseline for both, the read-only job
+held to twice the bar of the one that also compresses and writes.  An
+earlier version of this bench held validation to the raw *read* rate alone.
+That rate is the page cache's memcpy speed (about 12 GB/s on 2 cores here,
+1 GiB in 0.09 s), which validation cannot approach by construction: it must
+CRC-32C every byte (the body CRC and each batch's, about 10 GB/s per core
+per pass) and publish a Great Expectations report, and one Spark job plus
+the report cost more than a second whatever the data.  That comparison is
+still printed, without a target.
+
+Validation's row is followed by informational ones: its rate against the
+raw read rate, and the same bytes over its per-segment checks phase only (its
+``segments`` timing), which shows how much of ``run()`` is fixed cost (the
+first Spark job's start in a fresh session, expectations, Data Docs).
+
+Under each ``local[2]`` job row an informational one gives the same job run
+again in the same session (validation on the same store, compaction on a
+second copy): the rate once Spark has started its Python workers and the
+JVM has warmed up, which a fresh session's first job pays (about a second).
+The targets apply to the first run, fresh session and all.
+
+Compaction runs with ``max_read_mb_per_s=0``: no read rate limit.  The job's
+default (``--max-read-mb-per-s 50``) protects a shared object store from a
+background job; here it would make the bench measure the limiter.  Every
+other option is the job's default (zstd at the job's level 1, 1 MiB
+batches).
 
 Each job run is a subprocess (``--_worker``) with its own SparkSession, so the
 ``local[N]`` runs do not share one.  Start-up is excluded from the timed
@@ -197,8 +223,14 @@ def cpu_scaling(data: bytes, rounds: int = 8) -> tuple[float, float]:
 # --- job runs (subprocesses) ----------------------------------------------------------
 
 
-def worker(job: str, master: str, store_url: str) -> dict[str, Any]:
-    """One job run in this process's own session; the timings and the summary's counts."""
+def worker(
+    job: str, master: str, store_url: str, warm_store_url: str | None = None
+) -> dict[str, Any]:
+    """One job run in this process's own session; the timings and the summary's counts.
+
+    With ``warm_store_url``, the job then runs a second time in the same
+    session on that store: ``warm`` holds its time and phases.
+    """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -218,21 +250,34 @@ def worker(job: str, master: str, store_url: str) -> dict[str, Any]:
 
         from spark_jobs import validation
 
-        options: Any = validation.ValidationOptions(
-            store_url=store_url, namespace=NAMESPACE, master=master
-        )
-        run = validation.run
+        def options(url: str) -> Any:
+            return validation.ValidationOptions(store_url=url, namespace=NAMESPACE, master=master)
+
+        run: Callable[..., dict[str, Any]] = validation.run
     else:
         from spark_jobs import compaction
 
-        options = compaction.CompactionOptions(
-            store_url=store_url, namespace=NAMESPACE, master=master, max_read_mb_per_s=0
-        )
+        def options(url: str) -> Any:
+            # No read rate limit: see the module docstring.
+            return compaction.CompactionOptions(
+                store_url=url, namespace=NAMESPACE, master=master, max_read_mb_per_s=0
+            )
+
         run = compaction.run
     imports_s = time.perf_counter() - started
     started = time.perf_counter()
-    summary = run(options, spark)
+    summary = run(options(store_url), spark)
     wall_s = time.perf_counter() - started
+    warm = None
+    if warm_store_url is not None:
+        started = time.perf_counter()
+        again = run(options(warm_store_url), spark)
+        warm = {
+            "wall_s": time.perf_counter() - started,
+            "status": again["status"],
+            "timings": again["timings"],
+            "counts": again["counts"],
+        }
     spark.stop()
     return {
         "job": job,
@@ -245,10 +290,13 @@ def worker(job: str, master: str, store_url: str) -> dict[str, Any]:
         "counts": summary["counts"],
         "timings": summary["timings"],
         "storage": summary["details"].get("storage"),
+        "warm": warm,
     }
 
 
-def run_worker(job: str, master: str, store_url: str) -> dict[str, Any]:
+def run_worker(
+    job: str, master: str, store_url: str, warm_store_url: str | None = None
+) -> dict[str, Any]:
     command = [
         sys.executable,
         "-m",
@@ -260,6 +308,8 @@ def run_worker(job: str, master: str, store_url: str) -> dict[str, Any]:
         "--store-url",
         store_url,
     ]
+    if warm_store_url is not None:
+        command += ["--warm-store-url", warm_store_url]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     for line in reversed(done.stdout.splitlines()):
@@ -318,12 +368,21 @@ def print_table(rows: Sequence[Row]) -> None:
 
 
 def describe(result: dict[str, Any]) -> str:
-    phases = " ".join(f"{k}={v:.1f}s" for k, v in result["timings"].items())
-    return (
+    def phases(timings: dict[str, float]) -> str:
+        return " ".join(f"{k}={v:.1f}s" for k, v in timings.items())
+
+    text = (
         f"  {result['job']} {result['master']}: {result['status']}, run() {result['wall_s']:.1f}s "
-        f"({phases}); start-up excluded: session {result['session_s']:.1f}s, "
+        f"({phases(result['timings'])}); start-up excluded: session {result['session_s']:.1f}s, "
         f"imports {result['imports_s']:.1f}s"
     )
+    warm = result.get("warm")
+    if warm:
+        text += (
+            f"\n    again in the same session: {warm['status']}, run() {warm['wall_s']:.1f}s "
+            f"({phases(warm['timings'])})"
+        )
+    return text
 
 
 def bench(directory: str, gib: float, quick: bool) -> None:
@@ -352,18 +411,44 @@ def bench(directory: str, gib: float, quick: bool) -> None:
         masters = [f"local[{PARALLELISM}]"] if quick else ["local[1]", f"local[{PARALLELISM}]"]
         validation: dict[str, dict[str, Any]] = {}
         compaction: dict[str, dict[str, Any]] = {}
+        head = f"local[{PARALLELISM}]"
         for master in masters:
-            validation[master] = run_worker("validation", master, base_url)
+            warm_url = base_url if master == head else None  # read-only: the same store again
+            validation[master] = run_worker("validation", master, base_url, warm_url)
             print(describe(validation[master]), flush=True)
         for master in masters:
             scratch = workdir / f"compaction-{len(compaction)}"
+            again = scratch.with_name(scratch.name + "-again")
             link_copy(base, scratch)
+            if master == head:
+                link_copy(base, again)
             try:
-                compaction[master] = run_worker("compaction", master, f"file://{scratch}")
+                compaction[master] = run_worker(
+                    "compaction",
+                    master,
+                    f"file://{scratch}",
+                    f"file://{again}" if master == head else None,
+                )
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
+                shutil.rmtree(again, ignore_errors=True)
             print(describe(compaction[master]), flush=True)
         print()
+
+        def warm_row(name: str, result: dict[str, Any], nbytes: int) -> list[Row]:
+            warm = result.get("warm")
+            if not warm or not warm["wall_s"]:
+                return []
+            rate = mbps(nbytes, warm["wall_s"])
+            return [
+                Row(
+                    f"  {name} again, same session, {head}",
+                    f"{rate:,.0f} MB/s",
+                    f"raw read+write {raw_copy:,.0f} MB/s",
+                    f"{rate / raw_copy:.2f}",
+                    "",
+                )
+            ]
 
         rows = [
             Row(f"raw store read ({PARALLELISM} threads)", f"{raw_read:,.0f} MB/s", "", "1.00"),
@@ -374,18 +459,27 @@ def bench(directory: str, gib: float, quick: bool) -> None:
                 "1.00",
             ),
         ]
-        head = f"local[{PARALLELISM}]"
         v = validation[head]
         v_rate = mbps(segment_bytes, v["wall_s"])
         rows.append(
             checked(
                 f"validation job, {head}",
                 f"{v_rate:,.0f} MB/s",
-                f"raw read {raw_read:,.0f} MB/s",
-                v_rate / raw_read,
+                f"raw read+write {raw_copy:,.0f} MB/s",
+                v_rate / raw_copy,
                 TARGET_VALIDATION,
             )
         )
+        rows.append(
+            Row(
+                f"  validation job vs raw read, {head}",
+                f"{v_rate:,.0f} MB/s",
+                f"raw read {raw_read:,.0f} MB/s",
+                f"{v_rate / raw_read:.2f}",
+                "",
+            )
+        )
+        rows += warm_row("validation job", v, segment_bytes)
         checks_s = v["timings"].get("segments", 0.0)
         if checks_s:
             checks = mbps(segment_bytes, checks_s)
@@ -411,6 +505,7 @@ def bench(directory: str, gib: float, quick: bool) -> None:
                 TARGET_COMPACTION,
             )
         )
+        rows += warm_row("compaction job", c, c_in)
         saving = 1 - c_out / c_in if c_in else 0.0
         rows.append(
             checked(
@@ -459,6 +554,11 @@ def bench(directory: str, gib: float, quick: bool) -> None:
             for m, r in compaction.items()
             if r["counts"].get("segments_in", 0) != len(entries)
         ]
+        problems += [
+            f"{r['job']} {r['master']}, run again, ended {r['warm']['status']}"
+            for r in [*validation.values(), *compaction.values()]
+            if r.get("warm") and r["warm"]["status"] != "ok"
+        ]
         missed = [r.measure for r in rows if r.missed]
         print()
         for problem in problems:
@@ -483,9 +583,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--_worker", choices=("validation", "compaction"), help=argparse.SUPPRESS)
     parser.add_argument("--master", default=f"local[{PARALLELISM}]", help=argparse.SUPPRESS)
     parser.add_argument("--store-url", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--warm-store-url", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._worker:
-        result = worker(args._worker, args.master, args.store_url)
+        result = worker(args._worker, args.master, args.store_url, args.warm_store_url)
         print(RESULT_MARK + json.dumps(result), flush=True)
         return 0
     gib = args.gib if args.gib is not None else (0.1 if args.quick else 1.0)

@@ -28,10 +28,11 @@ no catalog state references (live or tombstoned segment or index; ``_log/``
 is the catalog's own) is an orphan row, unless younger than
 ``--orphan-grace-s`` (an upload whose commit may be under way).
 
-The rows form a Spark DataFrame (`RESULT_SCHEMA`, `validate`).  A Great
-Expectations suite (`build_expectations`; ``meta.critical`` marks the
-critical ones, ``meta.index`` the ones index_rebuild can repair) runs over
-it; the report JSON (per expectation: success, observed value, failing rows;
+The rows form a table with `RESULT_SCHEMA` (a Spark DataFrame from
+`validate`).  A Great Expectations suite (`build_expectations`;
+``meta.critical`` marks the critical ones, ``meta.index`` the ones
+index_rebuild can repair) runs over the same table as pandas (`rows_pandas`);
+the report JSON (per expectation: success, observed value, failing rows;
 counts, critical failures, ``index_only_failure``, timings) and GX Data Docs
 are uploaded under ``{ns}/_reports/validation/<run-id>/`` (``report.json``,
 ``data_docs/index.html``), and the run summary to
@@ -40,6 +41,16 @@ when an expectation selected by ``--fail-on`` (critical | any | none) fails.
 
 The job never writes anything outside ``{ns}/_reports/validation/``; with
 ``--dry-run`` it writes only the run summary.
+
+Where the time goes: the checks run at about the page cache's speed, so a
+run is mostly fixed costs, and those are overlapped or cut.  One Spark job
+checks every segment, in as many tasks as there are slots (`scan_chunks`:
+each task costs tens of milliseconds); the partition prefixes are listed on
+driver threads meanwhile; Great Expectations is imported and its context,
+suite, checkpoint and Data Docs templates prepared on a driver thread
+meanwhile too (`PreparedExpectations`, `spark_jobs.validation_docs`); the
+suite runs over a pandas table built from the rows the driver holds, with
+no round trip through the JVM.
 """
 
 from __future__ import annotations
@@ -52,6 +63,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,6 +100,12 @@ DEFAULT_ORPHAN_GRACE_S = 600.0
 MAX_REPORTED_ROWS = 1000
 #: Failing rows listed under each expectation in the report.
 MAX_ROWS_PER_EXPECTATION = 100
+#: Bytes of segments one scan task reads at most (when slots do not split them finer).
+SCAN_CHUNK_BYTES = 1 << 30
+#: Driver threads uploading Data Docs files.
+UPLOAD_THREADS = 8
+#: Driver threads listing partition prefixes (I/O bound: one request per 1000 keys).
+LISTING_THREADS = 8
 
 ROW_SEGMENT = "segment"
 ROW_ORPHAN = "orphan"
@@ -376,6 +394,40 @@ def _check_index_object(
     row.errors.extend(f"index: {p}" for p in problems[:3])
 
 
+def check_segments(store: ObjectStore, chunk: Sequence[SegmentDescriptor]) -> list[dict[str, Any]]:
+    """`check_segment` for each descriptor of a chunk: one Spark task's work."""
+    return [check_segment(store, d) for d in chunk]
+
+
+def scan_chunks(
+    descriptors: Sequence[SegmentDescriptor], slots: int, chunk_bytes: int = SCAN_CHUNK_BYTES
+) -> list[list[SegmentDescriptor]]:
+    """Consecutive runs of ``descriptors`` of about equal bytes, one per Spark task.
+
+    As few tasks as keep every slot busy: ``slots`` of them, or a multiple of
+    ``slots`` when one task would read more than ``chunk_bytes`` (fewer when
+    big segments leave chunks empty).  Each task costs tens of milliseconds of
+    scheduling and Python round trips, which at the page-cache speed of the
+    checks is as much as the checks of a gigabyte.
+    """
+    if not descriptors:
+        return []
+    slots = max(1, slots)
+    total = sum(max(1, d.size_bytes) for d in descriptors)
+    count = max(slots, -(-total // chunk_bytes))
+    count = min(len(descriptors), -(-count // slots) * slots)
+    chunks: list[list[SegmentDescriptor]] = [[]]
+    done = 0
+    for d in descriptors:
+        size = max(1, d.size_bytes)
+        # A segment goes to the chunk its middle byte falls in (each holds 1/count).
+        if chunks[-1] and done + size / 2 > total * len(chunks) / count:
+            chunks.append([])
+        chunks[-1].append(d)
+        done += size
+    return chunks
+
+
 def list_partition_objects(store: ObjectStore, prefix: str) -> list[tuple[str, int, float]]:
     """``(key, size, last_modified)`` of every object under a partition prefix but ``_log/``."""
     log_dir = prefix + layout.LOG_DIR + "/"
@@ -437,18 +489,30 @@ def collect_rows(
     orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
     timings: JobContext | None = None,
 ) -> list[dict[str, Any]]:
-    """All result rows (segments, then orphans) as dicts, checks done in executors."""
+    """All result rows (segments, then orphans) as dicts, checks done in executors.
+
+    The partition prefixes are listed on driver threads while the executors
+    check segments (a listing is one paginated request per 1000 objects, not
+    worth a Spark job of its own); the ``listing`` phase is what is left to
+    wait for once the checks are done.
+    """
     phase = timings.phase if timings is not None else _no_phase
     with phase("catalog"):
         states = common.load_partitions(store, namespace, topics)
         descriptors = common.read_descriptors(store, namespace, states=states)
-    with phase("segments"):
-        rows = common.map_in_executors(spark, store, descriptors, check_segment)
     prefixes = [
         layout.join(namespace, layout.partition_dir(s.topic, s.partition)) + "/" for s in states
     ]
-    with phase("listing"):
-        listings = common.map_in_executors(spark, store, prefixes, list_partition_objects)
+    chunks = scan_chunks(descriptors, spark.sparkContext.defaultParallelism)
+    with ThreadPoolExecutor(max(1, min(LISTING_THREADS, len(prefixes)))) as pool:
+        listed = [pool.submit(list_partition_objects, store, prefix) for prefix in prefixes]
+        with phase("segments"):
+            parts = common.map_in_executors(
+                spark, store, chunks, check_segments, num_slices=max(1, len(chunks))
+            )
+            rows = [row for part in parts for row in part]
+        with phase("listing"):
+            listings = [future.result() for future in listed]
     now = time.time()
     by_partition: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for row in rows:
@@ -559,9 +623,98 @@ def build_expectations(options: ValidationOptions) -> list[Check]:
     return checks
 
 
-def _to_pandas(frame: DataFrame) -> pd.DataFrame:
-    pdf: Any = frame.toPandas()
-    return pdf.convert_dtypes() if len(pdf) else pdf.astype(object)
+#: pandas' nullable dtypes for the Spark types of `RESULT_SCHEMA`.
+_PANDAS_DTYPES = {"string": "string", "int": "Int32", "long": "Int64", "boolean": "boolean"}
+
+
+def rows_pandas(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Result rows as a pandas DataFrame: `RESULT_SCHEMA`'s columns, nullable dtypes.
+
+    What the suite runs over.  Built on the driver from the rows it already
+    holds: the same table as `rows_dataframe` without a round trip through
+    the JVM (``createDataFrame`` + ``toPandas`` cost a Spark SQL job, seconds
+    in a fresh session).
+    """
+    import pandas as pd
+
+    types = dict(part.strip().split(" ") for part in RESULT_SCHEMA.split(","))
+    return pd.DataFrame(
+        {
+            column: pd.array([r[column] for r in rows], dtype=_PANDAS_DTYPES[types[column]])
+            for column in COLUMNS
+        }
+    )
+
+
+class PreparedExpectations:
+    """An ephemeral GX context with the suite, its checkpoint and (optionally) a Data Docs site.
+
+    Everything but the data: `prepare_expectations` builds it while Spark
+    scans segments, `run` validates the rows once they are in.
+    """
+
+    def __init__(self, checks: Sequence[Check], run_id: str, docs_dir: str | None) -> None:
+        _quiet_gx()
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self.checks = list(checks)
+        self.run_id = run_id
+        context = gx.get_context(mode="ephemeral")
+        context.enable_analytics(False)
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        actions: list[Any] = []
+        if docs_dir is not None:
+            from spark_jobs import validation_docs
+
+            context.add_data_docs_site(
+                site_name="kfs", site_config=validation_docs.site_config(docs_dir)
+            )
+            validation_docs.compile_templates()
+            actions.append(gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["kfs"]))
+        asset = context.data_sources.add_pandas("kfs").add_dataframe_asset("segments")
+        batch_definition = asset.add_batch_definition_whole_dataframe("validation")
+        suite = context.suites.add(gx.ExpectationSuite(name="kfs_segments"))
+        for check in self.checks:
+            suite.add_expectation(check.expectation)
+        definition = context.validation_definitions.add(
+            gx.ValidationDefinition(name="kfs_segments", data=batch_definition, suite=suite)
+        )
+        self._checkpoint = context.checkpoints.add(
+            gx.Checkpoint(
+                name="kfs_validation",
+                validation_definitions=[definition],
+                actions=actions,
+                result_format={"result_format": "COMPLETE"},
+            )
+        )
+
+    def run(self, pdf: pd.DataFrame) -> list[dict[str, Any]]:
+        """Run the suite over ``pdf``; one result dict per check, in suite order."""
+        from great_expectations.core.run_identifier import RunIdentifier
+
+        result = self._checkpoint.run(
+            batch_parameters={"dataframe": pdf}, run_id=RunIdentifier(run_name=self.run_id)
+        )
+        by_id = {check.id: check for check in self.checks}
+        outcomes: list[dict[str, Any]] = []
+        for validation in result.run_results.values():
+            for item in validation.results:
+                config = item.expectation_config
+                if config is None:
+                    continue
+                check = by_id[config.meta["check"]]
+                outcomes.append(_outcome(check, item, pdf))
+        order = {check.id: i for i, check in enumerate(self.checks)}
+        outcomes.sort(key=lambda o: order[o["id"]])
+        return outcomes
+
+
+def prepare_expectations(
+    checks: Sequence[Check], run_id: str, docs_dir: str | None
+) -> PreparedExpectations:
+    """The GX context, suite and checkpoint for ``checks`` (Data Docs into ``docs_dir``)."""
+    return PreparedExpectations(checks, run_id, docs_dir)
 
 
 def run_expectations(
@@ -571,59 +724,7 @@ def run_expectations(
     docs_dir: str | None,
 ) -> list[dict[str, Any]]:
     """Run the suite over ``pdf``; one result dict per check (Data Docs into ``docs_dir``)."""
-    _quiet_gx()
-    import great_expectations as gx
-    from great_expectations.core.run_identifier import RunIdentifier
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    context = gx.get_context(mode="ephemeral")
-    context.enable_analytics(False)
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    actions: list[Any] = []
-    if docs_dir is not None:
-        context.add_data_docs_site(
-            site_name="kfs",
-            site_config={
-                "class_name": "SiteBuilder",
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-                "store_backend": {
-                    "class_name": "TupleFilesystemStoreBackend",
-                    "base_directory": docs_dir,
-                },
-            },
-        )
-        actions.append(gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["kfs"]))
-    asset = context.data_sources.add_pandas("kfs").add_dataframe_asset("segments")
-    batch_definition = asset.add_batch_definition_whole_dataframe("validation")
-    suite = context.suites.add(gx.ExpectationSuite(name="kfs_segments"))
-    for check in checks:
-        suite.add_expectation(check.expectation)
-    definition = context.validation_definitions.add(
-        gx.ValidationDefinition(name="kfs_segments", data=batch_definition, suite=suite)
-    )
-    checkpoint = context.checkpoints.add(
-        gx.Checkpoint(
-            name="kfs_validation",
-            validation_definitions=[definition],
-            actions=actions,
-            result_format={"result_format": "COMPLETE"},
-        )
-    )
-    result = checkpoint.run(
-        batch_parameters={"dataframe": pdf}, run_id=RunIdentifier(run_name=run_id)
-    )
-    by_id = {check.id: check for check in checks}
-    outcomes: list[dict[str, Any]] = []
-    for validation in result.run_results.values():
-        for item in validation.results:
-            config = item.expectation_config
-            if config is None:
-                continue
-            check = by_id[config.meta["check"]]
-            outcomes.append(_outcome(check, item, pdf))
-    order = {check.id: i for i, check in enumerate(checks)}
-    outcomes.sort(key=lambda o: order[o["id"]])
-    return outcomes
+    return prepare_expectations(checks, run_id, docs_dir).run(pdf)
 
 
 def _outcome(check: Check, item: Any, pdf: pd.DataFrame) -> dict[str, Any]:
@@ -712,23 +813,31 @@ def run(
 
 
 def _validate_job(ctx: JobContext, options: ValidationOptions) -> JobResult:
-    spark = ctx.spark
-    rows = collect_rows(
-        spark,
-        ctx.store,
-        ctx.namespace,
-        options.topics,
-        orphan_grace_s=options.orphan_grace_s,
-        timings=ctx,
-    )
-    frame = rows_dataframe(spark, rows)
-    with ctx.phase("expectations"):
-        pdf = _to_pandas(frame)
-        with tempfile.TemporaryDirectory(prefix="kfs-gx-") as docs_dir:
-            write_docs = options.data_docs and not options.dry_run
-            outcomes = run_expectations(
-                pdf, build_expectations(options), ctx.run_id, docs_dir if write_docs else None
-            )
+    write_docs = options.data_docs and not options.dry_run
+
+    def prepare(docs_dir: str) -> PreparedExpectations:
+        # Importing Great Expectations and building its context take seconds of
+        # driver time that would otherwise follow the scan: done meanwhile.
+        with ctx.phase("expectations_setup"):
+            checks = build_expectations(options)
+            return prepare_expectations(checks, ctx.run_id, docs_dir if write_docs else None)
+
+    with (
+        tempfile.TemporaryDirectory(prefix="kfs-gx-") as docs_dir,
+        ThreadPoolExecutor(1, thread_name_prefix="kfs-gx") as pool,
+    ):
+        prepared: Future[PreparedExpectations] = pool.submit(prepare, docs_dir)
+        rows = collect_rows(
+            ctx.spark,
+            ctx.store,
+            ctx.namespace,
+            options.topics,
+            orphan_grace_s=options.orphan_grace_s,
+            timings=ctx,
+        )
+        with ctx.phase("expectations"):
+            outcomes = prepared.result().run(rows_pandas(rows))
+        with ctx.phase("data_docs_upload"):
             docs_index = _upload_docs(ctx, Path(docs_dir)) if write_docs else None
     failed = [o for o in outcomes if not o["success"]]
     critical = [o["id"] for o in failed if o["critical"]]
@@ -783,16 +892,25 @@ def _validate_job(ctx: JobContext, options: ValidationOptions) -> JobResult:
 
 
 def _upload_docs(ctx: JobContext, docs_dir: Path) -> str | None:
-    """Put every Data Docs file under ``<report prefix>data_docs/``; the index.html key."""
+    """Put every Data Docs file under ``<report prefix>data_docs/``; the index.html key.
+
+    The pages and assets go up on a few threads (each put is a round trip,
+    and fsyncs on a local store); ``index.html`` goes last, once everything
+    it links to is there.
+    """
     prefix = ctx.report_prefix + "data_docs/"
-    index: str | None = None
-    for path in sorted(p for p in docs_dir.rglob("*") if p.is_file()):
-        relative = path.relative_to(docs_dir).as_posix()
-        key = prefix + relative
-        ctx.store.put(key, path.read_bytes())
-        if relative == "index.html":
-            index = key
-    return index
+    files = {p.relative_to(docs_dir).as_posix(): p for p in docs_dir.rglob("*") if p.is_file()}
+    index_page = files.pop("index.html", None)
+
+    def put(relative: str) -> None:
+        ctx.store.put(prefix + relative, files[relative].read_bytes())
+
+    with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kfs-docs") as pool:
+        list(pool.map(put, sorted(files)))
+    if index_page is None:
+        return None
+    ctx.store.put(prefix + "index.html", index_page.read_bytes())
+    return prefix + "index.html"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -811,15 +929,20 @@ __all__ = [
     "COLUMNS",
     "RESULT_SCHEMA",
     "Check",
+    "PreparedExpectations",
     "ValidationOptions",
     "build_expectations",
     "build_parser",
     "check_segment",
+    "check_segments",
     "collect_rows",
     "list_partition_objects",
     "main",
     "rows_dataframe",
     "run",
+    "prepare_expectations",
+    "rows_pandas",
     "run_expectations",
+    "scan_chunks",
     "validate",
 ]

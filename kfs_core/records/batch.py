@@ -75,6 +75,7 @@ __all__ = [
     "NO_TIMESTAMP",
     "Record",
     "RecordBatch",
+    "assemble_batch",
     "assign_offsets_into",
     "decode_batch",
     "encode_batch",
@@ -82,6 +83,7 @@ __all__ = [
     "iter_batch_headers",
     "iter_batches",
     "parse_control_key",
+    "records_section",
     "reencode_batch",
     "rewrite_base_offset",
     "rewrite_base_offset_into",
@@ -306,7 +308,7 @@ def _assemble(
             last_offset_delta = records[-1].offset - base_offset
         body = _encode_records(records, base_offset, first_timestamp)
         codec = attributes & CODEC_MASK
-        payload = compress(codec, body, level=compression_level) if codec else bytes(body)
+        payload = compress(codec, body, level=compression_level) if codec else body
     else:
         # An empty batch (kept after compaction for its producer state) is a
         # bare header with codec none and no first timestamp, as Kafka's
@@ -327,6 +329,77 @@ def _assemble(
             f"record offset {records[-1].offset} beyond last offset "
             f"{base_offset + last_offset_delta}"
         )
+    return _frame(
+        payload,
+        len(records),
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        first_timestamp=first_timestamp,
+        max_timestamp=max_timestamp,
+        last_offset_delta=last_offset_delta,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def assemble_batch(
+    body: BytesLike,
+    record_count: int,
+    *,
+    base_offset: int,
+    codec: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    last_offset_delta: int,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    compression_level: int | None = None,
+) -> bytes:
+    """A CreateTime batch around ``body``: ``record_count`` records already encoded.
+
+    The records' deltas must be relative to ``base_offset`` and
+    ``first_timestamp`` (`kfs_core.records.merge` builds such bodies); the
+    body is compressed with ``codec`` and framed with a fresh CRC.  No
+    producer id, epoch or sequence, no transactional or control bit.
+    """
+    if codec & ~CODEC_MASK:
+        raise ValueError(f"codec {codec} does not fit the 3 codec bits")
+    if not 0 < record_count <= INT32_MAX or not 0 <= last_offset_delta <= INT32_MAX:
+        raise ValueError(
+            f"{record_count} records, last offset delta {last_offset_delta}: outside 1..{INT32_MAX}"
+        )
+    payload = compress(codec, body, level=compression_level) if codec else body
+    return _frame(
+        payload,
+        record_count,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=codec,
+        first_timestamp=first_timestamp,
+        max_timestamp=max_timestamp,
+        last_offset_delta=last_offset_delta,
+        producer_id=NO_PRODUCER_ID,
+        producer_epoch=NO_PRODUCER_EPOCH,
+        base_sequence=NO_SEQUENCE,
+    )
+
+
+def _frame(
+    payload: BytesLike,
+    record_count: int,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    last_offset_delta: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> bytes:
+    """Header + ``payload`` (the records, compressed or not) with the CRC-32C set."""
     total = BATCH_HEADER_SIZE + len(payload)
     buf = bytearray(total)
     BATCH_HEADER.pack_into(
@@ -344,7 +417,7 @@ def _assemble(
         producer_id,
         producer_epoch,
         base_sequence,
-        len(records),
+        record_count,
     )
     buf[BATCH_HEADER_SIZE:] = payload
     CRC.pack_into(buf, CRC_OFFSET, batch_crc(buf, 0, total))
@@ -430,7 +503,21 @@ def decode_batch(
     return _decode_body(buf, pos, header, object_name)
 
 
-def _decode_body(buf: BytesLike, pos: int, header: BatchHeader, object_name: str) -> RecordBatch:
+def records_section(
+    buf: BytesLike, pos: int, header: BatchHeader, *, object_name: str = "<batch>"
+) -> bytes:
+    """The records of the batch at ``buf[pos]`` as bytes, decompressed; no record is parsed.
+
+    Raises `CorruptRecordBatch` for a negative record count or a payload the
+    codec cannot decompress.
+    """
+    return _records_section(buf, pos, header, object_name)[0]
+
+
+def _records_section(
+    buf: BytesLike, pos: int, header: BatchHeader, object_name: str
+) -> tuple[bytes, int]:
+    """(records, where they start in ``buf``; -1 when decompressed)."""
     count = header.record_count
     if count < 0:
         raise CorruptRecordBatch(
@@ -442,14 +529,16 @@ def _decode_body(buf: BytesLike, pos: int, header: BatchHeader, object_name: str
     end = pos + header.total_size
     codec = header.attributes & CODEC_MASK
     if codec == CODEC_NONE:
-        data = bytes(buf[start:end])
-        where = start
-    elif count == 0 and end == start:
-        data = b""
-        where = start
-    else:
-        data = decompress(codec, memoryview(buf)[start:end], object_name=object_name, offset=start)
-        where = -1
+        return bytes(buf[start:end]), start
+    if count == 0 and end == start:
+        return b"", start
+    return decompress(codec, memoryview(buf)[start:end], object_name=object_name, offset=start), -1
+
+
+def _decode_body(buf: BytesLike, pos: int, header: BatchHeader, object_name: str) -> RecordBatch:
+    count = header.record_count
+    start = pos + BATCH_HEADER_SIZE
+    data, where = _records_section(buf, pos, header, object_name)
     try:
         records = _parse_records(data, count, header.base_offset, header.first_timestamp)
     except _BadRecord as exc:

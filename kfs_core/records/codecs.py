@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import threading
 import zlib
 
 import lz4.frame
@@ -136,9 +137,25 @@ def compress(codec: int, data: BytesLike, *, level: int | None = None) -> bytes:
             )
         )
     if codec == CODEC_ZSTD:
-        compressor = zstandard.ZstdCompressor(level=DEFAULT_ZSTD_LEVEL if level is None else level)
-        return compressor.compress(data)
+        return _zstd_compressor(DEFAULT_ZSTD_LEVEL if level is None else level).compress(data)
     raise UnsupportedCodec(f"unknown compression codec {codec}", codec=codec)
+
+
+_local = threading.local()
+
+
+def _zstd_compressor(level: int) -> zstandard.ZstdCompressor:
+    """This thread's compressor for ``level``: its context (and buffers) are reused.
+
+    A ZstdCompressor must not be used by two threads at once, hence one per thread.
+    """
+    compressors: dict[int, zstandard.ZstdCompressor] | None = getattr(_local, "zstd", None)
+    if compressors is None:
+        compressors = _local.zstd = {}
+    compressor = compressors.get(level)
+    if compressor is None:
+        compressor = compressors[level] = zstandard.ZstdCompressor(level=level)
+    return compressor
 
 
 def _snappy_xerial_compress(data: BytesLike) -> bytes:

@@ -302,11 +302,26 @@ def test_options_are_checked() -> None:
         CompactionOptions(store_url="file:///x", namespace=NS, min_inputs=1)
     with pytest.raises(UsageError, match="max-read"):
         CompactionOptions(store_url="file:///x", namespace=NS, max_read_mb_per_s=-1)
+    with pytest.raises(UsageError, match="compression-level"):
+        CompactionOptions(store_url="file:///x", namespace=NS, compression_level=23)
     args = compaction.build_parser().parse_args(
         ["--store-url", "file:///x", "--max-read-mb-per-s", "12.5", "--min-inputs", "6"]
+        + ["--compression-level", "-5"]
     )
     options = CompactionOptions.from_namespace(args)
     assert (options.read_bytes_per_s, options.min_inputs) == (12.5 * 2**20, 6)
+    assert options.compression_level == -5
+
+
+def test_compression_levels() -> None:
+    assert compaction.output_level(CODEC_ZSTD) == compaction.DEFAULT_ZSTD_LEVEL == 1
+    assert compaction.output_level(CODEC_NONE) is None  # every other codec: its own default
+    assert compaction.output_level(CODEC_ZSTD, 19) == 19
+    plan = plan_merge("t", 0, 1, [descriptor(i * 10) for i in range(4)], config())
+    tasks, _ = compaction.build_tasks([plan], NS, "run1", 0.0)
+    assert [t.compression_level for t in tasks] == [1]
+    tasks, _ = compaction.build_tasks([plan], NS, "run1", 0.0, compression_level=9)
+    assert [t.compression_level for t in tasks] == [9]
 
 
 # --- merging ------------------------------------------------------------------------------------

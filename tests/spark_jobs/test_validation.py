@@ -16,6 +16,7 @@ from kfs_core.catalog import PartitionCatalog
 from kfs_core.log.wal_manager import set_emergency_flag
 from kfs_core.storage import ObjectStore
 from spark_jobs import common, validation
+from spark_jobs.common import SegmentDescriptor
 from spark_jobs.validation import ValidationOptions
 from tests.spark_jobs.data import (
     WrittenPartition,
@@ -271,6 +272,48 @@ def test_results_dataframe(spark: Any, local_store: ObjectStore) -> None:
     assert [(r["key"], r["batch_count"], r["body_crc_ok"]) for r in bad] == [
         (parts[0].segments[1].key, 3, False)
     ]
+
+
+def test_suite_table_is_the_results_dataframe(spark: Any, local_store: ObjectStore) -> None:
+    """The suite runs over `rows_pandas`, built on the driver: the same table as the
+    Spark DataFrame, value for value and null for null (segment and orphan rows)."""
+    parts = write_topic(local_store, NS, TOPIC, segments=2, records_per_segment=30)
+    _flip_batch_bit(local_store, parts[0])
+    put_orphan(local_store, parts[0], 1_000)
+    rows = validation.collect_rows(spark, local_store, NS, orphan_grace_s=0)
+    assert {r["row_type"] for r in rows} == {"segment", "orphan"}
+    table = validation.rows_pandas(rows)
+    via_spark = validation.rows_dataframe(spark, rows).toPandas()
+    assert tuple(table.columns) == validation.COLUMNS
+    assert [str(t) for t in table.dtypes].count("object") == 0  # nullable dtypes throughout
+
+    def cells(frame: Any) -> list[list[Any]]:
+        return [
+            [None if validation._plain(v) is None else validation._plain(v) for v in row]
+            for row in frame.itertuples(index=False)
+        ]
+
+    assert cells(table) == cells(via_spark)
+    assert len(validation.rows_pandas([])) == 0
+
+
+def test_scan_chunks_split_by_bytes_in_order() -> None:
+    def seg(base: int, size: int) -> SegmentDescriptor:
+        return SegmentDescriptor(
+            NS, TOPIC, 0, base, base, 1, size, 16, 0, 0, 0, 0, f"k{base}", f"i{base}"
+        )
+
+    segments = [seg(i, size) for i, size in enumerate([100, 1, 1, 1, 1, 100, 1, 5])]
+    chunks = validation.scan_chunks(segments, slots=2, chunk_bytes=1 << 30)
+    assert [d for chunk in chunks for d in chunk] == segments  # order kept, nothing lost
+    assert [sum(d.size_bytes for d in c) for c in chunks] == [104, 106]
+    # More bytes than a chunk holds: more chunks, a multiple of the slots.
+    even = [seg(i, 10) for i in range(12)]
+    assert [len(c) for c in validation.scan_chunks(even, slots=2, chunk_bytes=30)] == [3] * 4
+    assert [len(c) for c in validation.scan_chunks(even, slots=3, chunk_bytes=25)] == [2] * 6
+    assert [len(c) for c in validation.scan_chunks(even, slots=1)] == [12]
+    assert len(validation.scan_chunks(segments[:1], slots=4)) == 1
+    assert validation.scan_chunks([], slots=2) == []
 
 
 def test_fail_on_none_and_dry_run(
