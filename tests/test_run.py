@@ -197,7 +197,7 @@ def token(run: KfsRun) -> str:
     return str(body["access_token"])
 
 
-def consume(bootstrap: str, topic: str, count: int, timeout_s: float = 60.0) -> list[Any]:
+def consume(bootstrap: str, topic: str, count: int, timeout_s: float = 120.0) -> list[Any]:
     """``count`` messages of ``topic`` from the beginning of every partition."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -210,18 +210,30 @@ def consume(bootstrap: str, topic: str, count: int, timeout_s: float = 60.0) -> 
         }
     )
     messages: list[Any] = []
+    errors: list[Any] = []
     try:
-        metadata = consumer.list_topics(topic, timeout=10)
-        partitions = sorted(metadata.topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+
+        def partitions() -> list[int]:
+            described = consumer.list_topics(topic, timeout=10).topics[topic]
+            return [] if described.error is not None else sorted(described.partitions)
+
+        found = wait_for(partitions, timeout=timeout_s, interval=0.2, what=f"{topic}'s partitions")
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in found])
 
         def enough() -> bool:
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
                 messages.append(msg)
+            elif msg is not None:
+                errors.append(msg.error())
             return len(messages) >= count
 
-        wait_for(enough, timeout=timeout_s, interval=0, what=f"{count} messages of {topic}")
+        try:
+            wait_for(enough, timeout=timeout_s, interval=0, what=f"{count} messages of {topic}")
+        except TimeoutError as exc:
+            raise AssertionError(
+                f"{exc}; partitions {found}; consumer errors {errors[-5:]}"
+            ) from None
     finally:
         consumer.close()
     return messages
