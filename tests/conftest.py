@@ -7,6 +7,7 @@ moto server, so a test that takes it runs against both backends.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import socket
@@ -35,6 +36,9 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}"
+# py4j logs "Closing down clientserver connection" from a finaliser at interpreter
+# exit, after Airflow's logging set-up has closed its stream: a traceback, not a failure.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _free_port() -> int:
