@@ -29,7 +29,7 @@ from kfs_core.catalog import snapshots as snaps
 from kfs_core.storage import open_store
 from tests.airflow.conftest import kfs_connection_env
 from tests.conftest import REPO, wait_for
-from tests.server.conftest import DaemonFactory, by_partition, consume_confluent
+from tests.server.conftest import DaemonFactory, by_partition, consume_confluent, produce_confluent
 
 pytestmark = [
     pytest.mark.airflow,
@@ -64,33 +64,12 @@ def _state(store_url: str, topic: str) -> PartitionState:
         store.close()
 
 
-def _produce(bootstrap: str, topic: str, values: list[bytes], timestamp_ms: int | None) -> list:
-    import confluent_kafka
-
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    delivered: list[tuple[int, int, bytes]] = []
-    errors: list[Any] = []
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            delivered.append((msg.partition(), msg.offset(), msg.value()))
-
-    for i, value in enumerate(values):
-        extra = {"timestamp": timestamp_ms} if timestamp_ms is not None else {}
-        producer.produce(
-            topic, value=value, key=b"k%d" % i, partition=0, on_delivery=on_delivery, **extra
-        )
-    assert producer.flush(60) == 0
-    assert not errors, errors[:3]
-    return delivered
-
-
 def _produce_round(daemon: Any, topic: str, n: int, timestamp_ms: int | None) -> list:
     """One round of records, then wait for the daemon to seal it into segment ``n + 1``."""
     values = [f"{topic}-{n}-{i}".encode() for i in range(RECORDS_PER_ROUND)]
-    delivered = _produce(daemon.bootstrap, topic, values, timestamp_ms)
+    delivered = produce_confluent(
+        daemon.bootstrap, topic, values, partitions=1, timestamp_ms=timestamp_ms
+    )
     wait_for(
         lambda: len(_state(daemon.store_url, topic).segments) == n + 1,
         timeout=30,

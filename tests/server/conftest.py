@@ -237,8 +237,12 @@ def produce_confluent(
     codec: str = "none",
     acks: str = "all",
     extra: dict[str, Any] | None = None,
+    timestamp_ms: int | None = None,
 ) -> Delivered:
-    """Produce ``values`` round-robin over ``partitions``; what the broker acknowledged."""
+    """Produce ``values`` round-robin over ``partitions``; what the broker acknowledged.
+
+    ``timestamp_ms`` sets every record's create time (default: now).
+    """
     producer = confluent_kafka.Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -259,7 +263,12 @@ def produce_confluent(
 
     for i, value in enumerate(values):
         producer.produce(
-            topic, value=value, key=b"key-%d" % i, partition=i % partitions, on_delivery=on_delivery
+            topic,
+            value=value,
+            key=b"key-%d" % i,
+            partition=i % partitions,
+            on_delivery=on_delivery,
+            **({"timestamp": timestamp_ms} if timestamp_ms is not None else {}),
         )
         producer.poll(0)
     assert producer.flush(60) == 0

@@ -25,7 +25,7 @@ from kfs_core.records import decode_batch
 from kfs_core.storage import ObjectStore, open_store
 from spark_jobs import checkpoint, compaction, index_rebuild, retention, validation
 from tests.conftest import wait_for
-from tests.server.conftest import DaemonFactory
+from tests.server.conftest import DaemonFactory, produce_confluent
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -65,36 +65,26 @@ def _segments(store: ObjectStore, topic: str) -> list[Any]:
 
 def _produce_rounds(daemon: Any, store: ObjectStore, topic: str, timestamp_ms: int | None) -> dict:
     """``ROUNDS`` rounds into partition 0, each sealed as its own segment; offset → value."""
-    import confluent_kafka
     import confluent_kafka.admin
 
     admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": daemon.bootstrap})
     config = {"retention.ms": str(DAY_MS)} if timestamp_ms is not None else {}
     admin.create_topics([confluent_kafka.admin.NewTopic(topic, 1, config=config)])[topic].result(30)
-    producer = confluent_kafka.Producer({"bootstrap.servers": daemon.bootstrap, "acks": "all"})
     written: dict[int, bytes] = {}
-    errors: list[Any] = []
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            written[msg.offset()] = msg.value()
-
     for round_ in range(ROUNDS):
-        for i in range(PER_ROUND):
-            extra = {"timestamp": timestamp_ms} if timestamp_ms is not None else {}
-            value = b'{"round": %d, "i": %d, "pad": "%s"}' % (round_, i, b"x" * 200)
-            producer.produce(
-                topic, value=value, key=b"k%d" % i, partition=0, on_delivery=on_delivery, **extra
-            )
-        assert producer.flush(60) == 0
+        values = [
+            b'{"round": %d, "i": %d, "pad": "%s"}' % (round_, i, b"x" * 200)
+            for i in range(PER_ROUND)
+        ]
+        delivered = produce_confluent(
+            daemon.bootstrap, topic, values, partitions=1, timestamp_ms=timestamp_ms
+        )
+        written.update((offset, value) for _, offset, value in delivered)
         wait_for(
             lambda r=round_: len(_segments(store, topic)) == r + 1,
             timeout=60,
             what=f"round {round_} of {topic} sealed into a segment",
         )
-    assert not errors, errors[:3]
     return written
 
 
