@@ -58,7 +58,7 @@ from kfs_core.errors import KfsError
 from kfs_core.log.manager import LogManager
 from kfs_core.log.segments import DAEMON_CODECS
 from kfs_core.log.wal_manager import WalManager
-from kfs_core.server.handlers import Broker, BrokerOptions, cluster_id_for, error_response
+from kfs_core.server.broker import Broker, BrokerOptions, cluster_id_for, error_response
 from kfs_core.server.metrics import (
     CountersCollector,
     InstrumentedStore,

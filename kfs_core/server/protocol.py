@@ -1,7 +1,8 @@
 """The Kafka wire protocol as the KFS daemon serves it.
 
-One table, `SUPPORTED_VERSIONS`, says which versions of which APIs the server
-speaks; `decode_request` turns a request frame into a `Request`,
+`SUPPORTED_VERSIONS` says which versions of which APIs the server speaks and
+`MESSAGES` which classes carry them, both derived from the one registry of
+APIs (`kfs_core.server.apis.REGISTRY`); `decode_request` turns a request frame into a `Request`,
 `encode_response` / `encode_response_parts` turn a response body back into a
 frame, and `error_response_frame` says what to send when a frame could not be
 decoded.  Bodies are the spec-generated message classes of
@@ -41,6 +42,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
+from kfs_core.server.apis import REGISTRY
+from kfs_core.server.apis import SUPPORTED_VERSIONS as _REGISTERED_VERSIONS
+from kfs_core.server.apis import api_versions_body as _api_versions_body
 from kfs_core.server.protocol_errors import (
     ErrorCode,
     FrameError,
@@ -60,7 +64,7 @@ from kfs_core.server.protocol_framing import (
     check_frame_size,
     read_frame,
 )
-from kfs_core.server.protocol_messages import MESSAGES, ApiKey, ApiVersionsResponse
+from kfs_core.server.protocol_messages import ApiKey, MessagePair
 from kfs_core.server.protocol_wire import I32, READ_ERRORS, read_string, skip_tagged_fields
 
 __all__ = [
@@ -89,54 +93,18 @@ __all__ = [
     "read_frame",
 ]
 
-# The versions KFS serves, per API: (min, max).  A client uses
-# min(its max, our max), so each max is the highest version either client
-# sends - librdkafka 2.16 (confluent-kafka; INTRODUCTION.md and its
+# The versions KFS serves, per API: (min, max), from the registry.  A client
+# uses min(its max, our max), so each max is the highest version either
+# client sends - librdkafka 2.16 (confluent-kafka; INTRODUCTION.md and its
 # rd_kafka_broker_ApiVersion_supported() calls) or kafka-python 3.0 (its
 # max_version= arguments, else its spec's maximum) - unless a higher version
-# means something KFS does not implement.  Each min is the lowest version the
-# spec still defines (Kafka 4.0 dropped older ones) that can carry what KFS
-# stores.  tests/server/test_protocol_clients.py checks what both clients pick.
-SUPPORTED_VERSIONS: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
-    {
-        # v3 is the first to carry RecordBatch v2, the only format KFS stores.
-        # kafka-python sends <= 9, librdkafka <= 10; v10 only adds KIP-951
-        # leader hints, meaningless on a single broker; v13 names topics by id.
-        ApiKey.PRODUCE: (3, 9),
-        # v4 is the first whose responses carry RecordBatch v2 unconverted.
-        # kafka-python sends <= 12, librdkafka <= 16; v13+ names topics by id.
-        ApiKey.FETCH: (4, 12),
-        # v0 (offset arrays) is gone from the spec.  librdkafka sends <= 7;
-        # kafka-python would send 11, but v8+ only add tiered-storage offset
-        # specs (-4, -5, -6) and a timeout, none of which KFS implements.
-        ApiKey.LIST_OFFSETS: (1, 7),
-        # Both clients send 13, which only adds a top-level error code for
-        # KIP-1102 rebootstrapping.  v10+ carry topic ids beside the names.
-        ApiKey.METADATA: (0, 12),
-        # v9 is v8 plus KIP-848 member epochs (librdkafka 9, kafka-python 8);
-        # v10 names topics by id.
-        ApiKey.OFFSET_COMMIT: (2, 9),
-        ApiKey.OFFSET_FETCH: (1, 9),
-        # kafka-python uses v4 (batched keys) when offered, librdkafka <= 2;
-        # v5/v6 add transaction-abortable errors and share-group keys.
-        ApiKey.FIND_COORDINATOR: (0, 4),
-        # kafka-python sends <= 7, librdkafka <= 5; v8/v9 are KIP-800 reasons
-        # and KIP-814 skipped assignments.
-        ApiKey.JOIN_GROUP: (0, 7),
-        ApiKey.HEARTBEAT: (0, 4),
-        ApiKey.LEAVE_GROUP: (0, 5),
-        ApiKey.SYNC_GROUP: (0, 5),
-        # v4 is v3 on the wire; kafka-python opens with v4, librdkafka with v3.
-        ApiKey.API_VERSIONS: (0, 4),
-        # kafka-python sends 7 (topic ids in the response, which KFS can
-        # mint), librdkafka <= 4.
-        ApiKey.CREATE_TOPICS: (2, 7),
-        # v6 may delete by topic id; at <= 5 topics are named.
-        ApiKey.DELETE_TOPICS: (1, 5),
-        ApiKey.DESCRIBE_CONFIGS: (1, 4),
-        # Both clients send <= 4; v5 is KIP-890 transactions v2.
-        ApiKey.INIT_PRODUCER_ID: (0, 4),
-    }
+# means something KFS does not implement; each registration says why.  Each
+# min is the lowest version the spec still defines (Kafka 4.0 dropped older
+# ones) that can carry what KFS stores.  tests/server/test_protocol_clients.py
+# checks what both clients pick.
+SUPPORTED_VERSIONS: Final[Mapping[int, tuple[int, int]]] = _REGISTERED_VERSIONS
+MESSAGES: Final[Mapping[ApiKey, MessagePair]] = MappingProxyType(
+    {key: api.messages for key, api in REGISTRY.items()}
 )
 
 _HEADER_FIXED = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -297,15 +265,7 @@ def encode_response(request: Request, body: Any) -> bytes:
 
 def api_versions_body(api_version: int, error_code: ErrorCode = ErrorCode.NONE) -> Any:
     """The ApiVersions response body listing `SUPPORTED_VERSIONS`."""
-    return ApiVersionsResponse(
-        version=api_version,
-        error_code=int(error_code),
-        api_keys=[
-            ApiVersionsResponse.ApiVersion(api_key=int(key), min_version=low, max_version=high)
-            for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
-        ],
-        throttle_time_ms=0,
-    )
+    return _api_versions_body(api_version, error_code, SUPPORTED_VERSIONS)
 
 
 def error_response_frame(error: ProtocolError) -> bytes | None:

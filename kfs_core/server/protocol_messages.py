@@ -16,16 +16,16 @@ MetadataResponse's ``ClusterAuthorizedOperations`` and
 hold a set of operation bit numbers, ``None`` being Kafka's INT32_MIN "not
 requested" (the bytes on the wire are the spec's int32).
 
-Nothing here knows which versions KFS serves: that is
-`kfs_core.server.protocol.SUPPORTED_VERSIONS`.
+Nothing here knows which versions KFS serves or what it answers: each API
+family's module in `kfs_core.server.apis` registers its messages, its
+version range and its handler in one table (`kfs_core.server.apis.REGISTRY`).
 """
 
 from __future__ import annotations
 
 import warnings
 from enum import IntEnum
-from types import MappingProxyType
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 # kafka-python reads its JSON specs with importlib.resources.read_text /
 # open_text, which Python 3.11 deprecates; silence exactly that, only here.
@@ -34,12 +34,30 @@ with warnings.catch_warnings():
         "ignore", message=r"(read_text|open_text) is deprecated", category=DeprecationWarning
     )
     from kafka.protocol.admin import (
+        AlterConfigsRequest,
+        AlterConfigsResponse,
+        CreatePartitionsRequest,
+        CreatePartitionsResponse,
         CreateTopicsRequest,
         CreateTopicsResponse,
+        DeleteGroupsRequest,
+        DeleteGroupsResponse,
+        DeleteRecordsRequest,
+        DeleteRecordsResponse,
         DeleteTopicsRequest,
         DeleteTopicsResponse,
+        DescribeClusterRequest,
+        DescribeClusterResponse,
         DescribeConfigsRequest,
         DescribeConfigsResponse,
+        DescribeGroupsRequest,
+        DescribeGroupsResponse,
+        DescribeLogDirsRequest,
+        DescribeLogDirsResponse,
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+        ListGroupsRequest,
+        ListGroupsResponse,
     )
     from kafka.protocol.consumer import (
         FetchRequest,
@@ -54,6 +72,8 @@ with warnings.catch_warnings():
         ListOffsetsResponse,
         OffsetCommitRequest,
         OffsetCommitResponse,
+        OffsetDeleteRequest,
+        OffsetDeleteResponse,
         OffsetFetchRequest,
         OffsetFetchResponse,
         SyncGroupRequest,
@@ -68,35 +88,66 @@ with warnings.catch_warnings():
         MetadataResponse,
     )
     from kafka.protocol.producer import (
+        AddOffsetsToTxnRequest,
+        AddOffsetsToTxnResponse,
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnResponse,
+        EndTxnRequest,
+        EndTxnResponse,
         InitProducerIdRequest,
         InitProducerIdResponse,
         ProduceRequest,
         ProduceResponse,
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitResponse,
     )
 
 __all__ = [
-    "MESSAGES",
+    "AddOffsetsToTxnRequest",
+    "AddOffsetsToTxnResponse",
+    "AddPartitionsToTxnRequest",
+    "AddPartitionsToTxnResponse",
+    "AlterConfigsRequest",
+    "AlterConfigsResponse",
     "ApiKey",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
+    "CreatePartitionsRequest",
+    "CreatePartitionsResponse",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
+    "DeleteGroupsRequest",
+    "DeleteGroupsResponse",
+    "DeleteRecordsRequest",
+    "DeleteRecordsResponse",
     "DeleteTopicsRequest",
     "DeleteTopicsResponse",
+    "DescribeClusterRequest",
+    "DescribeClusterResponse",
     "DescribeConfigsRequest",
     "DescribeConfigsResponse",
+    "DescribeGroupsRequest",
+    "DescribeGroupsResponse",
+    "DescribeLogDirsRequest",
+    "DescribeLogDirsResponse",
+    "EndTxnRequest",
+    "EndTxnResponse",
     "FetchRequest",
     "FetchResponse",
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
     "HeartbeatRequest",
     "HeartbeatResponse",
+    "IncrementalAlterConfigsRequest",
+    "IncrementalAlterConfigsResponse",
     "InitProducerIdRequest",
     "InitProducerIdResponse",
     "JoinGroupRequest",
     "JoinGroupResponse",
     "LeaveGroupRequest",
     "LeaveGroupResponse",
+    "ListGroupsRequest",
+    "ListGroupsResponse",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
     "MessagePair",
@@ -104,12 +155,16 @@ __all__ = [
     "MetadataResponse",
     "OffsetCommitRequest",
     "OffsetCommitResponse",
+    "OffsetDeleteRequest",
+    "OffsetDeleteResponse",
     "OffsetFetchRequest",
     "OffsetFetchResponse",
     "ProduceRequest",
     "ProduceResponse",
     "SyncGroupRequest",
     "SyncGroupResponse",
+    "TxnOffsetCommitRequest",
+    "TxnOffsetCommitResponse",
 ]
 
 
@@ -127,11 +182,25 @@ class ApiKey(IntEnum):
     HEARTBEAT = 12
     LEAVE_GROUP = 13
     SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
 
 
 class MessagePair(NamedTuple):
@@ -139,25 +208,3 @@ class MessagePair(NamedTuple):
 
     request: Any
     response: Any
-
-
-MESSAGES: Final = MappingProxyType(
-    {
-        ApiKey.PRODUCE: MessagePair(ProduceRequest, ProduceResponse),
-        ApiKey.FETCH: MessagePair(FetchRequest, FetchResponse),
-        ApiKey.LIST_OFFSETS: MessagePair(ListOffsetsRequest, ListOffsetsResponse),
-        ApiKey.METADATA: MessagePair(MetadataRequest, MetadataResponse),
-        ApiKey.OFFSET_COMMIT: MessagePair(OffsetCommitRequest, OffsetCommitResponse),
-        ApiKey.OFFSET_FETCH: MessagePair(OffsetFetchRequest, OffsetFetchResponse),
-        ApiKey.FIND_COORDINATOR: MessagePair(FindCoordinatorRequest, FindCoordinatorResponse),
-        ApiKey.JOIN_GROUP: MessagePair(JoinGroupRequest, JoinGroupResponse),
-        ApiKey.HEARTBEAT: MessagePair(HeartbeatRequest, HeartbeatResponse),
-        ApiKey.LEAVE_GROUP: MessagePair(LeaveGroupRequest, LeaveGroupResponse),
-        ApiKey.SYNC_GROUP: MessagePair(SyncGroupRequest, SyncGroupResponse),
-        ApiKey.API_VERSIONS: MessagePair(ApiVersionsRequest, ApiVersionsResponse),
-        ApiKey.CREATE_TOPICS: MessagePair(CreateTopicsRequest, CreateTopicsResponse),
-        ApiKey.DELETE_TOPICS: MessagePair(DeleteTopicsRequest, DeleteTopicsResponse),
-        ApiKey.INIT_PRODUCER_ID: MessagePair(InitProducerIdRequest, InitProducerIdResponse),
-        ApiKey.DESCRIBE_CONFIGS: MessagePair(DescribeConfigsRequest, DescribeConfigsResponse),
-    }
-)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import threading
@@ -27,8 +28,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from kfs_core.config import Settings
 from kfs_core.records.batch import Record, encode_batch
+from kfs_core.server import broker as broker_module
+from kfs_core.server.apis.fetch import trim_to_batches
 from kfs_core.server.app import KfsServer, ServeOptions, parse_host_port
-from kfs_core.server.handlers import BrokerOptions, cluster_id_for, error_response, trim_to_batches
+from kfs_core.server.broker import BrokerOptions, cluster_id_for, error_response
 from kfs_core.server.metrics import CountersCollector
 from kfs_core.server.protocol import MESSAGES, ApiKey, ErrorCode, decode_request, encode_response
 from tests.conftest import wait_for
@@ -112,12 +115,14 @@ def produce_request(topic: str, values: list[bytes]) -> Any:
 def test_a_failing_handler_answers_unknown_server_error_and_the_connection_lives(
     inprocess: ThreadedServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken(request: Any) -> Any:
+    async def broken(broker: Any, request: Any) -> Any:
         raise RuntimeError("a bug in the handler")
 
-    broker = inprocess.server.broker
-    assert broker is not None
-    monkeypatch.setitem(broker._handlers, ApiKey.LIST_OFFSETS, broken)
+    registry = dict(broker_module.REGISTRY)
+    registry[ApiKey.LIST_OFFSETS] = dataclasses.replace(
+        registry[ApiKey.LIST_OFFSETS], handle=broken
+    )
+    monkeypatch.setattr(broker_module, "REGISTRY", registry)
     listed = ListOffsetsRequest.ListOffsetsTopic
     request = ListOffsetsRequest(
         version=7,

@@ -1,0 +1,143 @@
+"""What every API module shares: the `Api` registration record and the error helpers.
+
+An API module declares one `Api` per Kafka API it serves: the spec-generated
+request and response classes, the version range KFS speaks, the handler, and
+the error body - what the response looks like when every place that can hold
+an error code holds the same one.  `kfs_core.server.apis.REGISTRY` collects
+them; nothing else lists APIs.
+
+Handlers are ``async def handle(broker, request) -> response body``; the
+broker (`kfs_core.server.broker.Broker`) is their context: options, the
+partition log, the topic directory, the group coordinator, metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from kfs_core.errors import (
+    CorruptRecordBatch,
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidTopicName,
+    KfsError,
+    ObjectStoreError,
+    TopicAlreadyExists,
+    UnknownTopic,
+    UnsupportedCodec,
+    WalError,
+)
+from kfs_core.server.protocol_errors import ErrorCode
+from kfs_core.server.protocol_messages import ApiKey, MessagePair
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.protocol import Request
+
+__all__ = [
+    "LEADER_EPOCH",
+    "NODE_ID",
+    "Api",
+    "Refused",
+    "error_code_for",
+    "log_failure",
+    "message_of",
+]
+
+log = logging.getLogger("kfs_core.server.broker")
+
+NODE_ID: Final = 0
+LEADER_EPOCH: Final = 0
+
+Handler = Callable[["Broker", "Request"], Awaitable[Any]]
+# Produce starts in request order on a connection and finishes later.
+Starter = Callable[["Broker", "Request"], Awaitable["asyncio.Future[Any]"]]
+ErrorBody = Callable[["Request", ErrorCode, "str | None", "BrokerOptions"], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One Kafka API as KFS serves it: messages, versions, handler and error body.
+
+    ``versions`` is (min, max): a client uses min(its max, our max), so the
+    comment beside each registration says which clients send what.
+    ``start`` replaces ``handle`` for the one API whose work must begin in
+    request order (Produce); everything else runs as a task.
+    """
+
+    key: ApiKey
+    request: Any
+    response: Any
+    versions: tuple[int, int]
+    handle: Handler | None
+    error_body: ErrorBody
+    start: Starter | None = None
+
+    @property
+    def messages(self) -> MessagePair:
+        return MessagePair(self.request, self.response)
+
+
+class Refused(KfsError):
+    """A request the broker refuses with a specific Kafka error code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message, kafka_error_code=int(code))
+
+
+def message_of(exc: BaseException) -> str:
+    """The error message a response carries for ``exc``."""
+    return str(exc) or type(exc).__name__
+
+
+def error_code_for(exc: BaseException) -> ErrorCode:
+    """The Kafka error code that stands for ``exc`` in a response."""
+    code = getattr(exc, "kafka_error_code", None)
+    if code is not None:
+        with contextlib.suppress(ValueError, TypeError):
+            return ErrorCode(int(code))
+    error_code = getattr(exc, "error_code", None)
+    if isinstance(error_code, ErrorCode):
+        return error_code
+    for kind, mapped in _ERROR_CODES:
+        if isinstance(exc, kind):
+            return mapped
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+_ERROR_CODES: Final[tuple[tuple[type[BaseException], ErrorCode], ...]] = (
+    (UnknownTopic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    (InvalidTopicName, ErrorCode.INVALID_TOPIC_EXCEPTION),
+    (TopicAlreadyExists, ErrorCode.TOPIC_ALREADY_EXISTS),
+    (InvalidPartitions, ErrorCode.INVALID_PARTITIONS),
+    (InvalidConfig, ErrorCode.INVALID_CONFIG),
+    (CorruptRecordBatch, ErrorCode.CORRUPT_MESSAGE),
+    (UnsupportedCodec, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+    (WalError, ErrorCode.KAFKA_STORAGE_ERROR),
+    (ObjectStoreError, ErrorCode.KAFKA_STORAGE_ERROR),
+    (TimeoutError, ErrorCode.REQUEST_TIMED_OUT),
+)
+
+_OPERATOR_ERRORS: Final = frozenset({ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REQUEST_TIMED_OUT})
+
+
+def log_failure(what: str, exc: BaseException, code: ErrorCode) -> None:
+    """How a failed partition, topic or group is logged.
+
+    Unexpected errors get their traceback; storage trouble and timeouts are
+    warnings; what a client got wrong (a corrupt batch, an unknown topic) is
+    debug only - the metrics count it, and a broken client must not flood
+    the log.
+    """
+    if code == ErrorCode.UNKNOWN_SERVER_ERROR:
+        log.error("%s failed unexpectedly", what, exc_info=exc)
+    elif code in _OPERATOR_ERRORS or not isinstance(exc, KfsError | TimeoutError):
+        log.warning("%s: %s (%s)", what, exc, code.name)
+    else:
+        log.debug("%s: %s (%s)", what, exc, code.name)

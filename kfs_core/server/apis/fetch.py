@@ -1,0 +1,197 @@
+"""Fetch: long polls woken by appends, byte budgets as in KIP-74, no fetch sessions.
+
+A fetch waits until ``min_bytes`` are available or ``max_wait_ms`` passes,
+woken by `AppendNotifier` when a produce lands - no polling; ``max_bytes``
+overall and per partition, whole batches only, at least one batch for the
+first partition with data (KIP-74).  Read-committed is answered like
+read-uncommitted with LSO = HW: there are no transactions.  No fetch sessions
+(KIP-227): every response says session 0, which clients read as "send full
+requests".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from kfs_core.server.apis.base import Api, error_code_for, log_failure
+from kfs_core.server.protocol_errors import ErrorCode
+from kfs_core.server.protocol_framing import MAX_REQUEST_BYTES
+from kfs_core.server.protocol_messages import ApiKey, FetchRequest, FetchResponse
+
+if TYPE_CHECKING:
+    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.protocol import Request
+
+__all__ = ["FETCH", "trim_to_batches"]
+
+Buffer = bytes | bytearray | memoryview
+
+READ_COMMITTED: Final = 1
+# base offset (int64) then batch length (int32): enough to walk batches.
+_BATCH_PREFIX = struct.Struct(">qi")
+
+
+@dataclass(frozen=True, slots=True)
+class _FetchTarget:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+def trim_to_batches(records: Buffer, limit: int) -> Buffer:
+    """The longest prefix of whole record batches in ``records`` that fits in ``limit`` bytes."""
+    view = memoryview(records)
+    end = 0
+    total = len(view)
+    while end + _BATCH_PREFIX.size <= total:
+        _, length = _BATCH_PREFIX.unpack_from(view, end)
+        batch_end = end + _BATCH_PREFIX.size + length
+        if length < 0 or batch_end > total or batch_end > limit:
+            break
+        end = batch_end
+    return records if end == total else view[:end]
+
+
+async def handle(broker: Broker, request: Request) -> Any:
+    body = request.body
+    if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
+        # We never hand out a session id, so nobody can hold one of ours.
+        return request.response(
+            throttle_time_ms=0,
+            error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+            session_id=0,
+            responses=[],
+        )
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    max_bytes = body.max_bytes if body.max_bytes > 0 else MAX_REQUEST_BYTES
+    targets = [
+        _FetchTarget(
+            topic.topic,
+            p.partition,
+            p.fetch_offset,
+            max(1, min(p.partition_max_bytes, max_bytes)),
+        )
+        for topic in body.topics
+        for p in topic.partitions
+    ]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
+    keys = [(t.topic, t.partition) for t in targets]
+    metrics, notifier = broker.metrics, broker.notifier
+    with notifier.watch(keys) as woken:
+        while True:
+            # Cleared before reading: an append during the read wakes the wait below.
+            woken.clear()
+            answers, total, failed = await _read_once(broker, targets, max_bytes, read_committed)
+            remaining = deadline - loop.time()
+            enough = total >= body.min_bytes or failed or not targets
+            if enough or remaining <= 0 or notifier.stopping:
+                break
+            metrics.fetch_waiting.inc()
+            try:
+                await asyncio.wait_for(woken.wait(), remaining)
+            except TimeoutError:
+                break  # nothing new since the last read: answer with it
+            finally:
+                metrics.fetch_waiting.dec()
+    metrics.fetch_bytes.inc(total)
+    by_topic: dict[str, list[Any]] = {}
+    for target, partition_answer in zip(targets, answers, strict=True):
+        by_topic.setdefault(target.topic, []).append(partition_answer)
+        broker.count_error(ApiKey.FETCH, partition_answer.error_code)
+    topic_answer = FetchResponse.FetchableTopicResponse
+    return request.response(
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[
+            topic_answer(topic=name, partitions=partitions) for name, partitions in by_topic.items()
+        ],
+    )
+
+
+async def _read_once(
+    broker: Broker, targets: Sequence[_FetchTarget], max_bytes: int, read_committed: bool
+) -> tuple[list[Any], int, bool]:
+    """Read every partition in parallel, then apply the byte budget in request order.
+
+    Returns the partition answers, the record bytes they carry, and
+    whether any partition failed (a failure ends the long poll).
+    """
+    reads = [
+        asyncio.ensure_future(broker.log.read(t.topic, t.partition, t.offset, t.max_bytes))
+        for t in targets
+    ]
+    if reads:
+        await asyncio.wait(reads)
+    answers: list[Any] = []
+    total = 0
+    failed = False
+    data = FetchResponse.FetchableTopicResponse.PartitionData
+    for target, read in zip(targets, reads, strict=True):
+        code, high_watermark, log_start = ErrorCode.NONE, -1, -1
+        records: Buffer = b""
+        try:
+            result = read.result()
+        except Exception as exc:
+            code = error_code_for(exc)
+            failed = True
+            log_failure(f"fetch {target.topic}-{target.partition}@{target.offset}", exc, code)
+        else:
+            high_watermark, log_start = result.high_watermark, result.log_start_offset
+            records = result.records
+            if total and records:  # KIP-74: only the first partition with data may overshoot
+                records = trim_to_batches(records, max_bytes - total)
+            total += len(records)
+        answers.append(
+            data(
+                partition_index=target.partition,
+                error_code=code,
+                high_watermark=high_watermark,
+                # No transactions: everything below the high watermark is stable.
+                last_stable_offset=high_watermark,
+                log_start_offset=log_start,
+                aborted_transactions=[] if read_committed else None,
+                preferred_read_replica=-1,
+                records=records,
+            )
+        )
+    return answers, total, failed
+
+
+def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
+    data = FetchResponse.FetchableTopicResponse
+    return request.response(
+        throttle_time_ms=0,
+        error_code=int(code) if request.api_version >= 7 else 0,
+        session_id=0,
+        responses=[
+            data(
+                topic=t.topic,
+                partitions=[
+                    data.PartitionData(
+                        partition_index=p.partition,
+                        error_code=int(code),
+                        high_watermark=-1,
+                        last_stable_offset=-1,
+                        log_start_offset=-1,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=b"",
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.body.topics
+        ],
+    )
+
+
+# v4 is the first whose responses carry RecordBatch v2 unconverted.
+# kafka-python sends <= 12, librdkafka <= 16; v13+ names topics by id.
+FETCH = Api(ApiKey.FETCH, FetchRequest, FetchResponse, (4, 12), handle, error_body)

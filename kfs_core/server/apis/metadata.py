@@ -1,0 +1,135 @@
+"""Metadata: one broker (node 0) leading every partition, ISR ``[0]``.
+
+Every topic (null list; an empty list at v0), or the named ones,
+auto-creating those a client may create; INVALID_TOPIC_EXCEPTION and
+UNKNOWN_TOPIC_OR_PARTITION per topic.  Replication factor 1 is the only one
+there is: durability comes from the WAL and the object store, not replicas.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kfs_core.log.manager import TopicInfo as LogTopicInfo
+from kfs_core.server.apis.base import (
+    LEADER_EPOCH,
+    NODE_ID,
+    Api,
+    error_code_for,
+    log_failure,
+)
+from kfs_core.server.directory import topic_uuid
+from kfs_core.server.protocol_errors import ErrorCode
+from kfs_core.server.protocol_messages import ApiKey, MetadataRequest, MetadataResponse
+
+if TYPE_CHECKING:
+    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.protocol import Request
+
+__all__ = ["METADATA", "broker_entry", "topic_metadata"]
+
+
+async def handle(broker: Broker, request: Request) -> Any:
+    body = request.body
+    requested = body.topics
+    everything = requested is None or (request.api_version == 0 and not requested)
+    options = broker.options
+    allow_create = options.auto_create_topics and bool(
+        getattr(body, "allow_auto_topic_creation", True)
+    )
+    if everything:
+        topics = [topic_metadata(info) for info in await broker.topics.all()]
+    else:
+        topics = [await _one_topic(broker, entry, allow_create) for entry in requested]
+    for topic in topics:
+        broker.count_error(ApiKey.METADATA, topic.error_code)
+    return request.response(
+        throttle_time_ms=0,
+        brokers=[broker_entry(options)],
+        cluster_id=options.cluster_id,
+        controller_id=NODE_ID,
+        topics=topics,
+    )
+
+
+async def _one_topic(broker: Broker, entry: Any, allow_create: bool) -> Any:
+    name = entry.name
+    topic = MetadataResponse.MetadataResponseTopic
+    if name is None:  # named by id only (v10+): KFS does not look topics up by id
+        return topic(
+            error_code=ErrorCode.UNKNOWN_TOPIC_ID,
+            name=None,
+            topic_id=getattr(entry, "topic_id", None),
+            is_internal=False,
+            partitions=[],
+        )
+    info: LogTopicInfo | None
+    try:
+        if allow_create:
+            info = await broker.topics.lookup_or_create(name, broker.options.default_partitions)
+        else:
+            info = await broker.topics.lookup(name)
+    except Exception as exc:
+        code = error_code_for(exc)
+        log_failure(f"metadata of topic {name!r}", exc, code)
+        return topic(error_code=code, name=name, is_internal=False, partitions=[])
+    if info is None:
+        return topic(
+            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            name=name,
+            is_internal=False,
+            partitions=[],
+        )
+    return topic_metadata(info)
+
+
+def broker_entry(options: BrokerOptions) -> Any:
+    """This broker as Metadata lists it."""
+    return MetadataResponse.MetadataResponseBroker(
+        node_id=NODE_ID, host=options.advertised_host, port=options.advertised_port, rack=None
+    )
+
+
+def topic_metadata(info: LogTopicInfo) -> Any:
+    """A topic's Metadata entry: every partition led by this broker."""
+    topic = MetadataResponse.MetadataResponseTopic
+    partition = topic.MetadataResponsePartition
+    return topic(
+        error_code=0,
+        name=info.name,
+        topic_id=topic_uuid(info.topic_id),
+        is_internal=info.name.startswith("__"),
+        partitions=[
+            partition(
+                error_code=0,
+                partition_index=index,
+                leader_id=NODE_ID,
+                leader_epoch=LEADER_EPOCH,
+                replica_nodes=[NODE_ID],
+                isr_nodes=[NODE_ID],
+                offline_replicas=[],
+            )
+            for index in range(info.partitions)
+        ],
+    )
+
+
+def error_body(
+    request: Request, code: ErrorCode, message: str | None, options: BrokerOptions
+) -> Any:
+    topic = MetadataResponse.MetadataResponseTopic
+    return request.response(
+        throttle_time_ms=0,
+        brokers=[broker_entry(options)],
+        cluster_id=options.cluster_id,
+        controller_id=NODE_ID,
+        topics=[
+            topic(error_code=int(code), name=t.name, is_internal=False, partitions=[])
+            for t in request.body.topics or ()
+        ],
+    )
+
+
+# Both clients send 13, which only adds a top-level error code for KIP-1102
+# rebootstrapping.  v10+ carry topic ids beside the names.
+METADATA = Api(ApiKey.METADATA, MetadataRequest, MetadataResponse, (0, 12), handle, error_body)

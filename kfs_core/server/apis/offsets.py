@@ -1,0 +1,86 @@
+"""ListOffsets: earliest (-2), latest (-1) and by timestamp.
+
+The max-timestamp spec (-3, KIP-734) and the tiered-storage specs get
+INVALID_REQUEST.  (Committed consumer offsets are the groups' business:
+`kfs_core.server.apis.groups`.)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from kfs_core.server.apis.base import LEADER_EPOCH, Api, Refused, error_code_for, log_failure
+from kfs_core.server.protocol_errors import ErrorCode
+from kfs_core.server.protocol_messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
+
+if TYPE_CHECKING:
+    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.protocol import Request
+
+__all__ = ["LIST_OFFSETS"]
+
+EARLIEST_TIMESTAMP: Final = -2  # the log start offset (-1 is the high watermark)
+
+
+async def handle(broker: Broker, request: Request) -> Any:
+    answer = ListOffsetsResponse.ListOffsetsTopicResponse
+    partition_answer = answer.ListOffsetsPartitionResponse
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for p in topic.partitions:
+            code, offset, timestamp = ErrorCode.NONE, -1, -1
+            try:
+                if p.timestamp < EARLIEST_TIMESTAMP:
+                    # -3 (max timestamp, KIP-734) and the tiered-storage specs.
+                    raise Refused(
+                        ErrorCode.INVALID_REQUEST,
+                        f"ListOffsets timestamp {p.timestamp} is not supported",
+                    )
+                found = await broker.log.list_offsets(topic.name, p.partition_index, p.timestamp)
+                offset, timestamp = found.offset, found.timestamp
+            except Exception as exc:
+                code = error_code_for(exc)
+                log_failure(f"list offsets of {topic.name}-{p.partition_index}", exc, code)
+            broker.count_error(ApiKey.LIST_OFFSETS, code)
+            partitions.append(
+                partition_answer(
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=LEADER_EPOCH if code == ErrorCode.NONE else -1,
+                )
+            )
+        topics.append(answer(name=topic.name, partitions=partitions))
+    return request.response(throttle_time_ms=0, topics=topics)
+
+
+def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
+    listed = ListOffsetsResponse.ListOffsetsTopicResponse
+    return request.response(
+        throttle_time_ms=0,
+        topics=[
+            listed(
+                name=t.name,
+                partitions=[
+                    listed.ListOffsetsPartitionResponse(
+                        partition_index=p.partition_index,
+                        error_code=int(code),
+                        timestamp=-1,
+                        offset=-1,
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.body.topics
+        ],
+    )
+
+
+# v0 (offset arrays) is gone from the spec.  librdkafka sends <= 7;
+# kafka-python would send 11, but v8+ only add tiered-storage offset specs
+# (-4, -5, -6) and a timeout, none of which KFS implements.
+LIST_OFFSETS = Api(
+    ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, (1, 7), handle, error_body
+)

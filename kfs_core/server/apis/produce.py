@@ -1,0 +1,156 @@
+"""Produce: acks 0, 1 and -1, appended through the partition log.
+
+All acks values are durable per the WAL mode before the answer; acks=0 gets
+no answer; any other acks value is INVALID_REQUIRED_ACKS.  Per-partition
+error codes come from the log's typed errors.
+
+Ordering: `start` runs in request order on a connection.  It does the topic
+lookups and opens the partitions, then starts one `LogManager.append_many`
+for all of them, which assigns offsets without waiting: appends of
+pipelined requests reach the log in request order while their WAL fsyncs
+overlap (group commit).  The request frame is handed over with it
+(``owned``): offsets are assigned in the frame and the log keeps views of
+it, no copies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Final
+
+from kfs_core.log.manager import AppendResult
+from kfs_core.server.apis.base import Api, error_code_for, log_failure, message_of
+from kfs_core.server.protocol_errors import ErrorCode
+from kfs_core.server.protocol_messages import ApiKey, ProduceRequest, ProduceResponse
+
+if TYPE_CHECKING:
+    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.protocol import Request
+
+__all__ = ["PRODUCE"]
+
+Buffer = bytes | bytearray | memoryview
+
+VALID_ACKS: Final = (0, 1, -1)
+
+# Each topic of a produce request, and each of its partitions with an error
+# decided up front or (an int) the position of its append in `append_many`.
+_ProducePlan = list[tuple[str, list[tuple[int, ErrorCode | int]]]]
+
+
+async def start(broker: Broker, request: Request) -> asyncio.Future[Any]:
+    """Resolve the topics (auto-creating) and open the partitions, then start the appends.
+
+    Everything that may wait happens here, before the next request on the
+    connection is read; the appends themselves then start in request
+    order and assign their offsets without waiting (unless the memory
+    pool is full, and then its waiters are served in order too).
+    """
+    body = request.body
+    options = broker.options
+    timeout_s = max(body.timeout_ms, 0) / 1000
+    acks_ok = body.acks in VALID_ACKS
+    plan: _ProducePlan = []
+    appends: list[tuple[str, int, Buffer]] = []
+    for topic_data in body.topic_data:
+        name = topic_data.name
+        outcomes: list[tuple[int, ErrorCode | int]] = []
+        plan.append((name, outcomes))
+        topic_error = ErrorCode.NONE if acks_ok else ErrorCode.INVALID_REQUIRED_ACKS
+        if topic_error == ErrorCode.NONE:
+            try:
+                if options.auto_create_topics:
+                    await broker.topics.lookup_or_create(name, options.default_partitions)
+                elif await broker.topics.lookup(name) is None:
+                    topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            except Exception as exc:
+                topic_error = error_code_for(exc)
+                log_failure(f"produce to topic {name!r}", exc, topic_error)
+        for partition_data in topic_data.partition_data:
+            index, records = partition_data.index, partition_data.records
+            if topic_error != ErrorCode.NONE:
+                outcomes.append((index, topic_error))
+            elif records is None:
+                outcomes.append((index, ErrorCode.CORRUPT_MESSAGE))
+            else:
+                broker.metrics.produce_bytes.inc(len(records))
+                outcomes.append((index, len(appends)))  # its place among the appends
+                appends.append((name, index, records))
+    if appends:
+        await broker.log.open_partitions(((n, i) for n, i, _ in appends), timeout_s)
+    return asyncio.ensure_future(_finish(broker, request, plan, appends, timeout_s))
+
+
+async def _finish(
+    broker: Broker,
+    request: Request,
+    plan: _ProducePlan,
+    appends: list[tuple[str, int, Buffer]],
+    timeout_s: float,
+) -> Any:
+    results: list[AppendResult | Exception] = []
+    if appends:
+        # The request frame is ours: offsets are assigned in it, no copy.
+        results = await broker.log.append_many(appends, timeout_s=timeout_s, owned=True)
+    answer = ProduceResponse.TopicProduceResponse
+    partition_answer = answer.PartitionProduceResponse
+    responses = []
+    for name, outcomes in plan:
+        partitions = []
+        for index, outcome in outcomes:
+            base_offset, append_time, start_offset, message = -1, -1, -1, None
+            if isinstance(outcome, ErrorCode):
+                code = outcome
+            else:
+                result = results[outcome]
+                if isinstance(result, Exception):
+                    code = error_code_for(result)
+                    message = message_of(result)
+                    log_failure(f"produce to {name}-{index}", result, code)
+                else:
+                    code = ErrorCode.NONE
+                    base_offset = result.base_offset
+                    append_time = result.log_append_time
+                    start_offset = result.log_start_offset
+                    broker.notifier.notify(name, index)
+            broker.count_error(ApiKey.PRODUCE, code)
+            partitions.append(
+                partition_answer(
+                    index=index,
+                    error_code=code,
+                    base_offset=base_offset,
+                    log_append_time_ms=append_time,
+                    log_start_offset=start_offset,
+                    record_errors=[],
+                    error_message=message,
+                )
+            )
+        responses.append(answer(name=name, partition_responses=partitions))
+    return request.response(responses=responses, throttle_time_ms=0)
+
+
+def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
+    answer = ProduceResponse.TopicProduceResponse
+    return request.response(
+        throttle_time_ms=0,
+        responses=[
+            answer(
+                name=t.name,
+                partition_responses=[
+                    answer.PartitionProduceResponse(
+                        index=p.index, error_code=int(code), base_offset=-1, error_message=message
+                    )
+                    for p in t.partition_data
+                ],
+            )
+            for t in request.body.topic_data
+        ],
+    )
+
+
+# v3 is the first to carry RecordBatch v2, the only format KFS stores.
+# kafka-python sends <= 9, librdkafka <= 10; v10 only adds KIP-951 leader
+# hints, meaningless on a single broker; v13 names topics by id.
+PRODUCE = Api(
+    ApiKey.PRODUCE, ProduceRequest, ProduceResponse, (3, 9), None, error_body, start=start
+)

@@ -1,0 +1,359 @@
+"""Topic administration: CreateTopics, DeleteTopics, DescribeConfigs.
+
+Through the `TopicRegistry`, with Kafka's error codes and messages;
+replication factor 1 (or -1) only.  A deleted topic is gone for Produce,
+Fetch and Metadata as soon as DeleteTopics answers (`LogManager.forget_topic`);
+creating its name again answers TOPIC_ALREADY_EXISTS ("marked for deletion")
+until retention has removed its data and purged it from the registry, as
+Kafka does while a deletion is in progress.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from kfs_core.catalog.config import CONFIG_KEYS, DEFAULT_CONFIGS
+from kfs_core.errors import InvalidConfig, InvalidPartitions
+from kfs_core.server.apis.base import (
+    NODE_ID,
+    Api,
+    Refused,
+    error_code_for,
+    log_failure,
+    message_of,
+)
+from kfs_core.server.directory import topic_uuid
+from kfs_core.server.protocol_errors import ErrorCode
+from kfs_core.server.protocol_messages import (
+    ApiKey,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
+
+if TYPE_CHECKING:
+    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.protocol import Request
+
+__all__ = ["CREATE_TOPICS", "DELETE_TOPICS", "DESCRIBE_CONFIGS"]
+
+log = logging.getLogger("kfs_core.server.broker")
+
+# DescribeConfigs config sources (``DescribeConfigsResponse.ConfigSource``).
+SOURCE_DYNAMIC_TOPIC: Final = 1
+SOURCE_STATIC_BROKER: Final = 4
+SOURCE_DEFAULT: Final = 5
+# DescribeConfigs resource types and config types (``ConfigResource.Type``,
+# ``ConfigEntry.ConfigType``).
+RESOURCE_TOPIC: Final = 2
+RESOURCE_BROKER: Final = 4
+_CONFIG_TYPE_BOOLEAN, _CONFIG_TYPE_STRING, _CONFIG_TYPE_INT = 1, 2, 3
+_CONFIG_TYPE_LONG, _CONFIG_TYPE_DOUBLE, _CONFIG_TYPE_LIST = 5, 6, 7
+_TOPIC_CONFIG_TYPES: Final = {
+    "retention.ms": _CONFIG_TYPE_LONG,
+    "retention.bytes": _CONFIG_TYPE_LONG,
+    "cleanup.policy": _CONFIG_TYPE_LIST,
+    "compression.type": _CONFIG_TYPE_STRING,
+    "segment.bytes": _CONFIG_TYPE_INT,
+    "max.message.bytes": _CONFIG_TYPE_INT,
+    "delete.retention.ms": _CONFIG_TYPE_LONG,
+    "min.compaction.lag.ms": _CONFIG_TYPE_LONG,
+    "min.cleanable.dirty.ratio": _CONFIG_TYPE_DOUBLE,
+    "message.timestamp.type": _CONFIG_TYPE_STRING,
+}
+
+
+async def _create_topics(broker: Broker, request: Request) -> Any:
+    body = request.body
+    validate_only = bool(getattr(body, "validate_only", False))
+    result = CreateTopicsResponse.CreatableTopicResult
+    names = [t.name for t in body.topics]
+    results = []
+    for topic in body.topics:
+        name = topic.name
+        try:
+            if names.count(name) > 1:
+                raise Refused(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
+            partitions = _requested_partitions(broker, topic)
+            info, overrides = await broker.topics.create(
+                name, partitions, _requested_configs(topic), validate_only=validate_only
+            )
+        except Exception as exc:
+            code = error_code_for(exc)
+            log_failure(f"create topic {name!r}", exc, code)
+            broker.count_error(ApiKey.CREATE_TOPICS, code)
+            results.append(result(name=name, error_code=code, error_message=message_of(exc)))
+            continue
+        if not validate_only:
+            log.info("created topic %r with %d partition(s)", name, info.partitions)
+        effective = {**DEFAULT_CONFIGS, **overrides}
+        results.append(
+            result(
+                name=name,
+                topic_id=topic_uuid(info.topic_id),
+                error_code=0,
+                error_message=None,
+                topic_config_error_code=0,
+                num_partitions=info.partitions,
+                replication_factor=1,
+                configs=[
+                    result.CreatableTopicConfigs(
+                        name=key,
+                        value=value,
+                        read_only=False,
+                        config_source=SOURCE_DYNAMIC_TOPIC if key in overrides else SOURCE_DEFAULT,
+                        is_sensitive=False,
+                    )
+                    for key, value in sorted(effective.items())
+                ],
+            )
+        )
+    return request.response(throttle_time_ms=0, topics=results)
+
+
+def _requested_partitions(broker: Broker, topic: Any) -> int:
+    """The partition count a CreatableTopic asks for, on a one-broker cluster."""
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise Refused(
+                ErrorCode.INVALID_REQUEST,
+                "with replica assignments, num_partitions and replication_factor must be -1",
+            )
+        replicas = {tuple(a.broker_ids) for a in topic.assignments}
+        indexes = sorted(a.partition_index for a in topic.assignments)
+        if replicas != {(NODE_ID,)} or indexes != list(range(len(indexes))):
+            raise Refused(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"assign every partition to broker {NODE_ID} alone, partitions 0..n-1",
+            )
+        return len(indexes)
+    if topic.replication_factor not in (-1, 1):
+        raise Refused(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "replication factor must be 1 (or -1 for the default) on this one-broker "
+            f"cluster, got {topic.replication_factor}",
+        )
+    if topic.num_partitions == -1:
+        return broker.options.default_partitions
+    if topic.num_partitions < 1:
+        raise InvalidPartitions(
+            f"number of partitions must be at least 1, got {topic.num_partitions}"
+        )
+    return int(topic.num_partitions)
+
+
+async def _delete_topics(broker: Broker, request: Request) -> Any:
+    result = DeleteTopicsResponse.DeletableTopicResult
+    results = []
+    for name in request.body.topic_names:
+        code, message = ErrorCode.NONE, None
+        try:
+            await broker.topics.delete(name)
+        except Exception as exc:
+            code, message = error_code_for(exc), message_of(exc)
+            log_failure(f"delete topic {name!r}", exc, code)
+        else:
+            log.info("deleted topic %r (retention removes its data)", name)
+            broker.notifier.notify_topic(name)
+        broker.count_error(ApiKey.DELETE_TOPICS, code)
+        results.append(result(name=name, error_code=code, error_message=message))
+    return request.response(throttle_time_ms=0, responses=results)
+
+
+async def _describe_configs(broker: Broker, request: Request) -> Any:
+    body = request.body
+    synonyms = bool(getattr(body, "include_synonyms", False))
+    documentation = bool(getattr(body, "include_documentation", False))
+    result = DescribeConfigsResponse.DescribeConfigsResult
+    results = []
+    for resource in body.resources:
+        keys = resource.configuration_keys
+        try:
+            configs = await _configs_of(broker, resource.resource_type, resource.resource_name)
+        except Exception as exc:
+            code = error_code_for(exc)
+            log_failure(f"describe configs of {resource.resource_name!r}", exc, code)
+            broker.count_error(ApiKey.DESCRIBE_CONFIGS, code)
+            results.append(
+                result(
+                    error_code=code,
+                    error_message=message_of(exc),
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=[],
+                )
+            )
+            continue
+        results.append(
+            result(
+                error_code=0,
+                error_message=None,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=[
+                    _config_entry(entry, synonyms=synonyms, documentation=documentation)
+                    for entry in configs
+                    if keys is None or entry.name in keys
+                ],
+            )
+        )
+    return request.response(throttle_time_ms=0, results=results)
+
+
+async def _configs_of(broker: Broker, resource_type: int, name: str) -> list[_ConfigEntry]:
+    if resource_type == RESOURCE_TOPIC:
+        description = await broker.topics.describe(name)
+        return [
+            _ConfigEntry(
+                name=key,
+                value=value,
+                default=DEFAULT_CONFIGS[key],
+                source=SOURCE_DEFAULT if description.is_default(key) else SOURCE_DYNAMIC_TOPIC,
+                read_only=False,
+                config_type=_TOPIC_CONFIG_TYPES.get(key, _CONFIG_TYPE_STRING),
+                documentation=f"Allowed: {CONFIG_KEYS[key].allowed}.",
+            )
+            for key, value in sorted(description.effective_configs.items())
+        ]
+    if resource_type == RESOURCE_BROKER:
+        if name not in ("", str(NODE_ID)):
+            raise Refused(ErrorCode.INVALID_REQUEST, f"broker {name!r} is not this one ({NODE_ID})")
+        return [
+            _ConfigEntry(
+                name=key,
+                value=value,
+                default=value,
+                source=SOURCE_STATIC_BROKER,
+                read_only=True,
+                config_type=_CONFIG_TYPE_BOOLEAN
+                if value in ("true", "false")
+                else _CONFIG_TYPE_STRING,
+                documentation=None,
+            )
+            for key, value in sorted(broker.options.broker_configs.items())
+        ]
+    raise Refused(
+        ErrorCode.INVALID_REQUEST,
+        f"resource type {resource_type} is not supported (topic: 2, broker: 4)",
+    )
+
+
+def _requested_configs(topic: Any) -> dict[str, str]:
+    configs: dict[str, str] = {}
+    for config in topic.configs:
+        if config.value is None:
+            raise InvalidConfig(
+                f"null value not supported for topic config {config.name!r}", key=config.name
+            )
+        configs[config.name] = config.value
+    return configs
+
+
+@dataclass(frozen=True, slots=True)
+class _ConfigEntry:
+    name: str
+    value: str
+    default: str
+    source: int
+    read_only: bool
+    config_type: int
+    documentation: str | None
+
+
+def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -> Any:
+    resource = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
+    synonym = resource.DescribeConfigsSynonym
+    chain = []
+    if synonyms:
+        chain.append(synonym(name=entry.name, value=entry.value, source=entry.source))
+        if entry.source == SOURCE_DYNAMIC_TOPIC:
+            chain.append(synonym(name=entry.name, value=entry.default, source=SOURCE_DEFAULT))
+    return resource(
+        name=entry.name,
+        value=entry.value,
+        read_only=entry.read_only,
+        config_source=entry.source,
+        is_sensitive=False,
+        synonyms=chain,
+        config_type=entry.config_type,
+        documentation=entry.documentation if documentation else None,
+    )
+
+
+def _create_topics_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    created = CreateTopicsResponse.CreatableTopicResult
+    return request.response(
+        throttle_time_ms=0,
+        topics=[
+            created(name=t.name, error_code=int(code), error_message=message)
+            for t in request.body.topics
+        ],
+    )
+
+
+def _delete_topics_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    deleted = DeleteTopicsResponse.DeletableTopicResult
+    return request.response(
+        throttle_time_ms=0,
+        responses=[
+            deleted(name=name, error_code=int(code), error_message=message)
+            for name in request.body.topic_names
+        ],
+    )
+
+
+def _describe_configs_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    described = DescribeConfigsResponse.DescribeConfigsResult
+    return request.response(
+        throttle_time_ms=0,
+        results=[
+            described(
+                error_code=int(code),
+                error_message=message,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                configs=[],
+            )
+            for r in request.body.resources
+        ],
+    )
+
+
+# kafka-python sends 7 (topic ids in the response, which KFS can mint),
+# librdkafka <= 4.
+CREATE_TOPICS = Api(
+    ApiKey.CREATE_TOPICS,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    (2, 7),
+    _create_topics,
+    _create_topics_error,
+)
+# v6 may delete by topic id; at <= 5 topics are named.
+DELETE_TOPICS = Api(
+    ApiKey.DELETE_TOPICS,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    (1, 5),
+    _delete_topics,
+    _delete_topics_error,
+)
+DESCRIBE_CONFIGS = Api(
+    ApiKey.DESCRIBE_CONFIGS,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    (1, 4),
+    _describe_configs,
+    _describe_configs_error,
+)

@@ -1,0 +1,101 @@
+"""The broker: dispatches decoded requests to their API handlers (`kfs_core.server.apis`).
+
+`Broker` is a single node (id 0) that leads every partition; it holds what
+the handlers share - options, the partition log, the topic directory, the
+fetch notifier, producer ids, metrics - and turns a `Request` into a future
+of its response body through `REGISTRY`.
+
+Ordering: `Broker.begin` runs in request order on a connection.  Produce's
+``start`` does its lookups there and starts its appends in order (see
+`kfs_core.server.apis.produce`); every other API runs as a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kfs_core.log.manager import LogManager
+from kfs_core.server.apis import REGISTRY
+from kfs_core.server.apis.producer_ids import ProducerIds
+from kfs_core.server.directory import TopicDirectory
+from kfs_core.server.metrics import ServerMetrics
+from kfs_core.server.notifier import AppendNotifier
+from kfs_core.server.protocol import ApiKey, ErrorCode, Request
+
+__all__ = ["Broker", "BrokerOptions", "cluster_id_for", "error_response"]
+
+
+def cluster_id_for(store_url: str, namespace: str) -> str:
+    """A stable Kafka-style cluster id (22 characters of URL-safe base64) for this log."""
+    digest = hashlib.sha256(f"{store_url}\0{namespace}".encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+@dataclass
+class BrokerOptions:
+    """What the broker tells clients about itself and how it treats unknown topics."""
+
+    advertised_host: str
+    advertised_port: int
+    cluster_id: str
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    broker_configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def error_response(
+    request: Request, code: ErrorCode, options: BrokerOptions, message: str | None = None
+) -> Any:
+    """A response to ``request`` carrying ``code`` everywhere it can hold one.
+
+    What the daemon answers when a handler raised (UNKNOWN_SERVER_ERROR).
+    """
+    return REGISTRY[request.api_key].error_body(request, code, message, options)
+
+
+class Broker:
+    """Serves Kafka requests from the partition log (`LogManager`) and the topic registry."""
+
+    def __init__(
+        self, options: BrokerOptions, partition_log: LogManager, metrics: ServerMetrics
+    ) -> None:
+        self.options = options
+        self.log = partition_log
+        self.topics = TopicDirectory(partition_log)
+        self.metrics = metrics
+        self.notifier = AppendNotifier()
+        self.producer_ids = ProducerIds()
+
+    def stop(self) -> None:
+        """Shutdown has begun: long polls answer now."""
+        self.notifier.stop()
+
+    async def begin(self, request: Request) -> asyncio.Future[Any]:
+        """Start serving ``request``; the future gives its response body.
+
+        Called in request order on a connection.  Exceptions, here or in the
+        future, are the caller's to answer with `error_response`.
+        """
+        api = REGISTRY[request.api_key]
+        if api.start is not None:
+            return await api.start(self, request)
+        assert api.handle is not None
+        return asyncio.ensure_future(api.handle(self, request))
+
+    def error_response(self, request: Request, code: ErrorCode, message: str | None = None) -> Any:
+        """`error_response` with this broker's options."""
+        return error_response(request, code, self.options, message)
+
+    def count_error(self, api: ApiKey, code: int) -> None:
+        """Count a non-zero error code a response carries, by API and error name."""
+        if code != ErrorCode.NONE:
+            try:
+                name = ErrorCode(code).name
+            except ValueError:
+                name = str(code)
+            self.metrics.partition_errors.labels(api.name, name).inc()

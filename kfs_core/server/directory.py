@@ -1,0 +1,113 @@
+"""Topic lookups for the API handlers, and the topic ids Kafka puts on the wire.
+
+`TopicDirectory` is the handlers' one way to topics: the log manager's cached
+view for lookups and auto-creation, the registry for admin requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Mapping
+
+from kfs_core.catalog.config import TopicConfig, validate_configs, validate_topic_name
+from kfs_core.catalog.topics import MAX_PARTITIONS, TopicDescription, TopicRegistry
+from kfs_core.errors import (
+    InvalidPartitions,
+    TopicAlreadyExists,
+    UnknownTopic,
+    UnknownTopicOrPartition,
+)
+from kfs_core.log.manager import LogManager
+from kfs_core.log.manager import TopicInfo as LogTopicInfo
+
+__all__ = ["TopicDirectory", "topic_uuid"]
+
+log = logging.getLogger("kfs_core.server.broker")
+
+
+class TopicDirectory:
+    """Topic lookups for the handlers: the log manager's cached view, the registry for admin.
+
+    Lookups and auto-creation go through `LogManager.topic`, so the broker
+    and the log share one cache.  Names are checked here first, because the
+    log reports an illegal name as an unknown topic and Kafka answers
+    INVALID_TOPIC_EXCEPTION.  Listing, describing and deleting read and
+    write the registry directly (in a worker thread): admin requests want the
+    registry's current truth, not a cache.
+    """
+
+    def __init__(self, partition_log: LogManager) -> None:
+        self._log = partition_log
+        self._registry: TopicRegistry = partition_log.registry
+
+    async def lookup(self, name: str) -> LogTopicInfo | None:
+        """The topic, or None if it does not exist; `InvalidTopicName` for an illegal name."""
+        validate_topic_name(name)
+        try:
+            return await self._log.topic(name)
+        except UnknownTopicOrPartition:
+            return None
+
+    async def lookup_or_create(self, name: str, partitions: int) -> LogTopicInfo:
+        """The topic, created with ``partitions`` and default configs if it does not exist."""
+        validate_topic_name(name)
+        try:
+            return await self._log.topic(name)
+        except UnknownTopicOrPartition:
+            pass
+        info = await self._log.topic(name, auto_create=True, partitions=partitions)
+        log.info("auto-created topic %r with %d partition(s)", name, info.partitions)
+        return info
+
+    async def all(self) -> list[LogTopicInfo]:
+        """Every live topic in the registry."""
+        names = await asyncio.to_thread(self._registry.list_topics)
+        found = await asyncio.gather(*(self.lookup(n) for n in names), return_exceptions=True)
+        return [info for info in found if isinstance(info, LogTopicInfo)]
+
+    async def create(
+        self, name: str, partitions: int, configs: Mapping[str, str], *, validate_only: bool
+    ) -> tuple[LogTopicInfo, dict[str, str]]:
+        """Create a topic (or only check that it could be); the info and its config overrides."""
+        validate_topic_name(name)
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidPartitions(
+                f"number of partitions must be from 1 to {MAX_PARTITIONS}, got {partitions}"
+            )
+        overrides = validate_configs(configs)
+        if validate_only:
+            if await asyncio.to_thread(self._registry.exists, name):
+                raise TopicAlreadyExists(f"topic {name!r} already exists", topic=name)
+            config = TopicConfig.from_configs(overrides)
+            return LogTopicInfo(name, uuid.uuid4().hex, partitions, config), overrides
+        return await self._log.create_topic(name, partitions, overrides), overrides
+
+    async def describe(self, name: str) -> TopicDescription:
+        validate_topic_name(name)
+        try:
+            return await asyncio.to_thread(self._registry.describe, name)
+        except UnknownTopic:
+            raise UnknownTopicOrPartition(f"unknown topic {name!r}", topic=name) from None
+
+    async def delete(self, name: str) -> None:
+        """Mark the topic deleted in the registry, then drop it from the log at once.
+
+        Produce, Fetch and Metadata answer UNKNOWN_TOPIC_OR_PARTITION from the
+        moment this returns; the topic's unflushed batches are discarded.
+        """
+        validate_topic_name(name)
+        try:
+            await asyncio.to_thread(self._registry.delete_topic, name)
+        except UnknownTopic:
+            raise UnknownTopicOrPartition(f"unknown topic {name!r}", topic=name) from None
+        await self._log.forget_topic(name)
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """The registry's topic id (32 hex digits) as the UUID Kafka puts on the wire."""
+    try:
+        return uuid.UUID(hex=topic_id)
+    except ValueError:
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"kfs-topic:{topic_id}")
