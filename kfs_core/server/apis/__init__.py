@@ -3,8 +3,9 @@
 `REGISTRY` maps each API key to its `Api`: request and response classes,
 the version range KFS speaks, the handler and the error body.  The protocol
 layer derives its version table and message classes from it, ApiVersions
-answers from it, and the broker dispatches through it; adding an API is one
-module (or one `Api` in a family's module) and one line below.
+answers from it, and the broker dispatches through it.  Each family module
+lists its `Api` declarations in ``APIS``; adding an API to a family is one
+declaration there, a new family is one line below.
 
     module          APIs
     produce         Produce
@@ -14,6 +15,7 @@ module (or one `Api` in a family's module) and one line below.
     topics          CreateTopics, DeleteTopics, DescribeConfigs
     groups          FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
                     LeaveGroup, OffsetCommit, OffsetFetch
+    cluster         DescribeCluster, DescribeLogDirs, DeleteRecords
     producer_ids    InitProducerId
     (here)          ApiVersions: the table itself
 """
@@ -24,7 +26,16 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.server.apis import fetch, groups, metadata, offsets, produce, producer_ids, topics
+from kfs_core.server.apis import (
+    cluster,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    producer_ids,
+    topics,
+)
 from kfs_core.server.apis.base import Api
 from kfs_core.server.protocol_errors import ErrorCode
 from kfs_core.server.protocol_messages import ApiKey, ApiVersionsRequest, ApiVersionsResponse
@@ -74,28 +85,27 @@ API_VERSIONS = Api(
     _api_versions_error,
 )
 
+
+def _collect(*families: tuple[Api, ...]) -> dict[ApiKey, Api]:
+    table: dict[ApiKey, Api] = {}
+    for api in (*(api for family in families for api in family), API_VERSIONS):
+        if api.key in table:
+            raise ValueError(f"{api.key.name} is registered twice")
+        table[api.key] = api
+    return table
+
+
 REGISTRY: Final[Mapping[ApiKey, Api]] = MappingProxyType(
-    {
-        api.key: api
-        for api in (
-            produce.PRODUCE,
-            fetch.FETCH,
-            offsets.LIST_OFFSETS,
-            metadata.METADATA,
-            groups.OFFSET_COMMIT,
-            groups.OFFSET_FETCH,
-            groups.FIND_COORDINATOR,
-            groups.JOIN_GROUP,
-            groups.HEARTBEAT,
-            groups.LEAVE_GROUP,
-            groups.SYNC_GROUP,
-            API_VERSIONS,
-            topics.CREATE_TOPICS,
-            topics.DELETE_TOPICS,
-            producer_ids.INIT_PRODUCER_ID,
-            topics.DESCRIBE_CONFIGS,
-        )
-    }
+    _collect(
+        produce.APIS,
+        fetch.APIS,
+        offsets.APIS,
+        metadata.APIS,
+        topics.APIS,
+        cluster.APIS,
+        groups.APIS,
+        producer_ids.APIS,
+    )
 )
 
 # The versions KFS serves, per API: (min, max).

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions
     from kfs_core.server.protocol import Request
 
-__all__ = ["FETCH", "trim_to_batches"]
+__all__ = ["APIS", "FETCH", "trim_to_batches"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -195,3 +195,5 @@ def error_body(request: Request, code: ErrorCode, message: str | None, _: Broker
 # v4 is the first whose responses carry RecordBatch v2 unconverted.
 # kafka-python sends <= 12, librdkafka <= 16; v13+ names topics by id.
 FETCH = Api(ApiKey.FETCH, FetchRequest, FetchResponse, (4, 12), handle, error_body)
+
+APIS: Final = (FETCH,)

@@ -6,7 +6,7 @@ and OffsetFetch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.server.apis.base import Api
 from kfs_core.server.protocol_errors import ErrorCode
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol import Request
 
 __all__ = [
+    "APIS",
     "FIND_COORDINATOR",
     "HEARTBEAT",
     "JOIN_GROUP",
@@ -182,4 +183,14 @@ OFFSET_FETCH = Api(
     (1, 9),
     _not_available,
     _offset_fetch_error,
+)
+
+APIS: Final = (
+    FIND_COORDINATOR,
+    JOIN_GROUP,
+    SYNC_GROUP,
+    HEARTBEAT,
+    LEAVE_GROUP,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
 )

@@ -8,7 +8,7 @@ there is: durability comes from the WAL and the object store, not replicas.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.log.manager import TopicInfo as LogTopicInfo
 from kfs_core.server.apis.base import (
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions
     from kfs_core.server.protocol import Request
 
-__all__ = ["METADATA", "broker_entry", "topic_metadata"]
+__all__ = ["APIS", "METADATA", "broker_entry", "topic_metadata"]
 
 
 async def handle(broker: Broker, request: Request) -> Any:
@@ -133,3 +133,5 @@ def error_body(
 # Both clients send 13, which only adds a top-level error code for KIP-1102
 # rebootstrapping.  v10+ carry topic ids beside the names.
 METADATA = Api(ApiKey.METADATA, MetadataRequest, MetadataResponse, (0, 12), handle, error_body)
+
+APIS: Final = (METADATA,)

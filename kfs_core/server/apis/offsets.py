@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions
     from kfs_core.server.protocol import Request
 
-__all__ = ["LIST_OFFSETS"]
+__all__ = ["APIS", "LIST_OFFSETS"]
 
 EARLIEST_TIMESTAMP: Final = -2  # the log start offset (-1 is the high watermark)
 
@@ -84,3 +84,5 @@ def error_body(request: Request, code: ErrorCode, message: str | None, _: Broker
 LIST_OFFSETS = Api(
     ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, (1, 7), handle, error_body
 )
+
+APIS: Final = (LIST_OFFSETS,)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions
     from kfs_core.server.protocol import Request
 
-__all__ = ["PRODUCE"]
+__all__ = ["APIS", "PRODUCE"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -154,3 +154,5 @@ def error_body(request: Request, code: ErrorCode, message: str | None, _: Broker
 PRODUCE = Api(
     ApiKey.PRODUCE, ProduceRequest, ProduceResponse, (3, 9), None, error_body, start=start
 )
+
+APIS: Final = (PRODUCE,)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions
     from kfs_core.server.protocol import Request
 
-__all__ = ["INIT_PRODUCER_ID", "ProducerIds"]
+__all__ = ["APIS", "INIT_PRODUCER_ID", "ProducerIds"]
 
 _MAX_EPOCH: Final = 32767
 
@@ -74,3 +74,5 @@ INIT_PRODUCER_ID = Api(
     handle,
     error_body,
 )
+
+APIS: Final = (INIT_PRODUCER_ID,)

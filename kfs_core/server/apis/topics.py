@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions
     from kfs_core.server.protocol import Request
 
-__all__ = ["CREATE_TOPICS", "DELETE_TOPICS", "DESCRIBE_CONFIGS"]
+__all__ = ["APIS", "CREATE_TOPICS", "DELETE_TOPICS", "DESCRIBE_CONFIGS"]
 
 log = logging.getLogger("kfs_core.server.broker")
 
@@ -357,3 +357,5 @@ DESCRIBE_CONFIGS = Api(
     _describe_configs,
     _describe_configs_error,
 )
+
+APIS: Final = (CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS)
