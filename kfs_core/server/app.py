@@ -393,6 +393,7 @@ class KfsServer:
             broker_configs=_broker_configs(self.options, f"{advertised}:{self.kafka_port}"),
         )
         self.broker = Broker(options, partition_log, self.metrics)
+        await self.broker.start()
         await self._kafka_server.start_serving()
         log.info(
             "serving Kafka on %s:%d (advertised as %s:%d)",
@@ -441,6 +442,8 @@ class KfsServer:
         """Close the listener; flush and close the log, then the WAL, then the store."""
         if self._kafka_server is not None:
             self._kafka_server.close()
+        if self.broker is not None:
+            await self.broker.close()
         if self._log is not None:
             started = time.monotonic()
             try:

@@ -2,7 +2,7 @@
 
 `Broker` is a single node (id 0) that leads every partition; it holds what
 the handlers share - options, the partition log, the topic directory, the
-fetch notifier, producer ids, metrics - and turns a `Request` into a future
+fetch notifier, the group coordinator, producer ids, metrics - and turns a `Request` into a future
 of its response body through `REGISTRY`.
 
 Ordering: `Broker.begin` runs in request order on a connection.  Produce's
@@ -19,6 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kfs_core.errors import UnknownTopicOrPartition
+from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
+from kfs_core.groups.offset_log import OffsetLog
 from kfs_core.log.manager import LogManager
 from kfs_core.server.apis import REGISTRY
 from kfs_core.server.apis.producer_ids import ProducerIds
@@ -46,6 +49,7 @@ class BrokerOptions:
     auto_create_topics: bool = True
     default_partitions: int = 1
     broker_configs: Mapping[str, str] = field(default_factory=dict)
+    groups: GroupSettings = field(default_factory=GroupSettings)
 
 
 def error_response(
@@ -70,6 +74,24 @@ class Broker:
         self.metrics = metrics
         self.notifier = AppendNotifier()
         self.producer_ids = ProducerIds()
+        self.groups = GroupCoordinator(
+            OffsetLog(partition_log), self._topic_partitions, options.groups
+        )
+
+    async def start(self) -> None:
+        """Load what must be loaded before the first request: committed offsets."""
+        await self.groups.start()
+
+    async def close(self) -> None:
+        """After the last request: stop the coordinator's timers and sweeps."""
+        await self.groups.close()
+
+    async def _topic_partitions(self, name: str) -> int | None:
+        try:
+            info = await self.log.topic(name)
+        except UnknownTopicOrPartition:
+            return None
+        return info.partitions
 
     def stop(self) -> None:
         """Shutdown has begun: long polls answer now."""

@@ -1,17 +1,32 @@
-"""The consumer-group APIs, answered from the group coordinator (`kfs_core.groups`).
+"""The consumer-group APIs, answered by the group coordinator (`kfs_core.groups`).
 
-FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit
-and OffsetFetch.
+FindCoordinator (this broker, for groups and - so a transactional producer
+gets InitProducerId's clear refusal - for transactional ids), JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
+DescribeGroups, DeleteGroups and OffsetDelete.  This module only
+translates: wire fields in, `GroupCoordinator` calls, wire fields out; a
+`GroupError` becomes its Kafka error code.
+
+The KIP-848 ConsumerGroupHeartbeat API is not offered, so clients use the
+classic protocol (librdkafka's ``group.protocol=classic`` default;
+kafka-python, aiokafka and KafkaJS have only the classic one).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.server.apis.base import Api
+from kfs_core.groups.coordinator import CommitRequest
+from kfs_core.groups.errors import MemberIdRequired
+from kfs_core.server.apis.base import NODE_ID, Api, error_code_for, log_failure, message_of
 from kfs_core.server.protocol_errors import ErrorCode
 from kfs_core.server.protocol_messages import (
     ApiKey,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatRequest,
@@ -20,8 +35,12 @@ from kfs_core.server.protocol_messages import (
     JoinGroupResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -34,22 +53,466 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APIS",
+    "DELETE_GROUPS",
+    "DESCRIBE_GROUPS",
     "FIND_COORDINATOR",
     "HEARTBEAT",
     "JOIN_GROUP",
     "LEAVE_GROUP",
+    "LIST_GROUPS",
     "OFFSET_COMMIT",
+    "OFFSET_DELETE",
     "OFFSET_FETCH",
     "SYNC_GROUP",
 ]
 
+COORDINATOR_KEY_GROUP: Final = 0
+COORDINATOR_KEY_TRANSACTION: Final = 1
+# KIP-394: JoinGroup v4+ learns its member id before it joins.
+_MEMBER_ID_REQUIRED_FROM: Final = 4
 
-async def _not_available(broker: Broker, request: Request) -> Any:
-    return broker.error_response(
-        request,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        "KFS has no group coordinator yet; assign partitions instead",
+
+def _code(exc: BaseException, what: str) -> ErrorCode:
+    code = error_code_for(exc)
+    log_failure(what, exc, code)
+    return code
+
+
+# --- FindCoordinator ------------------------------------------------------------------
+
+
+async def _find_coordinator(broker: Broker, request: Request) -> Any:
+    body = request.body
+    options = broker.options
+    keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
+    key_type = getattr(body, "key_type", COORDINATOR_KEY_GROUP)
+    answers = []
+    for key in keys:
+        code, message = ErrorCode.NONE, None
+        if key_type not in (COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION):
+            code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+        elif key_type == COORDINATOR_KEY_GROUP and not key:
+            code, message = ErrorCode.INVALID_GROUP_ID, "the group id is empty"
+        broker.count_error(ApiKey.FIND_COORDINATOR, code)
+        ok = code == ErrorCode.NONE
+        answers.append(
+            dict(
+                key=key,
+                node_id=NODE_ID if ok else -1,
+                host=options.advertised_host if ok else "",
+                port=options.advertised_port if ok else -1,
+                error_code=int(code),
+                error_message=message,
+            )
+        )
+    if request.api_version >= 4:
+        coordinator = FindCoordinatorResponse.Coordinator
+        return request.response(
+            throttle_time_ms=0, coordinators=[coordinator(**answer) for answer in answers]
+        )
+    (answer,) = answers
+    del answer["key"]
+    return request.response(throttle_time_ms=0, **answer)
+
+
+# --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------
+
+
+async def _join_group(broker: Broker, request: Request) -> Any:
+    body = request.body
+    version = request.api_version
+    try:
+        result = await broker.groups.join(
+            body.group_id,
+            body.member_id,
+            protocol_type=body.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+            session_timeout_ms=body.session_timeout_ms,
+            rebalance_timeout_ms=getattr(body, "rebalance_timeout_ms", -1),
+            instance_id=getattr(body, "group_instance_id", None),
+            client_id=request.client_id or "",
+            require_known_member_id=version >= _MEMBER_ID_REQUIRED_FROM,
+        )
+    except MemberIdRequired as exc:
+        broker.count_error(ApiKey.JOIN_GROUP, ErrorCode.MEMBER_ID_REQUIRED)
+        return _join_error(request, ErrorCode.MEMBER_ID_REQUIRED, exc.member_id)
+    except Exception as exc:
+        code = _code(exc, f"join group {body.group_id!r}")
+        broker.count_error(ApiKey.JOIN_GROUP, code)
+        return _join_error(request, code, body.member_id)
+    member = JoinGroupResponse.JoinGroupResponseMember
+    return request.response(
+        throttle_time_ms=0,
+        error_code=0,
+        generation_id=result.generation,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        leader=result.leader_id,
+        skip_assignment=False,
+        member_id=result.member_id,
+        members=[
+            member(member_id=m.member_id, group_instance_id=m.instance_id, metadata=m.metadata)
+            for m in result.members
+        ],
     )
+
+
+def _join_error(request: Request, code: ErrorCode, member_id: str = "") -> Any:
+    return request.response(
+        throttle_time_ms=0,
+        error_code=int(code),
+        generation_id=-1,
+        protocol_type=None,
+        protocol_name="" if request.api_version < 7 else None,
+        leader="",
+        skip_assignment=False,
+        member_id=member_id,
+        members=[],
+    )
+
+
+def _join_group_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    return _join_error(request, code, request.body.member_id)
+
+
+async def _sync_group(broker: Broker, request: Request) -> Any:
+    body = request.body
+    try:
+        assignments: dict[str, bytes] = {}
+        for a in body.assignments:
+            assignments[a.member_id] = bytes(a.assignment)
+        result = await broker.groups.sync(
+            body.group_id,
+            body.member_id,
+            body.generation_id,
+            assignments,
+            instance_id=getattr(body, "group_instance_id", None),
+            protocol_type=getattr(body, "protocol_type", None),
+            protocol_name=getattr(body, "protocol_name", None),
+        )
+    except Exception as exc:
+        code = _code(exc, f"sync group {body.group_id!r}")
+        broker.count_error(ApiKey.SYNC_GROUP, code)
+        return _sync_error(request, code, None, broker.options)
+    return request.response(
+        throttle_time_ms=0,
+        error_code=0,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+def _sync_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
+    return request.response(
+        throttle_time_ms=0,
+        error_code=int(code),
+        protocol_type=None,
+        protocol_name=None,
+        assignment=b"",
+    )
+
+
+async def _heartbeat(broker: Broker, request: Request) -> Any:
+    body = request.body
+    code = ErrorCode.NONE
+    try:
+        broker.groups.heartbeat(
+            body.group_id,
+            body.member_id,
+            body.generation_id,
+            instance_id=getattr(body, "group_instance_id", None),
+        )
+    except Exception as exc:
+        code = _code(exc, f"heartbeat of group {body.group_id!r}")
+    broker.count_error(ApiKey.HEARTBEAT, code)
+    return request.response(throttle_time_ms=0, error_code=int(code))
+
+
+async def _leave_group(broker: Broker, request: Request) -> Any:
+    body = request.body
+    batched = request.api_version >= 3
+    departures: list[tuple[str, str | None]] = (
+        [(m.member_id, m.group_instance_id) for m in body.members]
+        if batched
+        else [(body.member_id, None)]
+    )
+    answer = LeaveGroupResponse.MemberResponse
+    try:
+        outcomes = broker.groups.leave(body.group_id, departures)
+    except Exception as exc:
+        code = _code(exc, f"leave group {body.group_id!r}")
+        broker.count_error(ApiKey.LEAVE_GROUP, code)
+        return _leave_error(request, code, None, broker.options)
+    codes = [ErrorCode.NONE if o is None else error_code_for(o) for o in outcomes]
+    for code in codes:
+        broker.count_error(ApiKey.LEAVE_GROUP, code)
+    if not batched:
+        return request.response(throttle_time_ms=0, error_code=int(codes[0]), members=[])
+    return request.response(
+        throttle_time_ms=0,
+        error_code=0,
+        members=[
+            answer(member_id=member_id, group_instance_id=instance_id, error_code=int(code))
+            for (member_id, instance_id), code in zip(departures, codes, strict=True)
+        ],
+    )
+
+
+def _leave_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
+    return request.response(throttle_time_ms=0, error_code=int(code), members=[])
+
+
+# --- OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------------------
+
+
+async def _offset_commit(broker: Broker, request: Request) -> Any:
+    body = request.body
+    requests = [
+        CommitRequest(
+            topic=t.name,
+            partition=p.partition_index,
+            offset=p.committed_offset,
+            leader_epoch=getattr(p, "committed_leader_epoch", -1),
+            metadata=p.committed_metadata,
+        )
+        for t in body.topics
+        for p in t.partitions
+    ]
+    try:
+        outcomes: Sequence[BaseException | None] = await broker.groups.commit(
+            body.group_id,
+            requests,
+            member_id=body.member_id,
+            generation=body.generation_id_or_member_epoch,
+            instance_id=getattr(body, "group_instance_id", None),
+        )
+    except Exception as exc:
+        code = _code(exc, f"offset commit of group {body.group_id!r}")
+        outcomes = [exc] * len(requests)
+    answer = OffsetCommitResponse.OffsetCommitResponseTopic
+    by_topic: dict[str, list[Any]] = {}
+    for commit, outcome in zip(requests, outcomes, strict=True):
+        code = ErrorCode.NONE if outcome is None else error_code_for(outcome)
+        broker.count_error(ApiKey.OFFSET_COMMIT, code)
+        by_topic.setdefault(commit.topic, []).append(
+            answer.OffsetCommitResponsePartition(
+                partition_index=commit.partition, error_code=int(code)
+            )
+        )
+    return request.response(
+        throttle_time_ms=0,
+        topics=[answer(name=name, partitions=parts) for name, parts in by_topic.items()],
+    )
+
+
+def _fetched_topics(broker: Broker, group_id: str, topics: Any, flexible_groups: bool) -> Any:
+    """The committed offsets of ``topics`` (None: every committed one) as response topics."""
+    response = OffsetFetchResponse
+    topic_class = (
+        response.OffsetFetchResponseGroup.OffsetFetchResponseTopics
+        if flexible_groups
+        else response.OffsetFetchResponseTopic
+    )
+    partition_class = (
+        topic_class.OffsetFetchResponsePartitions
+        if flexible_groups
+        else topic_class.OffsetFetchResponsePartition
+    )
+    if topics is None:
+        committed = broker.groups.committed(group_id)
+        wanted: dict[str, list[int]] = {}
+        for topic, partition in sorted(committed):
+            wanted.setdefault(topic, []).append(partition)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in topics}
+        committed = broker.groups.committed(
+            group_id, [(name, p) for name, parts in wanted.items() for p in parts]
+        )
+    answers = []
+    for name, partitions in wanted.items():
+        rows = []
+        for partition in partitions:
+            found = committed.get((name, partition))
+            rows.append(
+                partition_class(
+                    partition_index=partition,
+                    committed_offset=-1 if found is None else found.offset,
+                    committed_leader_epoch=-1 if found is None else found.leader_epoch,
+                    metadata="" if found is None else found.metadata,
+                    error_code=0,
+                )
+            )
+        answers.append(topic_class(name=name, partitions=rows))
+    return answers
+
+
+async def _offset_fetch(broker: Broker, request: Request) -> Any:
+    body = request.body
+    if request.api_version >= 8:
+        group_class = OffsetFetchResponse.OffsetFetchResponseGroup
+        groups = []
+        for g in body.groups:
+            try:
+                topics = _fetched_topics(broker, g.group_id, g.topics, flexible_groups=True)
+                code = ErrorCode.NONE
+            except Exception as exc:
+                topics, code = [], _code(exc, f"offset fetch of group {g.group_id!r}")
+            broker.count_error(ApiKey.OFFSET_FETCH, code)
+            groups.append(group_class(group_id=g.group_id, topics=topics, error_code=int(code)))
+        return request.response(throttle_time_ms=0, groups=groups)
+    try:
+        topics = _fetched_topics(broker, body.group_id, body.topics, flexible_groups=False)
+    except Exception as exc:
+        code = _code(exc, f"offset fetch of group {body.group_id!r}")
+        broker.count_error(ApiKey.OFFSET_FETCH, code)
+        return _offset_fetch_error(request, code, message_of(exc), broker.options)
+    return request.response(throttle_time_ms=0, error_code=0, topics=topics)
+
+
+async def _offset_delete(broker: Broker, request: Request) -> Any:
+    body = request.body
+    keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    try:
+        outcomes = await broker.groups.delete_offsets(body.group_id, keys)
+    except Exception as exc:
+        code = _code(exc, f"offset delete of group {body.group_id!r}")
+        broker.count_error(ApiKey.OFFSET_DELETE, code)
+        return _offset_delete_error(request, code, None, broker.options)
+    answer = OffsetDeleteResponse.OffsetDeleteResponseTopic
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), outcome in zip(keys, outcomes, strict=True):
+        code = ErrorCode.NONE if outcome is None else error_code_for(outcome)
+        broker.count_error(ApiKey.OFFSET_DELETE, code)
+        by_topic.setdefault(topic, []).append(
+            answer.OffsetDeleteResponsePartition(partition_index=partition, error_code=int(code))
+        )
+    return request.response(
+        error_code=0,
+        throttle_time_ms=0,
+        topics=[answer(name=name, partitions=parts) for name, parts in by_topic.items()],
+    )
+
+
+def _offset_delete_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    return request.response(error_code=int(code), throttle_time_ms=0, topics=[])
+
+
+# --- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------------
+
+
+async def _list_groups(broker: Broker, request: Request) -> Any:
+    body = request.body
+    types = getattr(body, "types_filter", None) or []
+    if types and not {t.lower() for t in types} & {"classic", "consumer"}:
+        listed: list[tuple[str, str, str]] = []
+    else:
+        listed = broker.groups.list_groups(getattr(body, "states_filter", None) or None)
+    group = ListGroupsResponse.ListedGroup
+    return request.response(
+        throttle_time_ms=0,
+        error_code=0,
+        groups=[
+            group(group_id=g, protocol_type=kind, group_state=state, group_type="classic")
+            for g, kind, state in listed
+        ],
+    )
+
+
+def _list_groups_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    return request.response(throttle_time_ms=0, error_code=int(code), groups=[])
+
+
+async def _describe_groups(broker: Broker, request: Request) -> Any:
+    described = DescribeGroupsResponse.DescribedGroup
+    member = described.DescribedGroupMember
+    groups = []
+    for group_id in request.body.groups:
+        try:
+            d = broker.groups.describe(group_id)
+        except Exception as exc:
+            code = _code(exc, f"describe group {group_id!r}")
+            broker.count_error(ApiKey.DESCRIBE_GROUPS, code)
+            groups.append(_described_error(group_id, code, message_of(exc)))
+            continue
+        groups.append(
+            described(
+                error_code=0,
+                error_message=None,
+                group_id=group_id,
+                group_state=d.state.value,
+                protocol_type=d.protocol_type,
+                protocol_data=d.protocol_name,
+                members=[
+                    member(
+                        member_id=m.member_id,
+                        group_instance_id=m.instance_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        member_metadata=m.metadata,
+                        member_assignment=m.assignment,
+                    )
+                    for m in d.members
+                ],
+                authorized_operations=None,
+            )
+        )
+    return request.response(throttle_time_ms=0, groups=groups)
+
+
+def _described_error(group_id: str, code: ErrorCode, message: str | None) -> Any:
+    return DescribeGroupsResponse.DescribedGroup(
+        error_code=int(code),
+        error_message=message,
+        group_id=group_id,
+        group_state="",
+        protocol_type="",
+        protocol_data="",
+        members=[],
+        authorized_operations=None,
+    )
+
+
+def _describe_groups_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    return request.response(
+        throttle_time_ms=0,
+        groups=[_described_error(g, code, message) for g in request.body.groups],
+    )
+
+
+async def _delete_groups(broker: Broker, request: Request) -> Any:
+    result = DeleteGroupsResponse.DeletableGroupResult
+    results = []
+    for group_id in request.body.groups_names:
+        code = ErrorCode.NONE
+        try:
+            await broker.groups.delete_group(group_id)
+        except Exception as exc:
+            code = _code(exc, f"delete group {group_id!r}")
+        broker.count_error(ApiKey.DELETE_GROUPS, code)
+        results.append(result(group_id=group_id, error_code=int(code)))
+    return request.response(throttle_time_ms=0, results=results)
+
+
+def _delete_groups_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    result = DeleteGroupsResponse.DeletableGroupResult
+    return request.response(
+        throttle_time_ms=0,
+        results=[result(group_id=g, error_code=int(code)) for g in request.body.groups_names],
+    )
+
+
+# --- error bodies -----------------------------------------------------------------------------
 
 
 def _find_coordinator_error(
@@ -144,27 +607,22 @@ FIND_COORDINATOR = Api(
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     (0, 4),
-    _not_available,
+    _find_coordinator,
     _find_coordinator_error,
 )
 # kafka-python sends <= 7, librdkafka <= 5; v8/v9 are KIP-800 reasons and
 # KIP-814 skipped assignments.
 JOIN_GROUP = Api(
-    ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, (0, 7), _not_available, _code_only_error
+    ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, (0, 7), _join_group, _join_group_error
 )
 HEARTBEAT = Api(
-    ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, (0, 4), _not_available, _code_only_error
+    ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, (0, 4), _heartbeat, _code_only_error
 )
 LEAVE_GROUP = Api(
-    ApiKey.LEAVE_GROUP,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    (0, 5),
-    _not_available,
-    _code_only_error,
+    ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, (0, 5), _leave_group, _leave_error
 )
 SYNC_GROUP = Api(
-    ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, (0, 5), _not_available, _code_only_error
+    ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, (0, 5), _sync_group, _sync_error
 )
 # v9 is v8 plus KIP-848 member epochs (librdkafka 9, kafka-python 8); v10
 # names topics by id.
@@ -173,7 +631,7 @@ OFFSET_COMMIT = Api(
     OffsetCommitRequest,
     OffsetCommitResponse,
     (2, 9),
-    _not_available,
+    _offset_commit,
     _offset_commit_error,
 )
 OFFSET_FETCH = Api(
@@ -181,8 +639,42 @@ OFFSET_FETCH = Api(
     OffsetFetchRequest,
     OffsetFetchResponse,
     (1, 9),
-    _not_available,
+    _offset_fetch,
     _offset_fetch_error,
+)
+# v4 adds the states filter (kfs groups list --state), v5 the group-type filter.
+LIST_GROUPS = Api(
+    ApiKey.LIST_GROUPS,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    (0, 5),
+    _list_groups,
+    _list_groups_error,
+)
+# v6 adds per-group error messages; KFS answers authorized operations as "not requested".
+DESCRIBE_GROUPS = Api(
+    ApiKey.DESCRIBE_GROUPS,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    (0, 6),
+    _describe_groups,
+    _describe_groups_error,
+)
+DELETE_GROUPS = Api(
+    ApiKey.DELETE_GROUPS,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    (0, 2),
+    _delete_groups,
+    _delete_groups_error,
+)
+OFFSET_DELETE = Api(
+    ApiKey.OFFSET_DELETE,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    (0, 0),
+    _offset_delete,
+    _offset_delete_error,
 )
 
 APIS: Final = (
@@ -193,4 +685,8 @@ APIS: Final = (
     LEAVE_GROUP,
     OFFSET_COMMIT,
     OFFSET_FETCH,
+    LIST_GROUPS,
+    DESCRIBE_GROUPS,
+    DELETE_GROUPS,
+    OFFSET_DELETE,
 )

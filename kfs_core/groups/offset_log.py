@@ -1,0 +1,231 @@
+"""Committed offsets, durable in the internal topic ``__consumer_offsets``.
+
+Every commit is a record appended through the normal partition log (WAL,
+then segments), so it survives ``kill -9`` and restart, and the topic's
+``cleanup.policy=compact`` lets the compaction job keep only the newest
+value per key.  A group's records all go to one partition
+(crc32(group id) mod the partition count), so a group's history is ordered.
+
+Records use Kafka's own layouts, so Kafka's tools can read them (classic
+encoding, big-endian):
+
+    key   OffsetCommitKey v1              value  OffsetCommitValue v3
+      int16   version = 1                   int16   version = 3
+      string  group (int16 length + UTF-8)  int64   committed offset
+      string  topic                         int32   leader epoch (-1 none)
+      int32   partition                     string  metadata
+                                            int64   commit timestamp (ms)
+
+A null value (tombstone) deletes the key: expired offsets, offsets of a
+deleted group or topic, OffsetDelete.  Group membership is not stored:
+after a restart members rejoin (UNKNOWN_MEMBER_ID tells them to), as they
+do when a Kafka coordinator moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from kfs_core.errors import TopicAlreadyExists, UnknownTopicOrPartition
+from kfs_core.log.manager import LogManager
+from kfs_core.records.batch import Record, encode_batch, iter_batches
+
+__all__ = [
+    "OFFSETS_TOPIC",
+    "CommittedOffset",
+    "OffsetLog",
+    "decode_offset_record",
+    "encode_offset_key",
+    "encode_offset_value",
+]
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+DEFAULT_PARTITIONS: Final = 4
+_KEY_VERSION: Final = 1
+_VALUE_VERSION: Final = 3
+_READ_BYTES: Final = 8 * 1024 * 1024
+
+_I16 = struct.Struct(">h")
+_OFFSET_VALUE = struct.Struct(">hqi")  # version, offset, leader epoch (then metadata, timestamp)
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+PartitionKey = tuple[str, int]  # (topic, partition)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    """One committed position of a group on a partition."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = 0
+
+
+def _string(value: str) -> bytes:
+    data = value.encode("utf-8")
+    return _I16.pack(len(data)) + data
+
+
+def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
+    """OffsetCommitKey v1 for (group, topic, partition)."""
+    return _I16.pack(_KEY_VERSION) + _string(group) + _string(topic) + _I32.pack(partition)
+
+
+def encode_offset_value(committed: CommittedOffset) -> bytes:
+    """OffsetCommitValue v3."""
+    return (
+        _OFFSET_VALUE.pack(_VALUE_VERSION, committed.offset, committed.leader_epoch)
+        + _string(committed.metadata)
+        + _I64.pack(committed.commit_timestamp)
+    )
+
+
+def _read_string(data: bytes, pos: int) -> tuple[str, int]:
+    (length,) = _I16.unpack_from(data, pos)
+    pos += _I16.size
+    if length < 0 or pos + length > len(data):
+        raise ValueError(f"bad string length {length}")
+    return data[pos : pos + length].decode("utf-8"), pos + length
+
+
+def decode_offset_record(
+    key: bytes, value: bytes | None
+) -> tuple[str, PartitionKey, CommittedOffset | None] | None:
+    """(group, (topic, partition), offset or None for a tombstone); None for other key kinds."""
+    (version,) = _I16.unpack_from(key, 0)
+    if version not in (0, 1):  # 2 is group metadata, which KFS does not store
+        return None
+    group, pos = _read_string(key, _I16.size)
+    topic, pos = _read_string(key, pos)
+    (partition,) = _I32.unpack_from(key, pos)
+    if value is None:
+        return group, (topic, partition), None
+    value_version, offset, leader_epoch = _OFFSET_VALUE.unpack_from(value, 0)
+    if value_version < 3:
+        raise ValueError(f"OffsetCommitValue v{value_version} is not written by KFS")
+    metadata, pos = _read_string(value, _OFFSET_VALUE.size)
+    (timestamp,) = _I64.unpack_from(value, pos)
+    return group, (topic, partition), CommittedOffset(offset, leader_epoch, metadata, timestamp)
+
+
+class OffsetLog:
+    """Appends commits to ``__consumer_offsets`` and reads them all back on start."""
+
+    def __init__(
+        self,
+        partition_log: LogManager,
+        *,
+        partitions: int = DEFAULT_PARTITIONS,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self._log = partition_log
+        self._partitions = partitions
+        self._timeout_s = timeout_s
+        self._topic_ready = False
+
+    def partition_for(self, group: str) -> int:
+        return zlib.crc32(group.encode("utf-8")) % self._partitions
+
+    async def _ensure_topic(self) -> None:
+        if self._topic_ready:
+            return
+        try:
+            info = await self._log.topic(OFFSETS_TOPIC)
+        except UnknownTopicOrPartition:
+            try:
+                info = await self._log.create_topic(
+                    OFFSETS_TOPIC, self._partitions, {"cleanup.policy": "compact"}
+                )
+                log.info("created %s with %d partitions", OFFSETS_TOPIC, self._partitions)
+            except TopicAlreadyExists:
+                info = await self._log.topic(OFFSETS_TOPIC)
+        self._partitions = info.partitions
+        self._topic_ready = True
+
+    async def append(
+        self, group: str, entries: Iterable[tuple[PartitionKey, CommittedOffset | None]]
+    ) -> None:
+        """Store ``entries`` (None deletes) durably, as one batch; raises what the log raises."""
+        await self._ensure_topic()
+        now = int(time.time() * 1000)
+        records = [
+            Record(
+                offset=index,
+                timestamp=now,
+                key=encode_offset_key(group, topic, partition),
+                value=None if committed is None else encode_offset_value(committed),
+            )
+            for index, ((topic, partition), committed) in enumerate(entries)
+        ]
+        if not records:
+            return
+        batch = encode_batch(records, base_offset=0)
+        await self._log.append(
+            OFFSETS_TOPIC, self.partition_for(group), batch, timeout_s=self._timeout_s
+        )
+
+    async def load(self) -> dict[str, dict[PartitionKey, CommittedOffset]]:
+        """Every group's live offsets, replayed from the log start of every partition."""
+        groups: dict[str, dict[PartitionKey, CommittedOffset]] = {}
+        try:
+            info = await self._log.topic(OFFSETS_TOPIC)
+        except UnknownTopicOrPartition:
+            return groups
+        self._partitions = info.partitions
+        self._topic_ready = True
+        for partition in range(info.partitions):
+            await self._load_partition(partition, groups)
+        return groups
+
+    async def _load_partition(
+        self, partition: int, groups: dict[str, dict[PartitionKey, CommittedOffset]]
+    ) -> None:
+        offset = await self._log.log_start_offset(OFFSETS_TOPIC, partition)
+        high_watermark = await self._log.high_watermark(OFFSETS_TOPIC, partition)
+        while offset < high_watermark:
+            result = await self._log.read(OFFSETS_TOPIC, partition, offset, _READ_BYTES)
+            if not result.records:
+                break
+            for batch in iter_batches(result.records, object_name=f"{OFFSETS_TOPIC}-{partition}"):
+                for record in batch.records:
+                    if record.offset >= offset and record.key is not None:
+                        _apply(groups, record.key, record.value)
+                offset = max(offset, batch.next_offset)
+
+
+def _apply(
+    groups: dict[str, dict[PartitionKey, CommittedOffset]], key: bytes, value: bytes | None
+) -> None:
+    try:
+        decoded = decode_offset_record(key, value)
+    except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        log.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, exc)
+        return
+    if decoded is None:
+        return
+    group, where, committed = decoded
+    if committed is None:
+        offsets = groups.get(group)
+        if offsets is not None:
+            offsets.pop(where, None)
+            if not offsets:
+                del groups[group]
+    else:
+        groups.setdefault(group, {})[where] = committed
+
+
+def live_offsets(
+    groups: Mapping[str, Mapping[PartitionKey, CommittedOffset]],
+) -> int:
+    """How many offsets ``groups`` hold (for logs and metrics)."""
+    return sum(len(offsets) for offsets in groups.values())
