@@ -392,7 +392,7 @@ def _parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
 
 @main.group()
 def topics() -> None:
-    """Create, list, describe and delete topics."""
+    """Create, list, describe, alter, add partitions to and delete topics."""
 
 
 @topics.command("create")
@@ -434,6 +434,70 @@ def topics_describe(ctx: click.Context, name: str) -> None:
     for key, value in sorted(info.effective_configs.items()):
         source = "default" if info.is_default(key) else "set"
         click.echo(f"  {key} = {value}  ({source})")
+
+
+@topics.command("alter")
+@click.argument("name")
+@click.option(
+    "--config",
+    "--add-config",
+    "configs",
+    multiple=True,
+    help="NAME=VALUE to set, Kafka config names (repeatable)",
+)
+@click.option(
+    "--delete-config",
+    "deletes",
+    multiple=True,
+    help="NAME to reset to its default (repeatable, or comma-separated as kafka-configs)",
+)
+@click.pass_context
+def topics_alter(
+    ctx: click.Context, name: str, configs: tuple[str, ...], deletes: tuple[str, ...]
+) -> None:
+    """Set or reset configs of topic NAME, as kafka-configs --alter.
+
+    A running kfs serve applies the change within its topic refresh (5 s);
+    an admin client's IncrementalAlterConfigs applies at once.
+    """
+    from kfs_core.catalog.topics import TopicRegistry
+
+    updates = _parse_configs(configs)
+    resets = [key.strip() for item in deletes for key in item.split(",") if key.strip()]
+    if not updates and not resets:
+        raise click.UsageError("nothing to change: give --config NAME=VALUE or --delete-config")
+    with operator_errors():
+        registry = TopicRegistry(_store(ctx), _settings(ctx).namespace)
+        registry.alter_configs(name, updates, resets)
+        info = registry.describe(name)
+    click.echo(f"altered topic {info.name}")
+    for key in sorted({*updates, *resets}):
+        source = "default" if info.is_default(key) else "set"
+        click.echo(f"  {key} = {info.effective_configs[key]}  ({source})")
+
+
+@topics.command("add-partitions")
+@click.argument("name")
+@click.option(
+    "--partitions",
+    type=int,
+    required=True,
+    help="the new total partition count (larger than now), as kafka-topics --alter",
+)
+@click.pass_context
+def topics_add_partitions(ctx: click.Context, name: str, partitions: int) -> None:
+    """Raise the partition count of topic NAME to --partitions.
+
+    Partitions are only ever added: existing records keep their partition,
+    and keyed producers map keys over the new count from then on.
+    """
+    from kfs_core.catalog.topics import TopicRegistry
+
+    with operator_errors():
+        registry = TopicRegistry(_store(ctx), _settings(ctx).namespace)
+        before = registry.get(name).partitions
+        record = registry.create_partitions(name, partitions)
+    click.echo(f"topic {record.name}: {before} -> {record.partitions} partitions")
 
 
 @topics.command("delete")

@@ -233,6 +233,21 @@ class TopicRegistry:
 
         return self._update(name, change)
 
+    def edit_configs(
+        self, name: str, edit: Callable[[Mapping[str, str]], Mapping[str, ConfigValue]]
+    ) -> TopicRecord:
+        """Replace the overrides with ``edit(current overrides)``, validated.
+
+        For changes computed from the current values (AlterConfigs' "these and
+        no others", IncrementalAlterConfigs' APPEND and SUBTRACT): when another
+        writer wins the race, ``edit`` runs again on the winner's record.
+        """
+
+        def change(record: TopicRecord) -> dict[str, object]:
+            return {"configs": validate_configs(edit(dict(record.configs)))}
+
+        return self._update(name, change)
+
     def create_partitions(self, name: str, total: int) -> TopicRecord:
         """Raise the partition count to ``total`` (Kafka never lowers it)."""
         _check_partitions(total)

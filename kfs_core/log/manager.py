@@ -58,6 +58,12 @@ Start-up.  `start` runs WAL recovery, skips what the catalog already has
 (batches below its high watermark), replays the rest into the buffers and
 flushes them before anything else happens.
 
+Admin changes.  `adopt_topic` takes a registry record an admin request just
+wrote (altered configs, added partitions) into the topic cache at once;
+`delete_records` moves a partition's log start offset forwards with a
+catalog commit (flushing first what it must cover), so reads below it get
+`OffsetOutOfRange` from then on and retention removes the segments below.
+
 Deleted topics.  `forget_topic` (called once the registry marked the topic
 deleted) drops its partitions at once -- lookups, appends and reads answer
 `UnknownTopicOrPartition` without waiting for the topic cache -- discards
@@ -101,6 +107,7 @@ from kfs_core.errors import (
     InvalidTopicName,
     LogClosed,
     LogError,
+    LogStartOffsetRegression,
     LogStorageError,
     MessageTooLarge,
     ObjectNotFound,
@@ -392,6 +399,7 @@ class _TopicEntry:
     info: TopicInfo | None  # None: the registry said the topic does not exist
     fetched_at: float
     refreshing: bool = False
+    revision: int = -1  # of the registry record behind ``info``
 
 
 # --- the manager --------------------------------------------------------------
@@ -620,8 +628,12 @@ class LogManager:
     ) -> TopicInfo:
         """Create a topic in the registry (`TopicAlreadyExists`, `InvalidTopicName` ... as it raises)."""
         record = await self._io(self.registry.create_topic, name, partitions, configs)
+        return self.adopt_topic(record)
+
+    def adopt_topic(self, record: TopicRecord) -> TopicInfo:
+        """Serve ``record`` (just written to the registry: new configs, more partitions) at once."""
         info = TopicInfo.of(record)
-        self._topics[name] = _TopicEntry(info, time.monotonic())
+        self._topics[record.name] = _TopicEntry(info, time.monotonic(), revision=record.revision)
         return info
 
     async def _topic_info(self, name: str, *, fresh: bool = False) -> TopicInfo:
@@ -651,9 +663,15 @@ class LogManager:
         if self._topic_generations.get(name, 0) != generation:
             # Deleted while the registry answered: the answer may predate the delete.
             raise UnknownTopicOrPartition(f"topic {name!r} was deleted", topic=name)
-        info = TopicInfo.of(record)
-        self._topics[name] = _TopicEntry(info, time.monotonic())
-        return info
+        cached = self._topics.get(name)
+        if (
+            cached is not None
+            and cached.info is not None
+            and cached.info.topic_id == record.topic_id
+            and cached.revision > record.revision
+        ):
+            return cached.info  # adopted a newer revision while the registry answered
+        return self.adopt_topic(record)
 
     async def _load_topic_quietly(self, name: str) -> None:
         try:
@@ -1218,6 +1236,45 @@ class LogManager:
         p, _ = await self._partition(topic, partition)
         return p.state
 
+    async def partition_size(self, topic: str, partition: int) -> int:
+        """Bytes of the partition's live segments and unflushed batches."""
+        p, _ = await self._partition(topic, partition)
+        return sum(s.size_bytes for s in p.state.segments) + p.buffer.bytes
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (-1: the high watermark).
+
+        Returns the log start offset now in force (the current one when it
+        is already past ``offset``).  `OffsetOutOfRange` for an offset above
+        the high watermark or below -1.  The catalog refuses a log start above
+        its own high watermark, so what the new start covers is flushed first.
+        """
+        self._check_readable()
+        p, _ = await self._partition(topic, partition)
+        target = p.high_watermark if offset == LATEST_TIMESTAMP else offset
+        if not 0 <= target <= p.high_watermark:
+            raise OffsetOutOfRange(
+                f"{p.name}: cannot delete records below {offset}: the high watermark is "
+                f"{p.high_watermark}",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                log_start_offset=p.state.log_start_offset,
+                high_watermark=p.high_watermark,
+            )
+        if target <= p.state.log_start_offset:
+            return p.state.log_start_offset
+        await self._flush_until(p, target)
+        if p.deleted:
+            raise _deleted(p)
+        try:
+            state = await self._io(_set_log_start, p.catalog, target)
+        except (ObjectStoreError, CatalogError) as exc:
+            raise LogStorageError(f"{p.name}: moving the log start to {target}: {exc}") from exc
+        self._set_state(p, state)
+        log.info("%s: records below %d deleted", p.name, p.state.log_start_offset)
+        return p.state.log_start_offset
+
     # --- catalog refresh -------------------------------------------------------
 
     async def refresh(self, topic: str, partition: int) -> PartitionState:
@@ -1558,6 +1615,18 @@ def _commit_segments(catalog: PartitionCatalog, entries: list[SegmentEntry]) -> 
         if all(entry.key in known for entry in entries):
             return state
         raise
+    return catalog.state
+
+
+def _set_log_start(catalog: PartitionCatalog, offset: int) -> PartitionState:
+    """Commit log start ``offset``; a start already past it (retention won a race) stands."""
+    try:
+        catalog.set_log_start_offset(offset)
+    except LogStartOffsetRegression:
+        state = catalog.refresh()
+        if state.log_start_offset < offset:
+            raise
+        return state
     return catalog.state
 
 

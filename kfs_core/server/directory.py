@@ -9,10 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from kfs_core.catalog.config import TopicConfig, validate_configs, validate_topic_name
-from kfs_core.catalog.topics import MAX_PARTITIONS, TopicDescription, TopicRegistry
+from kfs_core.catalog.config import (
+    ConfigValue,
+    TopicConfig,
+    validate_configs,
+    validate_topic_name,
+)
+from kfs_core.catalog.topics import MAX_PARTITIONS, TopicDescription, TopicRecord, TopicRegistry
 from kfs_core.errors import (
     InvalidPartitions,
     TopicAlreadyExists,
@@ -33,9 +38,11 @@ class TopicDirectory:
     Lookups and auto-creation go through `LogManager.topic`, so the broker
     and the log share one cache.  Names are checked here first, because the
     log reports an illegal name as an unknown topic and Kafka answers
-    INVALID_TOPIC_EXCEPTION.  Listing, describing and deleting read and
-    write the registry directly (in a worker thread): admin requests want the
-    registry's current truth, not a cache.
+    INVALID_TOPIC_EXCEPTION.  Listing, describing, altering and deleting
+    read and write the registry directly (in a worker thread): admin requests
+    want the registry's current truth, not a cache.  What an alter or a
+    partition increase wrote goes into the log's topic cache at once
+    (`LogManager.adopt_topic`), so Metadata, Produce and the flush use it.
     """
 
     def __init__(self, partition_log: LogManager) -> None:
@@ -88,6 +95,44 @@ class TopicDirectory:
         validate_topic_name(name)
         try:
             return await asyncio.to_thread(self._registry.describe, name)
+        except UnknownTopic:
+            raise UnknownTopicOrPartition(f"unknown topic {name!r}", topic=name) from None
+
+    async def create_partitions(self, name: str, total: int) -> int:
+        """Raise the topic's partition count to ``total``; Metadata and Produce see it at once.
+
+        `InvalidPartitions` unless ``total`` is larger than the current count.
+        """
+        record = await self._registry_call(name, self._registry.create_partitions, total)
+        self._log.adopt_topic(record)
+        return record.partitions
+
+    async def edit_configs(
+        self,
+        name: str,
+        edit: Callable[[Mapping[str, str]], Mapping[str, ConfigValue]],
+        *,
+        validate_only: bool,
+    ) -> dict[str, str]:
+        """Replace the topic's config overrides with ``edit(current)``; the new overrides.
+
+        The log flushes, validates and stamps by the new configs from the moment
+        this returns.  `InvalidConfig` for an unknown name or a bad value.
+        """
+        if validate_only:
+            current = (await self.describe(name)).record.configs
+            return validate_configs(edit(dict(current)))
+        record = await self._registry_call(name, self._registry.edit_configs, edit)
+        self._log.adopt_topic(record)
+        return dict(record.configs)
+
+    async def _registry_call(
+        self, name: str, change: Callable[..., TopicRecord], *args: object
+    ) -> TopicRecord:
+        """``change(name, *args)`` in a worker thread; an unknown topic as Kafka names it."""
+        validate_topic_name(name)
+        try:
+            return await asyncio.to_thread(change, name, *args)
         except UnknownTopic:
             raise UnknownTopicOrPartition(f"unknown topic {name!r}", topic=name) from None
 

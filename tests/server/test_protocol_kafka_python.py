@@ -145,6 +145,16 @@ def test_kafka_python_negotiates_its_highest_versions() -> None:
         ApiKey.DELETE_TOPICS: 5,
         ApiKey.INIT_PRODUCER_ID: 4,
         ApiKey.DESCRIBE_CONFIGS: 4,
+        ApiKey.DESCRIBE_GROUPS: 6,
+        ApiKey.LIST_GROUPS: 5,
+        ApiKey.DELETE_GROUPS: 2,
+        ApiKey.OFFSET_DELETE: 0,
+        ApiKey.DELETE_RECORDS: 2,
+        ApiKey.ALTER_CONFIGS: 2,
+        ApiKey.DESCRIBE_LOG_DIRS: 4,
+        ApiKey.CREATE_PARTITIONS: 3,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+        ApiKey.DESCRIBE_CLUSTER: 2,
     }
 
 

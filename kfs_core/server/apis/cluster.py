@@ -1,11 +1,263 @@
-"""Cluster and log administration: DescribeCluster, DescribeLogDirs, DeleteRecords."""
+"""Cluster and log administration: DescribeCluster, DescribeLogDirs, DeleteRecords.
+
+KFS is one node (id 0) that is its own controller, so DescribeCluster lists
+it alone.  Its one "log directory" is the namespace in the object store
+(``{store url}/{namespace}``): DescribeLogDirs reports each partition's live
+segment bytes plus its unflushed batches, and -1 (unknown) for the volume's
+total and usable bytes, which an object store does not have.  Partitions that
+do not exist are left out, as Kafka leaves out those a broker does not host.
+
+DeleteRecords moves a partition's log start offset forwards with a catalog
+commit (`LogManager.delete_records`): from then on fetches below it answer
+OFFSET_OUT_OF_RANGE, ListOffsets(earliest) returns it, and retention removes
+the segments wholly below it.  An offset above the high watermark (or below
+-1, which means the high watermark) is OFFSET_OUT_OF_RANGE.
+"""
 
 from __future__ import annotations
 
-from typing import Final
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.server.apis.base import Api
+from kfs_core.errors import UnknownTopicOrPartition
+from kfs_core.server.apis.base import (
+    NODE_ID,
+    Api,
+    error_code_for,
+    log_failure,
+    message_of,
+)
+from kfs_core.server.protocol_errors import ErrorCode
+from kfs_core.server.protocol_messages import (
+    ApiKey,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+)
 
-__all__ = ["APIS"]
+if TYPE_CHECKING:
+    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.protocol import Request
 
-APIS: Final[tuple[Api, ...]] = ()
+__all__ = ["APIS", "DELETE_RECORDS", "DESCRIBE_CLUSTER", "DESCRIBE_LOG_DIRS"]
+
+log = logging.getLogger("kfs_core.server.broker")
+
+# DescribeCluster endpoint types (KIP-919).
+ENDPOINT_BROKERS: Final = 1
+ENDPOINT_CONTROLLERS: Final = 2
+
+
+# --- DescribeCluster ----------------------------------------------------------------
+
+
+async def _describe_cluster(broker: Broker, request: Request) -> Any:
+    endpoint = getattr(request.body, "endpoint_type", ENDPOINT_BROKERS)
+    if endpoint != ENDPOINT_BROKERS:
+        # Clients ask controllers only with bootstrap.controllers, which name
+        # controller listeners; KFS has none apart from its Kafka listener.
+        code = (
+            ErrorCode.MISMATCHED_ENDPOINT_TYPE
+            if endpoint == ENDPOINT_CONTROLLERS
+            else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+        )
+        broker.count_error(ApiKey.DESCRIBE_CLUSTER, code)
+        return _describe_cluster_error(
+            request, code, f"endpoint type {endpoint}: this is a broker", broker.options
+        )
+    options = broker.options
+    return request.response(
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        endpoint_type=endpoint,
+        cluster_id=options.cluster_id,
+        controller_id=NODE_ID,
+        brokers=[
+            DescribeClusterResponse.DescribeClusterBroker(
+                broker_id=NODE_ID,
+                host=options.advertised_host,
+                port=options.advertised_port,
+                rack=None,
+                is_fenced=False,
+            )
+        ],
+    )
+
+
+def _describe_cluster_error(
+    request: Request, code: ErrorCode, message: str | None, options: BrokerOptions
+) -> Any:
+    return request.response(
+        throttle_time_ms=0,
+        error_code=int(code),
+        error_message=message,
+        endpoint_type=getattr(request.body, "endpoint_type", ENDPOINT_BROKERS),
+        cluster_id=options.cluster_id,
+        controller_id=-1,
+        brokers=[],
+    )
+
+
+# --- DescribeLogDirs ----------------------------------------------------------------
+
+
+async def _describe_log_dirs(broker: Broker, request: Request) -> Any:
+    requested = request.body.topics
+    if requested is None:
+        wanted = [(info.name, list(range(info.partitions))) for info in await broker.topics.all()]
+    else:
+        wanted = [(t.topic, list(t.partitions)) for t in requested]
+    result = DescribeLogDirsResponse.DescribeLogDirsResult
+    topic_entry = result.DescribeLogDirsTopic
+    partition_entry = topic_entry.DescribeLogDirsPartition
+    topics = []
+    for name, indexes in wanted:
+        partitions = []
+        for index in indexes:
+            try:
+                size = await broker.log.partition_size(name, index)
+            except UnknownTopicOrPartition:
+                continue  # not hosted here: Kafka leaves it out
+            except Exception as exc:
+                code = error_code_for(exc)
+                log_failure(f"describe log dir of {name}-{index}", exc, code)
+                return _describe_log_dirs_error(request, code, message_of(exc), broker.options)
+            partitions.append(
+                partition_entry(
+                    partition_index=index, partition_size=size, offset_lag=0, is_future_key=False
+                )
+            )
+        if partitions:
+            topics.append(topic_entry(name=name, partitions=partitions))
+    return request.response(
+        throttle_time_ms=0,
+        error_code=0,
+        results=[
+            result(
+                error_code=0,
+                log_dir=_log_dir(broker),
+                topics=topics,
+                total_bytes=-1,
+                usable_bytes=-1,
+            )
+        ],
+    )
+
+
+def _log_dir(broker: Broker) -> str:
+    return f"{broker.log.store.url.rstrip('/')}/{broker.log.namespace}"
+
+
+def _describe_log_dirs_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    # v1 and v2 have no top-level error code: the one result carries it.
+    return request.response(
+        throttle_time_ms=0,
+        error_code=int(code),
+        results=[DescribeLogDirsResponse.DescribeLogDirsResult(error_code=int(code), log_dir="")],
+    )
+
+
+# --- DeleteRecords --------------------------------------------------------------------
+
+
+async def _delete_records(broker: Broker, request: Request) -> Any:
+    body = request.body
+    topic_result = DeleteRecordsResponse.DeleteRecordsTopicResult
+    topics = []
+    try:
+        async with asyncio.timeout(body.timeout_ms / 1000 if body.timeout_ms > 0 else None):
+            for topic in body.topics:
+                partitions = [
+                    await _delete_below(broker, topic.name, p.partition_index, p.offset)
+                    for p in topic.partitions
+                ]
+                topics.append(topic_result(name=topic.name, partitions=partitions))
+    except TimeoutError:
+        # What is done stays done; the rest answers REQUEST_TIMED_OUT, as Kafka does.
+        answered = {t.name: {p.partition_index: p for p in t.partitions} for t in topics}
+        timed_out = _delete_records_error(
+            request, ErrorCode.REQUEST_TIMED_OUT, None, broker.options
+        ).topics
+        for entry in timed_out:
+            done = answered.get(entry.name, {})
+            entry.partitions = [done.get(p.partition_index, p) for p in entry.partitions]
+            for p in entry.partitions:
+                broker.count_error(ApiKey.DELETE_RECORDS, p.error_code)
+        return request.response(throttle_time_ms=0, topics=timed_out)
+    return request.response(throttle_time_ms=0, topics=topics)
+
+
+async def _delete_below(broker: Broker, topic: str, partition: int, offset: int) -> Any:
+    result = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
+    try:
+        low_watermark = await broker.log.delete_records(topic, partition, offset)
+    except Exception as exc:
+        code = error_code_for(exc)
+        log_failure(f"delete records of {topic}-{partition} below {offset}", exc, code)
+        broker.count_error(ApiKey.DELETE_RECORDS, code)
+        return result(partition_index=partition, low_watermark=-1, error_code=code)
+    return result(partition_index=partition, low_watermark=low_watermark, error_code=0)
+
+
+def _delete_records_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    topic_result = DeleteRecordsResponse.DeleteRecordsTopicResult
+    partition_result = topic_result.DeleteRecordsPartitionResult
+    return request.response(
+        throttle_time_ms=0,
+        topics=[
+            topic_result(
+                name=t.name,
+                partitions=[
+                    partition_result(
+                        partition_index=p.partition_index, low_watermark=-1, error_code=int(code)
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.body.topics
+        ],
+    )
+
+
+# librdkafka has no DescribeCluster request (its describe_cluster reads
+# Metadata); kafka-python sends 2, whose brokers carry is_fenced.
+DESCRIBE_CLUSTER = Api(
+    ApiKey.DESCRIBE_CLUSTER,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    (0, 2),
+    _describe_cluster,
+    _describe_cluster_error,
+)
+# librdkafka has no DescribeLogDirs; kafka-python sends up to 5.  Not 5 (it
+# only adds is_cordoned): kafka-python takes a broker serving v5 for Kafka
+# 4.3 and gates features on that.  v4 adds the volume's bytes; v0 is not in
+# the specs kafka-python ships.
+DESCRIBE_LOG_DIRS = Api(
+    ApiKey.DESCRIBE_LOG_DIRS,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    (1, 4),
+    _describe_log_dirs,
+    _describe_log_dirs_error,
+)
+# librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
+DELETE_RECORDS = Api(
+    ApiKey.DELETE_RECORDS,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    (0, 2),
+    _delete_records,
+    _delete_records_error,
+)
+
+APIS: Final[tuple[Api, ...]] = (DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DELETE_RECORDS)

@@ -1,7 +1,13 @@
-"""Topic administration: CreateTopics, DeleteTopics, DescribeConfigs.
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, and topic configs.
 
 Through the `TopicRegistry`, with Kafka's error codes and messages;
-replication factor 1 (or -1) only.  A deleted topic is gone for Produce,
+replication factor 1 (or -1) only.  DescribeConfigs, AlterConfigs and
+IncrementalAlterConfigs speak Kafka's topic config names (`CONFIG_KEYS`):
+an unknown name or a bad value is INVALID_CONFIG for its resource, and a
+change is served by the log as soon as it is answered (`TopicDirectory`).
+Broker configs are read-only: they come from ``kfs serve`` flags.
+CreatePartitions only grows a topic (INVALID_PARTITIONS otherwise); Metadata
+and Produce see the new partitions at once.  A deleted topic is gone for Produce,
 Fetch and Metadata as soon as DeleteTopics answers (`LogManager.forget_topic`);
 creating its name again answers TOPIC_ALREADY_EXISTS ("marked for deletion")
 until retention has removed its data and purged it from the registry, as
@@ -11,10 +17,12 @@ Kafka does while a deletion is in progress.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.catalog.config import CONFIG_KEYS, DEFAULT_CONFIGS
+from kfs_core.catalog.topics import MAX_PARTITIONS
 from kfs_core.errors import InvalidConfig, InvalidPartitions
 from kfs_core.server.apis.base import (
     NODE_ID,
@@ -27,20 +35,34 @@ from kfs_core.server.apis.base import (
 from kfs_core.server.directory import topic_uuid
 from kfs_core.server.protocol_errors import ErrorCode
 from kfs_core.server.protocol_messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     ApiKey,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 )
 
 if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions
     from kfs_core.server.protocol import Request
 
-__all__ = ["APIS", "CREATE_TOPICS", "DELETE_TOPICS", "DESCRIBE_CONFIGS"]
+__all__ = [
+    "ALTER_CONFIGS",
+    "APIS",
+    "CREATE_PARTITIONS",
+    "CREATE_TOPICS",
+    "DELETE_TOPICS",
+    "DESCRIBE_CONFIGS",
+    "INCREMENTAL_ALTER_CONFIGS",
+]
 
 log = logging.getLogger("kfs_core.server.broker")
 
@@ -54,6 +76,8 @@ RESOURCE_TOPIC: Final = 2
 RESOURCE_BROKER: Final = 4
 _CONFIG_TYPE_BOOLEAN, _CONFIG_TYPE_STRING, _CONFIG_TYPE_INT = 1, 2, 3
 _CONFIG_TYPE_LONG, _CONFIG_TYPE_DOUBLE, _CONFIG_TYPE_LIST = 5, 6, 7
+# IncrementalAlterConfigs operations (``AlterConfigOp.OpType``).
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _TOPIC_CONFIG_TYPES: Final = {
     "retention.ms": _CONFIG_TYPE_LONG,
     "retention.bytes": _CONFIG_TYPE_LONG,
@@ -285,6 +309,188 @@ def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -
     )
 
 
+async def _create_partitions(broker: Broker, request: Request) -> Any:
+    body = request.body
+    validate_only = bool(body.validate_only)
+    result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    names = [t.name for t in body.topics]
+    results = []
+    for topic in body.topics:
+        name = topic.name
+        code, message = ErrorCode.NONE, None
+        try:
+            if names.count(name) > 1:
+                raise Refused(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
+            before = (await broker.topics.describe(name)).partitions
+            _check_growth(name, before, topic.count)
+            if topic.assignments is not None:
+                _check_new_assignments(topic.assignments, topic.count - before)
+            if not validate_only:
+                await broker.topics.create_partitions(name, topic.count)
+        except Exception as exc:
+            code, message = error_code_for(exc), message_of(exc)
+            log_failure(f"add partitions to topic {name!r}", exc, code)
+        else:
+            if not validate_only:
+                log.info("topic %r: %d partition(s), was %d", name, topic.count, before)
+        broker.count_error(ApiKey.CREATE_PARTITIONS, code)
+        results.append(result(name=name, error_code=code, error_message=message))
+    return request.response(throttle_time_ms=0, results=results)
+
+
+def _check_growth(name: str, current: int, total: int) -> None:
+    if not current < total <= MAX_PARTITIONS:
+        raise InvalidPartitions(
+            f"topic {name!r} has {current} partition(s); the new count must be larger "
+            f"(and at most {MAX_PARTITIONS}), got {total}",
+            topic=name,
+            partitions=total,
+        )
+
+
+def _check_new_assignments(assignments: list[Any], added: int) -> None:
+    """Assignments name the brokers of each new partition: here, broker 0 alone."""
+    if len(assignments) != added or any(list(a.broker_ids) != [NODE_ID] for a in assignments):
+        raise Refused(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"assign each of the {added} new partition(s) to broker {NODE_ID} alone",
+        )
+
+
+ConfigEdit = Callable[[Mapping[str, str]], Mapping[str, str]]
+
+
+async def _alter_configs(broker: Broker, request: Request) -> Any:
+    """AlterConfigs: the listed configs become the topic's only overrides, as in Kafka."""
+    return await _alter(broker, request, ApiKey.ALTER_CONFIGS, _replacement)
+
+
+async def _incremental_alter_configs(broker: Broker, request: Request) -> Any:
+    """IncrementalAlterConfigs: SET, DELETE (to the default), APPEND / SUBTRACT on lists."""
+    return await _alter(broker, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, _increments)
+
+
+# Both responses name their entry type AlterConfigsResourceResponse.
+_ALTER_RESULTS: Final = {
+    ApiKey.ALTER_CONFIGS: AlterConfigsResponse.AlterConfigsResourceResponse,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (
+        IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+    ),
+}
+
+
+async def _alter(
+    broker: Broker, request: Request, key: ApiKey, edit_for: Callable[[list[Any]], ConfigEdit]
+) -> Any:
+    body = request.body
+    validate_only = bool(body.validate_only)
+    result = _ALTER_RESULTS[key]
+    results = []
+    for resource in body.resources:
+        name = resource.resource_name
+        code, message = ErrorCode.NONE, None
+        try:
+            _check_alterable(resource.resource_type, name)
+            names = [c.name for c in resource.configs]
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise Refused(
+                    ErrorCode.INVALID_REQUEST, f"config(s) listed twice: {', '.join(duplicates)}"
+                )
+            configs = await broker.topics.edit_configs(
+                name, edit_for(resource.configs), validate_only=validate_only
+            )
+        except Exception as exc:
+            code, message = error_code_for(exc), message_of(exc)
+            log_failure(f"alter configs of {name!r}", exc, code)
+        else:
+            if not validate_only:
+                log.info("topic %r: config overrides now %s", name, configs)
+        broker.count_error(key, code)
+        results.append(
+            result(
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=name,
+            )
+        )
+    return request.response(throttle_time_ms=0, responses=results)
+
+
+def _check_alterable(resource_type: int, name: str) -> None:
+    if resource_type == RESOURCE_BROKER:
+        raise Refused(
+            ErrorCode.INVALID_REQUEST,
+            f"broker {name!r}: broker configs are static in KFS; set them with kfs serve "
+            "flags or KFS_* variables",
+        )
+    if resource_type != RESOURCE_TOPIC:
+        raise Refused(
+            ErrorCode.INVALID_REQUEST,
+            f"resource type {resource_type} is not supported (topic: {RESOURCE_TOPIC})",
+        )
+
+
+def _value(config: Any) -> str:
+    if config.value is None:
+        raise Refused(ErrorCode.INVALID_REQUEST, f"null value not supported for {config.name!r}")
+    return str(config.value)
+
+
+def _replacement(configs: list[Any]) -> ConfigEdit:
+    wanted = {c.name: _value(c) for c in configs}
+    return lambda current: wanted
+
+
+def _increments(configs: list[Any]) -> ConfigEdit:
+    operations = []
+    for config in configs:
+        if config.config_operation not in (OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT):
+            raise Refused(
+                ErrorCode.INVALID_REQUEST,
+                f"{config.name}: unknown operation {config.config_operation} "
+                "(0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT)",
+            )
+        if config.name not in CONFIG_KEYS:
+            # Checked here too: DELETE of an unknown name is an error, not a no-op.
+            raise InvalidConfig(
+                f"unknown topic config {config.name!r}; known: {', '.join(sorted(CONFIG_KEYS))}",
+                key=config.name,
+            )
+        is_list = _TOPIC_CONFIG_TYPES.get(config.name) == _CONFIG_TYPE_LIST
+        if config.config_operation in (OP_APPEND, OP_SUBTRACT) and not is_list:
+            raise InvalidConfig(
+                f"{config.name} is not a list: only SET and DELETE apply to it",
+                key=config.name,
+            )
+        value = "" if config.config_operation == OP_DELETE else _value(config)
+        operations.append((config.name, config.config_operation, value))
+
+    def edit(current: Mapping[str, str]) -> Mapping[str, str]:
+        configs = dict(current)
+        for name, operation, value in operations:
+            if operation == OP_DELETE:
+                configs.pop(name, None)
+            elif operation == OP_SET:
+                configs[name] = value
+            else:
+                items = _list_items(configs.get(name, DEFAULT_CONFIGS[name]))
+                change = _list_items(value)
+                if operation == OP_APPEND:
+                    items += [item for item in change if item not in items]
+                else:
+                    items = [item for item in items if item not in change]
+                configs[name] = ",".join(items)
+        return configs
+
+    return edit
+
+
+def _list_items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def _create_topics_error(
     request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
 ) -> Any:
@@ -330,6 +536,37 @@ def _describe_configs_error(
     )
 
 
+def _create_partitions_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    return request.response(
+        throttle_time_ms=0,
+        results=[
+            result(name=t.name, error_code=int(code), error_message=message)
+            for t in request.body.topics
+        ],
+    )
+
+
+def _alter_configs_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    result = _ALTER_RESULTS[request.api_key]
+    return request.response(
+        throttle_time_ms=0,
+        responses=[
+            result(
+                error_code=int(code),
+                error_message=message,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+            for r in request.body.resources
+        ],
+    )
+
+
 # kafka-python sends 7 (topic ids in the response, which KFS can mint),
 # librdkafka <= 4.
 CREATE_TOPICS = Api(
@@ -358,4 +595,39 @@ DESCRIBE_CONFIGS = Api(
     _describe_configs_error,
 )
 
-APIS: Final = (CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS)
+# librdkafka sends <= 2, kafka-python 3 (the same fields as 2).
+CREATE_PARTITIONS = Api(
+    ApiKey.CREATE_PARTITIONS,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    (0, 3),
+    _create_partitions,
+    _create_partitions_error,
+)
+# librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
+ALTER_CONFIGS = Api(
+    ApiKey.ALTER_CONFIGS,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    (0, 2),
+    _alter_configs,
+    _alter_configs_error,
+)
+# librdkafka and kafka-python send 1 (flexible), every version there is.
+INCREMENTAL_ALTER_CONFIGS = Api(
+    ApiKey.INCREMENTAL_ALTER_CONFIGS,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    (0, 1),
+    _incremental_alter_configs,
+    _alter_configs_error,
+)
+
+APIS: Final = (
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    CREATE_PARTITIONS,
+    ALTER_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+)
