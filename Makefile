@@ -28,7 +28,10 @@ run: install ## Run KFS on the embedded default (a local directory store under .
 browser: ## Install Debian's chromium for the KFS page's browser test (when missing)
 	@bash .ci/install-chromium
 
-test: install browser ## Run the whole test suite
+kcat: ## Install Debian's kcat for the kcat consumer-group test (when missing)
+	@bash .ci/install-kcat
+
+test: install browser kcat ## Run the whole test suite
 	$(BIN)/pytest
 
 bench: install ## Run the benchmarks and print their tables
@@ -54,4 +57,4 @@ lock: ## Re-resolve constraints.txt from pyproject.toml in a scratch venv
 clean: ## Remove the venv, caches and the local store
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .kfs
 
-.PHONY: help install browser run test bench lint format lock clean
+.PHONY: help install browser kcat run test bench lint format lock clean
