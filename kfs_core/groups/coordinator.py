@@ -268,22 +268,18 @@ class GroupCoordinator:
 
     # --- lifecycle ------------------------------------------------------------------
 
-    async def start(self) -> float:
-        """Rebuild committed offsets from ``__consumer_offsets``; returns the seconds it took."""
+    async def start(self) -> tuple[int, float]:
+        """Rebuild committed offsets from ``__consumer_offsets``: how many, and the seconds it took."""
         started = time.perf_counter()
         loaded = await self._offset_log.load()
         for group_id, offsets in loaded.items():
             self._groups[group_id] = _Group(group_id, offsets=offsets)
         self._loaded = True
         took = time.perf_counter() - started
-        log.info(
-            "loaded %d committed offset(s) of %d group(s) in %.3fs",
-            sum(len(o) for o in loaded.values()),
-            len(loaded),
-            took,
-        )
+        count = sum(len(o) for o in loaded.values())
+        log.info("loaded %d committed offset(s) of %d group(s) in %.3fs", count, len(loaded), took)
         self._sweeper = asyncio.create_task(self._sweep_loop(), name="kfs-offsets-retention")
-        return took
+        return count, took
 
     async def close(self) -> None:
         if self._sweeper is not None:

@@ -80,7 +80,9 @@ class Broker:
 
     async def start(self) -> None:
         """Load what must be loaded before the first request: committed offsets."""
-        await self.groups.start()
+        loaded, seconds = await self.groups.start()
+        self.metrics.offsets_loaded.set(loaded)
+        self.metrics.offsets_load_seconds.set(seconds)
 
     async def close(self) -> None:
         """After the last request: stop the coordinator's timers and sweeps."""

@@ -163,6 +163,16 @@ class ServerMetrics:
             registry=r,
         )
         self.ready = Gauge("kfs_ready", "1 once the daemon serves Kafka clients", registry=r)
+        self.offsets_load_seconds = Gauge(
+            "kfs_groups_offsets_load_seconds",
+            "Seconds the last start took to rebuild committed offsets from __consumer_offsets",
+            registry=r,
+        )
+        self.offsets_loaded = Gauge(
+            "kfs_groups_offsets_loaded",
+            "Committed offsets rebuilt from __consumer_offsets at the last start",
+            registry=r,
+        )
         self.info = Gauge("kfs_build_info", "KFS version", ["version"], registry=r)
         self.info.labels(__version__).set(1)
 
