@@ -577,7 +577,6 @@ class GroupCoordinator:
         group.state = GroupState.EMPTY
         group.leader_id = None
         group.protocol_name = None
-        group.protocol_type = None if not group.offsets else group.protocol_type
         group.empty_since_ms = int(time.time() * 1000)
         log.info("group %r is empty (generation %d)", group.group_id, group.generation)
 

@@ -58,7 +58,13 @@ from kfs_core.errors import KfsError
 from kfs_core.log.manager import LogManager
 from kfs_core.log.segments import DAEMON_CODECS
 from kfs_core.log.wal_manager import WalManager
-from kfs_core.server.broker import Broker, BrokerOptions, cluster_id_for, error_response
+from kfs_core.server.broker import (
+    CLIENT_HOST,
+    Broker,
+    BrokerOptions,
+    cluster_id_for,
+    error_response,
+)
 from kfs_core.server.metrics import (
     CountersCollector,
     InstrumentedStore,
@@ -507,6 +513,8 @@ class _Connection:
 
     async def serve(self) -> None:
         self._task = asyncio.current_task()
+        # Handlers run in tasks made from this one, so they see the client's host.
+        CLIENT_HOST.set(f"/{self.peer.rsplit(':', 1)[0]}")
         responder = asyncio.create_task(self._respond())
         try:
             if await self._read_requests():

@@ -24,13 +24,14 @@ from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
 from kfs_core.groups.offset_log import OffsetLog
 from kfs_core.log.manager import LogManager
 from kfs_core.server.apis import REGISTRY
+from kfs_core.server.apis.base import CLIENT_HOST
 from kfs_core.server.apis.producer_ids import ProducerIds
 from kfs_core.server.directory import TopicDirectory
 from kfs_core.server.metrics import ServerMetrics
 from kfs_core.server.notifier import AppendNotifier
 from kfs_core.server.protocol import ApiKey, ErrorCode, Request
 
-__all__ = ["Broker", "BrokerOptions", "cluster_id_for", "error_response"]
+__all__ = ["CLIENT_HOST", "Broker", "BrokerOptions", "cluster_id_for", "error_response"]
 
 
 def cluster_id_for(store_url: str, namespace: str) -> str:

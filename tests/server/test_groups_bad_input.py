@@ -17,6 +17,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.protocol.admin import (
         DeleteGroupsRequest,
+        DeleteTopicsRequest,
         DescribeGroupsRequest,
         ListGroupsRequest,
     )
@@ -270,6 +271,7 @@ def test_group_admin_errors(client: RawClient, topic: str) -> None:
     assert states == {group: (0, "Stable"), "never-was": (0, "Dead")}
     (member,) = described.groups[0].members
     assert member.member_id == live.member_id and member.client_id == "kfs-raw"
+    assert member.client_host == "/127.0.0.1"
     deleted = client.request(DeleteGroupsRequest(version=2, groups_names=[group, "never-was"]))
     assert {r.group_id: r.error_code for r in deleted.results} == {
         group: ErrorCode.NON_EMPTY_GROUP,
@@ -306,3 +308,12 @@ def test_transactional_coordinator_lookups_point_here_and_kip848_is_not_offered(
     offered = {a.api_key for a in versions.api_keys}
     assert 68 not in offered  # ConsumerGroupHeartbeat: clients fall back to the classic protocol
     assert {10, 11, 12, 13, 14, 8, 9, 15, 16, 42, 47} <= offered
+
+
+def test_committed_offsets_of_a_deleted_topic_are_dropped(client: RawClient, topic: str) -> None:
+    group = f"gone-{uuid.uuid4().hex[:6]}"
+    assert commit(client, group, -1, "", [(topic, 0, "before")]) == [0]
+    deleted = client.request(DeleteTopicsRequest(version=4, topic_names=[topic], timeout_ms=10_000))
+    assert deleted.responses[0].error_code == 0
+    fetched = client.request(OffsetFetchRequest(version=6, group_id=group, topics=None))
+    assert fetched.error_code == 0 and fetched.topics == []

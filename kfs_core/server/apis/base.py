@@ -14,6 +14,7 @@ partition log, the topic directory, the group coordinator, metrics.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol import Request
 
 __all__ = [
+    "CLIENT_HOST",
     "LEADER_EPOCH",
     "NODE_ID",
     "Api",
@@ -54,6 +56,10 @@ log = logging.getLogger("kfs_core.server.broker")
 
 NODE_ID: Final = 0
 LEADER_EPOCH: Final = 0
+
+# The client's address as Kafka shows it ("/127.0.0.1"); the connection sets it,
+# and the handler tasks it starts inherit it.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("kfs_client_host", default="")
 
 Handler = Callable[["Broker", "Request"], Awaitable[Any]]
 # Produce starts in request order on a connection and finishes later.

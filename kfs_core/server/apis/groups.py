@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.groups.coordinator import CommitRequest
 from kfs_core.groups.errors import MemberIdRequired
-from kfs_core.server.apis.base import NODE_ID, Api, error_code_for, log_failure, message_of
+from kfs_core.server.apis.base import (
+    CLIENT_HOST,
+    NODE_ID,
+    Api,
+    error_code_for,
+    log_failure,
+    message_of,
+)
 from kfs_core.server.protocol_errors import ErrorCode
 from kfs_core.server.protocol_messages import (
     ApiKey,
@@ -131,6 +138,7 @@ async def _join_group(broker: Broker, request: Request) -> Any:
             rebalance_timeout_ms=getattr(body, "rebalance_timeout_ms", -1),
             instance_id=getattr(body, "group_instance_id", None),
             client_id=request.client_id or "",
+            client_host=CLIENT_HOST.get(),
             require_known_member_id=version >= _MEMBER_ID_REQUIRED_FROM,
         )
     except MemberIdRequired as exc:

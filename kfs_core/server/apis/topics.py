@@ -184,9 +184,21 @@ async def _delete_topics(broker: Broker, request: Request) -> Any:
         else:
             log.info("deleted topic %r (retention removes its data)", name)
             broker.notifier.notify_topic(name)
+            await _forget_committed_offsets(broker, name)
         broker.count_error(ApiKey.DELETE_TOPICS, code)
         results.append(result(name=name, error_code=code, error_message=message))
     return request.response(throttle_time_ms=0, responses=results)
+
+
+async def _forget_committed_offsets(broker: Broker, name: str) -> None:
+    """Groups' committed offsets of a deleted topic go with it (the retention sweep retries)."""
+    try:
+        dropped = await broker.groups.forget_topic(name)
+    except Exception as exc:
+        log.warning("dropping committed offsets of deleted topic %r failed: %s", name, exc)
+    else:
+        if dropped:
+            log.info("dropped %d committed offset(s) of deleted topic %r", dropped, name)
 
 
 async def _describe_configs(broker: Broker, request: Request) -> Any:
