@@ -175,7 +175,12 @@ class OffsetLog:
         )
 
     async def load(self) -> dict[str, dict[PartitionKey, CommittedOffset]]:
-        """Every group's live offsets, replayed from the log start of every partition."""
+        """Every group's live offsets, replayed from the log start of every partition.
+
+        Replay keeps the newest raw value per raw key (what compaction would
+        keep) and decodes only those at the end: most records of a busy log
+        are superseded, and decoding is most of the cost.
+        """
         groups: dict[str, dict[PartitionKey, CommittedOffset]] = {}
         try:
             info = await self._log.topic(OFFSETS_TOPIC)
@@ -184,12 +189,14 @@ class OffsetLog:
         self._partitions = info.partitions
         self._topic_ready = True
         for partition in range(info.partitions):
-            await self._load_partition(partition, groups)
+            latest = await self._replay_partition(partition)
+            for key, value in latest.items():
+                if value is not None:
+                    _apply(groups, key, value)
         return groups
 
-    async def _load_partition(
-        self, partition: int, groups: dict[str, dict[PartitionKey, CommittedOffset]]
-    ) -> None:
+    async def _replay_partition(self, partition: int) -> dict[bytes, bytes | None]:
+        latest: dict[bytes, bytes | None] = {}
         offset = await self._log.log_start_offset(OFFSETS_TOPIC, partition)
         high_watermark = await self._log.high_watermark(OFFSETS_TOPIC, partition)
         while offset < high_watermark:
@@ -199,12 +206,13 @@ class OffsetLog:
             for batch in iter_batches(result.records, object_name=f"{OFFSETS_TOPIC}-{partition}"):
                 for record in batch.records:
                     if record.offset >= offset and record.key is not None:
-                        _apply(groups, record.key, record.value)
+                        latest[record.key] = record.value
                 offset = max(offset, batch.next_offset)
+        return latest
 
 
 def _apply(
-    groups: dict[str, dict[PartitionKey, CommittedOffset]], key: bytes, value: bytes | None
+    groups: dict[str, dict[PartitionKey, CommittedOffset]], key: bytes, value: bytes
 ) -> None:
     try:
         decoded = decode_offset_record(key, value)
@@ -214,13 +222,7 @@ def _apply(
     if decoded is None:
         return
     group, where, committed = decoded
-    if committed is None:
-        offsets = groups.get(group)
-        if offsets is not None:
-            offsets.pop(where, None)
-            if not offsets:
-                del groups[group]
-    else:
+    if committed is not None:
         groups.setdefault(group, {})[where] = committed
 
 
