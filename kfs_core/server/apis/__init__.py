@@ -12,11 +12,14 @@ declaration there, a new family is one line below.
     fetch           Fetch
     offsets         ListOffsets
     metadata        Metadata
-    topics          CreateTopics, DeleteTopics, DescribeConfigs
+    topics          CreateTopics, DeleteTopics, CreatePartitions,
+                    DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
     groups          FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-                    LeaveGroup, OffsetCommit, OffsetFetch
+                    LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
+                    DescribeGroups, DeleteGroups, OffsetDelete
     cluster         DescribeCluster, DescribeLogDirs, DeleteRecords
-    producer_ids    InitProducerId
+    producer_ids    InitProducerId; AddPartitionsToTxn, AddOffsetsToTxn,
+                    EndTxn, TxnOffsetCommit (refused: no transactions)
     (here)          ApiVersions: the table itself
 """
 
