@@ -49,6 +49,9 @@ format: install ## Apply ruff's formatter and autofixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+datadocs-assets: install ## Re-vendor the Data Docs' CSS/JS/fonts from npm (needs npm) and check their sha256
+	$(BIN)/python -m kfs_airflow.ui.datadocs_assets
+
 lock: ## Re-resolve constraints.txt from pyproject.toml in a scratch venv
 	rm -rf /tmp/kfs-lock && $(PYTHON) -m venv /tmp/kfs-lock
 	/tmp/kfs-lock/bin/pip install -q --upgrade pip && /tmp/kfs-lock/bin/pip install -q -e '.[dev]'
@@ -57,4 +60,4 @@ lock: ## Re-resolve constraints.txt from pyproject.toml in a scratch venv
 clean: ## Remove the venv, caches and the local store
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .kfs
 
-.PHONY: help install browser kcat run test bench lint format lock clean
+.PHONY: help install browser kcat run test bench lint format datadocs-assets lock clean

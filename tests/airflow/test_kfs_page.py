@@ -17,6 +17,7 @@ import json
 import re
 import secrets
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -419,6 +420,129 @@ def test_json_and_data_docs_for_a_bearer_token(
         assert client.get(base + path, headers=auth).status_code == 404, path
     escape = f"/kfs/reports/validation/%2E%2E/data_docs/{DAMAGED_RUN}.json"
     assert client.get(escape, headers=auth).status_code == 404
+
+
+class _AssetRefs(HTMLParser):
+    """The stylesheets, scripts and images a page loads: ``(tag, url, integrity or None)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[tuple[str, str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "link" and "stylesheet" in (a.get("rel") or "").split() and a.get("href"):
+            self.refs.append((tag, str(a["href"]), a.get("integrity")))
+        elif tag in ("script", "img") and a.get("src"):
+            self.refs.append((tag, str(a["src"]), a.get("integrity")))
+
+
+def _asset_refs(html: str) -> list[tuple[str, str, str | None]]:
+    parser = _AssetRefs()
+    parser.feed(html)
+    return parser.refs
+
+
+_CSS_URL = re.compile(r"url\(\s*['\"]?(?!data:)([^'\")]+)['\"]?\s*\)")
+_CONTENT_TYPES = {"link": "text/css", "script": "text/javascript", "img": "image/"}
+
+
+def test_data_docs_load_their_stylesheets_and_scripts_from_the_kfs_page(
+    client: Any, reported_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No CDN: every asset a served Data Docs page loads answers here, with its content type."""
+    import base64
+    import hashlib
+    import urllib.parse
+
+    from kfs_airflow.ui import datadocs_assets
+
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(reported_store, NS))
+    auth = _login(client)
+    store = open_store(reported_store)
+    prefix = f"{NS}/_reports/validation/{DAMAGED_RUN}/data_docs/"
+    pages = [i.key[len(prefix) :] for i in store.list(prefix) if i.key.endswith(".html")]
+    # index, the suite's page and the run's validation result page (three folder depths)
+    assert len(pages) == 3 and {p.count("/") for p in pages} == {0, 1, 4}, pages
+    fetched: dict[str, Any] = {}
+    for page in pages:
+        page_url = f"http://testserver/kfs/reports/validation/{DAMAGED_RUN}/data_docs/{page}"
+        stored = store.get(prefix + page).decode()
+        response = client.get(page_url, headers=auth)
+        assert response.status_code == 200
+        refs = _asset_refs(response.text)
+        # GX's templates load bootstrap, jQuery, Font Awesome, vega ... each from this app now.
+        assert sum(tag == "script" for tag, _, _ in refs) >= 9, refs
+        assert sum(tag == "link" for tag, _, _ in refs) >= 6, refs
+        for tag, url, integrity in refs:
+            assert not re.match(r"(https?:)?//", url), f"{page} loads {url} from elsewhere"
+            absolute = urllib.parse.urljoin(page_url, url).split("?")[0]
+            if absolute not in fetched:
+                fetched[absolute] = client.get(absolute, headers=auth)
+            asset = fetched[absolute]
+            assert asset.status_code == 200, (page, url, absolute)
+            assert asset.headers["content-type"].startswith(_CONTENT_TYPES[tag]), (url, asset)
+            if integrity:  # subresource integrity: the vendored bytes are the ones GX pinned
+                algorithm, digest = integrity.split("-", 1)
+                actual = hashlib.new(algorithm, asset.content).digest()
+                assert base64.b64encode(actual).decode() == digest, url
+        # The report in the store is GX's own, CDN links and all: other viewers are unaffected.
+        assert "https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css" in stored
+        assert "https://code.jquery.com/jquery-3.7.1.min.js" in stored
+
+    vendored = [u for u in fetched if "/kfs/static/datadocs/" in u]
+    assert len(vendored) == len(datadocs_assets.CDN_FILES)
+    # Fonts and images the vendored stylesheets load resolve too (Font Awesome's web fonts).
+    fonts = 0
+    for url in vendored:
+        if url.endswith(".css"):
+            for ref in _CSS_URL.findall(fetched[url].text):
+                font = client.get(urllib.parse.urljoin(url, ref).split("?")[0].split("#")[0])
+                assert font.status_code == 200, (url, ref)
+                assert font.headers["content-type"].startswith("font/"), (ref, font.headers)
+                fonts += 1
+    assert fonts >= 8
+
+
+def test_vendored_data_docs_assets_are_the_published_files_with_their_licences() -> None:
+    from kfs_airflow.ui import datadocs_assets
+
+    assert datadocs_assets.verify() == []
+    local_paths = {f.local_path for f in datadocs_assets.FILES}
+    assert set(datadocs_assets.CDN_FILES.values()) <= local_paths
+    for package, version in {(f.package, f.version) for f in datadocs_assets.FILES}:
+        folder = datadocs_assets.DIRECTORY / f"{package}@{version}"
+        assert list(folder.glob("LICENSE*")), f"{package}@{version} has no licence file"
+    # Every CDN URL the installed GX's page templates name is mapped (a GX upgrade that
+    # adds or moves one fails here, not silently in a browser without internet access).
+    import great_expectations
+
+    templates = Path(great_expectations.__file__).parent / "render/view/templates"
+    named = set()
+    for template in templates.glob("*.j2"):
+        for tag in re.findall(r"<(?:script|link)\b[^>]*>", template.read_text()):
+            named.update(re.findall(r'(?:src|href)="(https://[^"{]+)"', tag))
+    assert named == set(datadocs_assets.CDN_FILES), named ^ set(datadocs_assets.CDN_FILES)
+
+
+def test_localize_html_rewrites_only_the_known_asset_urls() -> None:
+    from kfs_airflow.ui.datadocs_assets import GX_LOGO_URL, localize_html
+
+    html = (
+        '<link rel="stylesheet" href="https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css"/>'
+        '<script src="https://cdn.jsdelivr.net/npm/vega@5"></script>'
+        f'<img src="{GX_LOGO_URL}?d=20240101T000000Z">'
+        '<a href="https://greatexpectations.io">GX</a>'
+        '<script src="https://example.invalid/unknown.js"></script>'
+    )
+    out = localize_html(html, assets_url="../../static/datadocs/", docs_root_url="../")
+    assert out == (
+        '<link rel="stylesheet" href="../../static/datadocs/bootstrap@4.3.1/dist/css/bootstrap.min.css"/>'
+        '<script src="../../static/datadocs/vega@5.33.1/build/vega.min.js"></script>'
+        '<img src="../static/images/logo-long.png">'
+        '<a href="https://greatexpectations.io">GX</a>'
+        '<script src="https://example.invalid/unknown.js"></script>'
+    )
 
 
 def test_no_connection_or_a_bad_store_url_is_a_message_not_an_error(

@@ -13,7 +13,10 @@ One test, in this order:
 4. chromium opens ``/kfs/``, is sent to Airflow's login page, logs in through
    the form, lands on the KFS page and the test reads what it renders: topic
    names, a partition's high watermark, expectation rows, the trend chart, the
-   Data Docs link; then the same page framed in the Airflow UI at ``/plugin/kfs``.
+   Data Docs link; the Data Docs page renders styled (bootstrap's and Font
+   Awesome's computed styles, their scripts loaded) although the browser
+   resolves no name but 127.0.0.1, so every asset came from ``/kfs``; then the
+   same page framed in the Airflow UI at ``/plugin/kfs``.
 
 Screenshots go to ``$KFS_TEST_ARTIFACTS`` (default: the test's tmp_path); the
 path is printed.  Chromium is driven over the DevTools protocol with the
@@ -138,6 +141,9 @@ class Chromium:
                     "--remote-debugging-address=127.0.0.1",
                     "--remote-debugging-port=0",
                     "--window-size=1400,1100",
+                    # No name resolves but the loopback address: the browser sees no internet,
+                    # so a page that still loads a CDN renders without it here.
+                    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
                     "about:blank",
                 ],
                 stdout=log,
@@ -379,6 +385,46 @@ def test_kfs_page_in_a_real_api_server_with_chromium(
         )
         assert fetched[0] == 200 and fetched[1].startswith("text/html"), fetched[:2]
         assert "kfs_segments" in fetched[2]
+
+        # --- the Data Docs render styled with no internet: their CSS and JS come from /kfs ---
+        blocked = browser.evaluate(
+            "fetch('https://code.jquery.com/jquery-3.7.1.min.js', {mode: 'no-cors'})"
+            ".then(() => 'reached', () => 'blocked')"
+        )
+        assert blocked == "blocked", "the browser can reach the internet: the check proves nothing"
+        browser.navigate(browser.evaluate("document.querySelector('#data-docs-link').href"))
+        browser.wait(
+            "location.pathname.includes('/data_docs/validations/') && document.readyState === "
+            "'complete' && !!document.querySelector('nav.navbar')",
+            "the Data Docs validation page",
+        )
+        browser.evaluate("document.fonts.ready.then(() => true)")
+        docs_style = browser.evaluate(
+            """(() => {
+                const style = (selector, pseudo) =>
+                    getComputedStyle(document.querySelector(selector), pseudo || null);
+                return {
+                    navbar: style('nav.navbar').display,  // bootstrap: flex (unstyled: block)
+                    sticky: style('nav.sticky-top').position,
+                    success: style('.text-success').color,  // bootstrap 4's $success
+                    table: style('table.table').borderCollapse,
+                    icon: style('.fa-check-circle', '::before').fontFamily,
+                    iconFont: document.fonts.check('900 16px "Font Awesome 6 Free"'),
+                    scripts: [typeof jQuery, typeof jQuery.fn.bootstrapTable,
+                              typeof jQuery.fn.datepicker, typeof Popper, typeof vegaEmbed],
+                    resources: performance.getEntriesByType('resource').map(e => e.name),
+                };
+            })()"""
+        )
+        print(f"screenshot: {browser.screenshot(artifacts / 'data-docs.png')}")
+        assert docs_style["navbar"] == "flex" and docs_style["sticky"] == "sticky", docs_style
+        assert docs_style["success"] == "rgb(40, 167, 69)", docs_style
+        assert docs_style["table"] == "collapse", docs_style
+        assert "Font Awesome 6 Free" in docs_style["icon"] and docs_style["iconFont"], docs_style
+        assert docs_style["scripts"] == ["function"] * 5, docs_style
+        local = [r for r in docs_style["resources"] if r.startswith(f"{base}/kfs/static/datadocs/")]
+        assert len(local) >= 15, docs_style["resources"]
+        assert all(r.startswith(base) for r in docs_style["resources"]), docs_style["resources"]
 
         # --- the same page inside the Airflow UI, from its nav entry -----------------
         browser.navigate(f"{base}/plugin/kfs")

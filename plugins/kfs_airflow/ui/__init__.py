@@ -6,6 +6,7 @@ Routes, relative to the mount point::
     GET /api/overview                                  the same data as JSON (`Overview`)
     GET /reports/validation/<run-id>/data_docs/<path>  a Great Expectations Data Docs file
     GET /static/<file>                                 stylesheet and nav icon (public)
+    GET /static/datadocs/<package>@<version>/<file>    the Data Docs' CSS, JS and fonts (public)
 
 Everything but ``/static`` answers only users logged in to Airflow
 (`kfs_airflow.ui.auth`): the page sends anonymous visitors to Airflow's login
@@ -14,6 +15,10 @@ connection names (`KfsHook`), read afresh on every request; whatever cannot be
 read (no connection, an unreachable store, a damaged catalog or report) is shown
 as a message on the page, never a server error.  Links inside the page are
 relative, so it works at any ``[api] base_url`` and inside the UI's iframe.
+
+Data Docs pages are GX's HTML as the validation job stored it, except that
+their stylesheets and scripts come from ``/static/datadocs`` instead of public
+CDNs (`kfs_airflow.ui.datadocs_assets`), so they render styled offline.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from kfs_airflow.overview import (
     read_overview,
     unavailable,
 )
+from kfs_airflow.ui import datadocs_assets
 from kfs_airflow.ui.auth import NotLoggedIn, airflow_user, airflow_user_page, login_url
 from kfs_airflow.ui.chart import trend_svg
 from kfs_core.errors import ObjectNotFound
@@ -111,6 +117,18 @@ TEMPLATES.env.filters["number"] = _number
 TEMPLATES.env.filters["percent"] = _percent
 
 
+def _localize_data_docs(body: bytes, path: str) -> bytes:
+    """A Data Docs page (at ``data_docs/<path>``) with its CDN assets served by this app."""
+    # The page's folder is reports/validation/<run-id>/data_docs/<path's folders>/.
+    depth = path.count("/")
+    html = datadocs_assets.localize_html(
+        body.decode("utf-8", "surrogateescape"),
+        assets_url="../" * (4 + depth) + datadocs_assets.URL_PATH,
+        docs_root_url="../" * depth,
+    )
+    return html.encode("utf-8", "surrogateescape")
+
+
 def create_app(open_namespace: OpenNamespace | None = None) -> FastAPI:
     """The KFS page app; ``open_namespace`` defaults to the ``kfs_default`` connection."""
     opener = open_namespace or open_connection_namespace()
@@ -182,6 +200,8 @@ def create_app(open_namespace: OpenNamespace | None = None) -> FastAPI:
         finally:
             store.close()
         media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        if media_type == "text/html":
+            body = _localize_data_docs(body, path)
         if media_type.startswith("text/") or media_type in ("application/javascript",):
             media_type += "; charset=utf-8"
         return Response(body, media_type=media_type, headers=_DOCS_HEADERS)
