@@ -1,0 +1,679 @@
+"""`kfs groups`: the consumer groups of a running daemon, as kafka-consumer-groups.sh.
+
+``list``, ``describe``, ``delete`` and ``reset-offsets`` talk to ``kfs serve``
+over the Kafka protocol through confluent-kafka's AdminClient, exactly as
+Kafka's own tool talks to a broker; nothing here reads the store.  The
+daemon is found the way ``kfs produce`` / ``kfs consume`` find it:
+``--bootstrap-server`` (or ``--bootstrap``), else ``KFS_LISTEN``.
+
+Mistakes (an unknown group or topic, two reset targets, no daemon) end with
+one ``kfs: error: …`` line and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn, TypeVar
+
+import click
+
+from kfs_core.config import Settings
+
+__all__ = ["groups"]
+
+K = TypeVar("K")
+PartitionKey = tuple[str, int]
+
+DEFAULT_TIMEOUT_S: Final = 10.0
+# States in which Kafka lets reset-offsets move a group: no member is consuming.
+INACTIVE_STATES: Final = frozenset({"Empty", "Dead"})
+# librdkafka's name for a state (ConsumerGroupState.name) -> Kafka's.
+_STATE_NAMES: Final = {
+    "UNKNOWN": "Unknown",
+    "PREPARING_REBALANCING": "PreparingRebalance",
+    "COMPLETING_REBALANCING": "CompletingRebalance",
+    "STABLE": "Stable",
+    "EMPTY": "Empty",
+    "DEAD": "Dead",
+}
+_STATE_CHOICES: Final = ("Stable", "PreparingRebalance", "CompletingRebalance", "Empty", "Dead")
+
+
+def _fail(message: str) -> NoReturn:
+    """End the command with one ``kfs: error: <message>`` line.
+
+    kfs_core.cli is imported here, not at the top, because it registers this
+    module's group: a top-level import would make the two import each other.
+    """
+    from kfs_core.cli import CliError
+
+    raise CliError(message) from None
+
+
+# --- talking to the daemon ---------------------------------------------------------------
+
+
+class GroupAdmin:
+    """An AdminClient that fails fast and in one line.
+
+    librdkafka retries an unreachable broker until the request times out;
+    the error callback says at once that every broker is down, so the
+    wait loop polls for it and gives up with the reason.
+    """
+
+    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+        try:
+            from confluent_kafka.admin import AdminClient
+        except ImportError:
+            _fail("this command needs confluent-kafka: pip install 'kfs[dev]'")
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self._brokers_down = False
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "client.id": "kfs-groups",
+            "error_cb": self._on_error,
+            # Errors reach the operator as one line through error_cb; keep
+            # librdkafka's own log lines off stderr.
+            "log_level": 0,
+        }
+        self._client = AdminClient(config)
+
+    def _on_error(self, error: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._brokers_down = True
+
+    def _wait(self, futures: Mapping[K, Any], what: str) -> dict[K, Any]:
+        """Each future's result, or the KafkaError it failed with."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self.timeout_s
+        while not all(f.done() for f in futures.values()):
+            self._client.poll(0.05)
+            if self._brokers_down:
+                _fail(
+                    f"cannot reach the daemon at {self.bootstrap}: is `kfs serve` running "
+                    "there? (give --bootstrap-server HOST:PORT or set KFS_LISTEN)"
+                )
+            if time.monotonic() > deadline:
+                _fail(f"{what}: no answer from {self.bootstrap} within {self.timeout_s:g} s")
+        outcomes: dict[K, Any] = {}
+        for key, future in futures.items():
+            try:
+                outcomes[key] = future.result()
+            except KafkaException as exc:
+                outcomes[key] = exc.args[0]
+        return outcomes
+
+    def _one(self, futures: Mapping[K, Any], what: str) -> Any:
+        (outcome,) = self._wait(futures, what).values()
+        if _is_error(outcome):
+            _fail(f"{what}: {outcome.str()}")
+        return outcome
+
+    def list_groups(self, states: Sequence[str]) -> list[Any]:
+        from confluent_kafka import ConsumerGroupState
+
+        wanted = {ConsumerGroupState[_kafka_to_rdkafka(s)] for s in states}
+        future = self._client.list_consumer_groups(
+            request_timeout=self.timeout_s, **({"states": wanted} if wanted else {})
+        )
+        result = self._one({"": future}, "list groups")
+        if result.errors:
+            _fail(f"list groups: {result.errors[0]}")
+        return list(result.valid)
+
+    def describe(self, group_id: str) -> GroupView:
+        futures = self._client.describe_consumer_groups([group_id], request_timeout=self.timeout_s)
+        found = self._one(futures, f"describe group {group_id!r}")
+        return GroupView.of(found)
+
+    def committed(self, group_id: str) -> dict[PartitionKey, int]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        futures = self._client.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id)], request_timeout=self.timeout_s
+        )
+        listed = self._one(futures, f"committed offsets of group {group_id!r}")
+        return {
+            (tp.topic, tp.partition): tp.offset
+            for tp in listed.topic_partitions or ()
+            if tp.offset >= 0
+        }
+
+    def partitions(self, topics: Iterable[str]) -> dict[str, list[int]]:
+        """Each topic's partition ids; an unknown topic is an error (never auto-created)."""
+        from confluent_kafka import TopicCollection
+
+        names = sorted(set(topics))
+        if not names:
+            return {}
+        futures = self._client.describe_topics(
+            TopicCollection(names), request_timeout=self.timeout_s
+        )
+        found: dict[str, list[int]] = {}
+        for name, outcome in self._wait(futures, "describe topics").items():
+            if _is_error(outcome):
+                _fail(f"topic {name!r}: {outcome.str()}")
+            found[name] = sorted(p.id for p in outcome.partitions)
+        return found
+
+    def earliest(self, keys: Sequence[PartitionKey]) -> dict[PartitionKey, int]:
+        return self._offsets(keys, _offset_spec().earliest())
+
+    def latest(self, keys: Sequence[PartitionKey]) -> dict[PartitionKey, int]:
+        return self._offsets(keys, _offset_spec().latest())
+
+    def at_time(self, keys: Sequence[PartitionKey], timestamp_ms: int) -> dict[PartitionKey, int]:
+        """The first offset at or after the time; -1 where no record is that late."""
+        return self._offsets(keys, _offset_spec().for_timestamp(timestamp_ms))
+
+    def _offsets(self, keys: Sequence[PartitionKey], spec: Any) -> dict[PartitionKey, int]:
+        from confluent_kafka import TopicPartition
+
+        if not keys:
+            return {}
+        futures = self._client.list_offsets(
+            {TopicPartition(t, p): spec for t, p in keys}, request_timeout=self.timeout_s
+        )
+        found: dict[PartitionKey, int] = {}
+        for tp, outcome in self._wait(futures, "list offsets").items():
+            if _is_error(outcome):
+                _fail(f"offsets of {tp.topic}/{tp.partition}: {outcome.str()}")
+            found[(tp.topic, tp.partition)] = outcome.offset
+        return found
+
+    def alter(self, group_id: str, offsets: Mapping[PartitionKey, int]) -> None:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        request = ConsumerGroupTopicPartitions(
+            group_id, [TopicPartition(t, p, offset) for (t, p), offset in sorted(offsets.items())]
+        )
+        futures = self._client.alter_consumer_group_offsets(
+            [request], request_timeout=self.timeout_s
+        )
+        altered = self._one(futures, f"reset offsets of group {group_id!r}")
+        failed = [tp for tp in altered.topic_partitions or () if tp.error is not None]
+        if failed:
+            tp = failed[0]
+            _fail(
+                f"reset offsets of group {group_id!r}: {tp.topic}/{tp.partition}: "
+                f"{tp.error.str()} ({len(failed)} partition(s) failed)"
+            )
+
+    def delete(self, group_id: str) -> None:
+        from confluent_kafka import KafkaError
+
+        futures = self._client.delete_consumer_groups([group_id], request_timeout=self.timeout_s)
+        (outcome,) = self._wait(futures, f"delete group {group_id!r}").values()
+        if not _is_error(outcome):
+            return
+        if outcome.code() == KafkaError.NON_EMPTY_GROUP:
+            _fail(f"consumer group {group_id!r} is not empty: stop its consumers, then delete it")
+        if outcome.code() == KafkaError.GROUP_ID_NOT_FOUND:
+            _fail(f"consumer group {group_id!r} does not exist")
+        _fail(f"delete group {group_id!r}: {outcome.str()}")
+
+
+def _offset_spec() -> Any:
+    # confluent-kafka's stubs neither re-export nor annotate OffsetSpec.
+    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+    return OffsetSpec
+
+
+def _is_error(outcome: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    return isinstance(outcome, KafkaError)
+
+
+def _kafka_to_rdkafka(state: str) -> str:
+    for rdkafka_name, kafka_name in _STATE_NAMES.items():
+        if kafka_name.lower() == state.lower():
+            return rdkafka_name
+    _fail(f"unknown group state {state!r}")  # click.Choice keeps this unreachable
+
+
+def _state_name(state: Any) -> str:
+    name: str = state.name
+    return _STATE_NAMES.get(name, name.title())
+
+
+@dataclass(frozen=True)
+class MemberView:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    host: str
+    assigned: tuple[PartitionKey, ...]
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """What DescribeGroups says of a group, in Kafka's words."""
+
+    group_id: str
+    state: str
+    assignor: str
+    members: tuple[MemberView, ...]
+
+    @classmethod
+    def of(cls, description: Any) -> GroupView:
+        members = tuple(
+            MemberView(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.host,
+                tuple(
+                    sorted(
+                        (tp.topic, tp.partition)
+                        for tp in (m.assignment.topic_partitions if m.assignment else ())
+                    )
+                ),
+            )
+            for m in description.members
+        )
+        return cls(
+            description.group_id,
+            _state_name(description.state),
+            description.partition_assignor or "",
+            members,
+        )
+
+    @property
+    def exists(self) -> bool:
+        # DescribeGroups answers an unknown group as Dead with no members, as Kafka does.
+        return self.state != "Dead"
+
+    def owners(self) -> dict[PartitionKey, MemberView]:
+        return {key: m for m in self.members for key in m.assigned}
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Left-aligned columns two spaces apart, as kafka-consumer-groups prints them."""
+    cells = [list(headers), *([("-" if c is None or c == "" else str(c)) for c in r] for r in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+# --- options -------------------------------------------------------------------------------
+
+
+def _connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option(
+        "--timeout",
+        "timeout_s",
+        type=click.FloatRange(min=0, min_open=True),
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        help="seconds to wait for the daemon's answer",
+    )(func)
+    return click.option(
+        "--bootstrap-server",
+        "--bootstrap",
+        "bootstrap",
+        metavar="HOST:PORT",
+        help="the daemon's Kafka listener [default: KFS_LISTEN]",
+    )(func)
+
+
+def _admin(ctx: click.Context, bootstrap: str | None, timeout_s: float) -> GroupAdmin:
+    settings = ctx.find_object(Settings)
+    if settings is None:  # run on its own, not under `kfs`
+        try:
+            settings = Settings.from_env()
+        except ValueError as exc:
+            _fail(str(exc))
+    return GroupAdmin(bootstrap or settings.listen, timeout_s)
+
+
+def _existing(admin: GroupAdmin, group_id: str) -> GroupView:
+    view = admin.describe(group_id)
+    if not view.exists:
+        _fail(f"consumer group {group_id!r} does not exist")
+    return view
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+@click.group()
+def groups() -> None:
+    """List, describe, delete consumer groups and reset their offsets (as kafka-consumer-groups)."""
+
+
+@groups.command("list")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(_STATE_CHOICES, case_sensitive=False),
+    help="only groups in this state (repeatable)",
+)
+@_connection_options
+@click.pass_context
+def groups_list(
+    ctx: click.Context, states: tuple[str, ...], bootstrap: str | None, timeout_s: float
+) -> None:
+    """List consumer groups: id, state and protocol type.
+
+    The protocol type is "consumer" for groups whose members subscribe, and
+    "-" for groups that only store offsets (no member has ever joined).
+    """
+    admin = _admin(ctx, bootstrap, timeout_s)
+    listed = sorted(admin.list_groups(states), key=lambda g: g.group_id)
+    _table(
+        ("GROUP", "STATE", "PROTOCOL-TYPE"),
+        (
+            (g.group_id, _state_name(g.state), "" if g.is_simple_consumer_group else "consumer")
+            for g in listed
+        ),
+    )
+
+
+@groups.command("describe")
+@click.argument("group_id", metavar="GROUP")
+@_connection_options
+@click.pass_context
+def groups_describe(
+    ctx: click.Context, group_id: str, bootstrap: str | None, timeout_s: float
+) -> None:
+    """Show GROUP's state, members, and per partition its committed offset, log end and lag."""
+    admin = _admin(ctx, bootstrap, timeout_s)
+    view = _existing(admin, group_id)
+    committed = admin.committed(group_id)
+    owners = view.owners()
+    keys = sorted({*committed, *owners})
+    log_end = admin.latest(keys)
+    click.echo(
+        f"group {group_id}  state {view.state}  assignor {view.assignor or '-'}  "
+        f"members {len(view.members)}"
+    )
+    click.echo()
+    rows = []
+    for key in keys:
+        current = committed.get(key)
+        owner = owners.get(key)
+        rows.append(
+            (
+                key[0],
+                key[1],
+                current,
+                log_end[key],
+                None if current is None else max(log_end[key] - current, 0),
+                owner.member_id if owner else None,
+                owner.host if owner else None,
+                owner.client_id if owner else None,
+            )
+        )
+    _table(
+        (
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "CONSUMER-ID",
+            "HOST",
+            "CLIENT-ID",
+        ),
+        rows,
+    )
+    click.echo()
+    if not view.members:
+        click.echo(f"consumer group {group_id} has no active members.")
+        return
+    _table(
+        ("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "#PARTITIONS", "ASSIGNMENT"),
+        (
+            (
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.host,
+                len(m.assigned),
+                ",".join(f"{t}:{p}" for t, p in m.assigned),
+            )
+            for m in view.members
+        ),
+    )
+
+
+@groups.command("delete")
+@click.argument("group_id", metavar="GROUP")
+@_connection_options
+@click.pass_context
+def groups_delete(
+    ctx: click.Context, group_id: str, bootstrap: str | None, timeout_s: float
+) -> None:
+    """Delete GROUP and its committed offsets (Kafka refuses a group that has members)."""
+    admin = _admin(ctx, bootstrap, timeout_s)
+    admin.delete(group_id)
+    click.echo(f"deleted consumer group {group_id}")
+
+
+# --- reset-offsets -------------------------------------------------------------------------
+
+
+def _parse_topic(spec: str) -> tuple[str, list[int] | None]:
+    """``TOPIC`` (every partition) or ``TOPIC:P1,P2``, as kafka-consumer-groups --topic."""
+    name, sep, partitions = spec.partition(":")
+    if not name:
+        _fail(f"--topic {spec!r}: expected TOPIC or TOPIC:P1,P2")
+    if not sep:
+        return name, None
+    try:
+        chosen = sorted({int(p) for p in partitions.split(",") if p.strip()})
+    except ValueError:
+        _fail(f"--topic {spec!r}: partitions must be numbers, as TOPIC:0,1")
+    if not chosen or chosen[0] < 0:
+        _fail(f"--topic {spec!r}: expected TOPIC or TOPIC:P1,P2")
+    return name, chosen
+
+
+def _parse_datetime(text: str) -> int:
+    """ISO 8601 to epoch milliseconds; no zone means local time, as in Kafka's tool."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        _fail(f"--to-datetime {text!r}: expected ISO 8601, e.g. 2024-05-01T12:00:00.000+00:00")
+    if when.tzinfo is None:
+        when = when.astimezone()
+    return int(when.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    """One of --to-earliest/--to-latest/--to-datetime/--to-offset/--shift-by."""
+
+    kind: str
+    value: int = 0
+
+    def describe(self) -> str:
+        if self.kind == "datetime":
+            return f"to {dt.datetime.fromtimestamp(self.value / 1000, dt.UTC).isoformat()}"
+        if self.kind in ("offset", "shift-by"):
+            return f"{self.kind} {self.value}"
+        return f"to {self.kind}"
+
+
+def _target(
+    to_earliest: bool,
+    to_latest: bool,
+    to_datetime: str | None,
+    to_offset: int | None,
+    shift_by: int | None,
+) -> ResetTarget:
+    given = [
+        ResetTarget("earliest") if to_earliest else None,
+        ResetTarget("latest") if to_latest else None,
+        ResetTarget("datetime", _parse_datetime(to_datetime)) if to_datetime is not None else None,
+        ResetTarget("offset", to_offset) if to_offset is not None else None,
+        ResetTarget("shift-by", shift_by) if shift_by is not None else None,
+    ]
+    chosen = [t for t in given if t is not None]
+    if len(chosen) != 1:
+        _fail(
+            "give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset, "
+            f"--shift-by (got {len(chosen)})"
+        )
+    return chosen[0]
+
+
+def _scope(topics: Sequence[str], all_topics: bool) -> list[tuple[str, list[int] | None]] | None:
+    """The --topic specs parsed, or None for --all-topics; checked before any request."""
+    if all_topics and topics:
+        _fail("give --topic or --all-topics, not both")
+    if not all_topics and not topics:
+        _fail("say which offsets to reset: --topic TOPIC[:P1,P2] or --all-topics")
+    return None if all_topics else [_parse_topic(spec) for spec in topics]
+
+
+def _partitions_to_reset(
+    admin: GroupAdmin,
+    wanted: Sequence[tuple[str, list[int] | None]] | None,
+    view: GroupView,
+    committed: Mapping[PartitionKey, int],
+) -> list[PartitionKey]:
+    if wanted is None:
+        if not view.exists:
+            _fail(f"consumer group {view.group_id!r} does not exist")
+        if not committed:
+            _fail(
+                f"consumer group {view.group_id!r} has no committed offsets: "
+                "name the partitions with --topic"
+            )
+        # Kafka's --all-topics: every partition of every topic the group has committed to.
+        known = admin.partitions(t for t, _ in committed)
+        return sorted((t, p) for t, parts in known.items() for p in parts)
+    known = admin.partitions(name for name, _ in wanted)
+    keys: set[PartitionKey] = set()
+    for name, chosen in wanted:
+        for p in chosen if chosen is not None else known[name]:
+            if p not in known[name]:
+                _fail(f"topic {name!r} has partitions 0..{len(known[name]) - 1}, not {p}")
+            keys.add((name, p))
+    return sorted(keys)
+
+
+def plan_reset(
+    target: ResetTarget,
+    keys: Sequence[PartitionKey],
+    committed: Mapping[PartitionKey, int],
+    earliest: Mapping[PartitionKey, int],
+    latest: Mapping[PartitionKey, int],
+    by_time: Mapping[PartitionKey, int] | None = None,
+) -> dict[PartitionKey, int]:
+    """The new offset of each partition, clamped to [earliest, latest] as Kafka's tool does."""
+    plan: dict[PartitionKey, int] = {}
+    for key in keys:
+        low, high = earliest[key], latest[key]
+        if target.kind == "earliest":
+            wanted = low
+        elif target.kind == "latest":
+            wanted = high
+        elif target.kind == "datetime":
+            assert by_time is not None
+            # No record at or after the time: the log end, as in Kafka.
+            wanted = by_time[key] if by_time[key] >= 0 else high
+        elif target.kind == "offset":
+            wanted = target.value
+        else:
+            if key not in committed:
+                _fail(
+                    f"cannot shift the offset of {key[0]}/{key[1]}: the group has no "
+                    "committed offset there"
+                )
+            wanted = committed[key] + target.value
+        plan[key] = min(max(wanted, low), high)
+    return plan
+
+
+@groups.command("reset-offsets")
+@click.argument("group_id", metavar="GROUP")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    metavar="TOPIC[:P1,P2]",
+    help="the topic (or some of its partitions) to reset; repeatable",
+)
+@click.option("--all-topics", is_flag=True, help="every topic the group has committed offsets for")
+@click.option("--to-earliest", is_flag=True, help="to each partition's log start")
+@click.option("--to-latest", is_flag=True, help="to each partition's log end")
+@click.option(
+    "--to-datetime",
+    metavar="ISO8601",
+    help="to the first record at or after this time (no zone: local time)",
+)
+@click.option("--to-offset", type=int, metavar="N", help="to offset N (clamped to the log)")
+@click.option(
+    "--shift-by",
+    type=int,
+    metavar="N",
+    help="move the committed offset by N, negative goes back (clamped to the log)",
+)
+@click.option(
+    "--dry-run/--execute",
+    "dry_run",
+    default=True,
+    help="print the plan (the default) or apply it",
+)
+@_connection_options
+@click.pass_context
+def groups_reset_offsets(
+    ctx: click.Context,
+    group_id: str,
+    topics: tuple[str, ...],
+    all_topics: bool,
+    to_earliest: bool,
+    to_latest: bool,
+    to_datetime: str | None,
+    to_offset: int | None,
+    shift_by: int | None,
+    dry_run: bool,
+    bootstrap: str | None,
+    timeout_s: float,
+) -> None:
+    """Move GROUP's committed offsets; only while the group has no members.
+
+    Without --execute this prints the plan and changes nothing.  With
+    --topic on a group that does not exist yet, --execute creates it with
+    those offsets, as Kafka's tool does.
+    """
+    target = _target(to_earliest, to_latest, to_datetime, to_offset, shift_by)
+    wanted = _scope(topics, all_topics)
+    admin = _admin(ctx, bootstrap, timeout_s)
+    view = admin.describe(group_id)
+    if view.state not in INACTIVE_STATES:
+        _fail(
+            f"assignments can only be reset if the group {group_id!r} is inactive, but its "
+            f"state is {view.state} ({len(view.members)} member(s)); stop its consumers first"
+        )
+    committed = admin.committed(group_id)
+    keys = _partitions_to_reset(admin, wanted, view, committed)
+    earliest, latest = admin.earliest(keys), admin.latest(keys)
+    by_time = admin.at_time(keys, target.value) if target.kind == "datetime" else None
+    plan = plan_reset(target, keys, committed, earliest, latest, by_time)
+    if not dry_run:
+        admin.alter(group_id, plan)
+    verb = "would reset" if dry_run else "reset"
+    click.echo(f"group {group_id}: {verb} {len(plan)} partition(s) {target.describe()}")
+    click.echo()
+    _table(
+        ("TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"),
+        ((t, p, committed.get((t, p)), new) for (t, p), new in plan.items()),
+    )
+    if dry_run:
+        click.echo("dry run: nothing changed; add --execute to apply", err=True)
