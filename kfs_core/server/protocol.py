@@ -36,6 +36,7 @@ v0 (no client id) belongs to ControlledShutdown v0, which KFS does not serve.
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ from kfs_core.server.protocol_framing import (
 )
 from kfs_core.server.protocol_messages import ApiKey, MessagePair
 from kfs_core.server.protocol_wire import I32, READ_ERRORS, read_string, skip_tagged_fields
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_REQUEST_BYTES",
@@ -155,8 +158,8 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
 
     Raises `UnknownApiKey` or `UnsupportedVersion` for a well-formed header
     that names something outside `SUPPORTED_VERSIONS`, and `MalformedRequest`
-    when the header or the body is truncated, invalid, or followed by
-    trailing bytes.
+    when the header or the body is truncated or invalid.  Bytes after a
+    complete body are ignored, as Kafka ignores them.
     """
     buf = frame if isinstance(frame, memoryview) else memoryview(frame)
     if len(buf) < _HEADER_FIXED.size:
@@ -200,9 +203,20 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
             body, end = decode(buf, pos)
     except READ_ERRORS as exc:
         raise MalformedRequest(f"{key.name} v{api_version} body: {exc}", **context) from exc
-    if end != len(buf):
-        problem = "runs past the end of" if end > len(buf) else "is followed by trailing bytes in"
-        raise MalformedRequest(f"{key.name} v{api_version} body {problem} the frame", **context)
+    if end > len(buf):
+        raise MalformedRequest(
+            f"{key.name} v{api_version} body runs past the end of the frame", **context
+        )
+    if end < len(buf):
+        # Kafka parses the body and ignores what follows it, and clients rely on
+        # that: librdkafka 2.16's all-topics Metadata v12 carries 4 bytes more.
+        log.debug(
+            "%s v%d from %r: %d byte(s) after the body ignored",
+            key.name,
+            api_version,
+            client_id,
+            len(buf) - end,
+        )
     return Request(key, api_version, correlation_id, client_id, body)
 
 
