@@ -813,5 +813,14 @@ def consume(
         consumer.close()
 
 
+def _add_command_groups() -> None:
+    """Command groups that live in their own modules (they use this module's helpers)."""
+    from kfs_core.cli_groups import groups
+
+    main.add_command(groups)
+
+
+_add_command_groups()
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kfs_core.cli_groups import groups
+from kfs_core.cli import main
 from tests.conftest import _free_port, wait_for
 from tests.server.conftest import Daemon, DaemonFactory, produce_confluent
 
@@ -81,7 +81,7 @@ def group() -> str:
 
 def kfs_groups(daemon: Daemon | str, *args: str) -> Result:
     bootstrap = daemon if isinstance(daemon, str) else daemon.bootstrap
-    result = CliRunner().invoke(groups, [*args, "--bootstrap-server", bootstrap])
+    result = CliRunner().invoke(main, ["groups", *args, "--bootstrap-server", bootstrap])
     # A traceback would surface here as an exception other than click's exit.
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result
@@ -416,9 +416,17 @@ def test_no_daemon_is_one_line_without_a_traceback(tmp_path: Path) -> None:
     assert "exactly one of" in refused(nowhere, "reset-offsets", "g", "--all-topics")
     assert "say which offsets" in refused(nowhere, "reset-offsets", "g", "--to-latest")
     # As an operator runs it: a separate process, its stderr exactly one line.
-    script = "from kfs_core.cli_groups import groups; groups(prog_name='kfs groups')"
     proc = subprocess.run(
-        [sys.executable, "-c", script, "describe", "g", "--bootstrap-server", nowhere],
+        [
+            sys.executable,
+            "-m",
+            "kfs_core.cli",
+            "groups",
+            "describe",
+            "g",
+            "--bootstrap-server",
+            nowhere,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -432,6 +440,6 @@ def test_no_daemon_is_one_line_without_a_traceback(tmp_path: Path) -> None:
 
 
 def test_bootstrap_defaults_to_kfs_listen(daemon: Daemon, group: str) -> None:
-    result = CliRunner().invoke(groups, ["list"], env={"KFS_LISTEN": daemon.bootstrap})
+    result = CliRunner().invoke(main, ["groups", "list"], env={"KFS_LISTEN": daemon.bootstrap})
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines()[0].split() == ["GROUP", "STATE", "PROTOCOL-TYPE"]
