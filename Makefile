@@ -39,6 +39,7 @@ bench: install ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.wal
 	$(BIN)/python -m bench.produce_fetch
 	$(BIN)/python -m bench.maintenance
+	$(BIN)/python -m bench.groups
 
 lint: install ## ruff (lint + format check) and mypy (strict on kfs_core)
 	$(BIN)/ruff check .
