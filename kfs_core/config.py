@@ -55,6 +55,8 @@ class Settings:
     readahead_segments: int = 2
     compression_codec: str = "none"
     s3_endpoint_url: str = ""
+    # Kafka's producer.id.expiration.ms: forget an idempotent producer idle this long.
+    producer_id_expiration_ms: int = 86_400_000
 
     def __post_init__(self) -> None:
         if self.durability not in DURABILITY_MODES:

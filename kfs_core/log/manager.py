@@ -19,6 +19,14 @@ durable, so concurrent producers share fsyncs.  When the WAL acknowledges
 (per its durability mode), each partition's high watermark moves past its
 batches and the producer gets an `AppendResult` per partition.
 
+Idempotent producers.  In that same step each partition's
+`ProducerStateTable` checks the producer id, epoch and sequence of its
+batches (`kfs_core.log.producer_state`): a retry of one of a producer's
+last 5 batches is answered with the original offsets once they are
+visible and is not written again; a gap or an old epoch is refused.  The
+state is rebuilt on start-up from a snapshot written after each flush
+(``{wal}/producer-state/``), the segments committed since, and the WAL.
+
 Flush.  A background task seals a partition's acknowledged batches into
 segments (`seal_segments`) when they reach ``segment_bytes``, are older than
 ``flush_interval_ms``, when the pool is 75 % full, on `flush` and on
@@ -93,6 +101,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 from kfs_core.catalog.actions import SegmentEntry
@@ -126,6 +135,13 @@ from kfs_core.log.buffer import BufferedBatch, PartitionBuffer
 from kfs_core.log.cache import CachedSegment
 from kfs_core.log.metrics import FlushObserver, LogMetrics
 from kfs_core.log.pool import MemoryPool
+from kfs_core.log.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerStateTable,
+    SnapshotStore,
+    batch_offsets,
+)
 from kfs_core.log.reader import SegmentFetcher, run_in
 from kfs_core.log.segments import (
     DAEMON_CODECS,
@@ -238,6 +254,10 @@ class LogSettings:
     retry_max_ms: int = 5000  # longest backoff
     cache_flushed_segments: bool = True  # put freshly flushed segments into L1
     decode_records: bool = False  # decode every produced record (Kafka does; slow here)
+    # Forget an idempotent producer idle this long (Kafka's producer.id.expiration.ms).
+    producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+    # Without a producer-state snapshot, rebuild from at most this much of the newest segments.
+    producer_rebuild_bytes: int = 16 << 20
 
     def __post_init__(self) -> None:
         for name in (
@@ -254,6 +274,7 @@ class LogSettings:
             "topic_refresh_ms",
             "retry_base_ms",
             "retry_max_ms",
+            "producer_id_expiration_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -270,6 +291,9 @@ class LogSettings:
     def from_settings(cls, settings: SettingsLike, **overrides: Any) -> LogSettings:
         """The daemon's settings (``KFS_SEGMENT_BYTES`` ...) plus any tuning ``overrides``."""
         values: dict[str, Any] = {name: getattr(settings, name) for name in _FROM_SETTINGS}
+        expiration = getattr(settings, "producer_id_expiration_ms", None)  # KFS_PRODUCER_ID_...
+        if expiration is not None:
+            values["producer_id_expiration_ms"] = expiration
         values.update(overrides)
         return cls(**values)
 
@@ -356,6 +380,7 @@ class _StagedAppend:
     batches: list[tuple[int, BatchHeader]]
     base_offset: int = -1  # assigned by `LogManager._assign_and_log`
     append_time: int = -1  # stamped LogAppendTime, else -1
+    duplicate: bool = False  # a producer's retry: answered with the original offsets
 
 
 @dataclass(eq=False, slots=True)
@@ -388,6 +413,7 @@ class _Partition:
         self.last_read_at = 0.0
         self.refreshed_at = time.monotonic()
         self.deleted = False  # its topic was deleted (`LogManager.forget_topic`)
+        self.producers = ProducerStateTable(self.name)  # replaced by `_load_partition`
 
     def is_live(self, key: str) -> bool:
         """Whether the catalog state reads go by lists the segment ``key``."""
@@ -475,6 +501,7 @@ class LogManager:
         self._failed: BaseException | None = None  # the WAL's error, once it failed
         self._failure: LogStorageError | None = None  # what producers get from then on
         self._rng = random.Random()
+        self._producer_snapshots = SnapshotStore(Path(wal.directory) / "producer-state")
 
     def __repr__(self) -> str:
         return f"LogManager({self.store!r}, {self.namespace!r}, {self._lifecycle})"
@@ -528,7 +555,10 @@ class LogManager:
         added = skipped = 0
         now = time.monotonic()
         view = memoryview(record.batch)
-        for pos, header in iter_batch_headers(record.batch, verify_crc=False, object_name=p.name):
+        headers = list(iter_batch_headers(record.batch, verify_crc=False, object_name=p.name))
+        # Skipped batches too: the segments may have been read only in part (`_load_producers`).
+        p.producers.replay((header for _, header in headers), self._clock())
+        for pos, header in headers:
             if header.base_offset < p.next_offset:
                 # Flushed before its WAL checkpoint was written.  Segments hold
                 # whole batches, so a batch is either all in the catalog or not.
@@ -738,11 +768,13 @@ class LogManager:
             state = await self._io(catalog.load)
         except (ObjectStoreError, CatalogError) as exc:
             raise LogStorageError(f"loading the catalog of {topic}-{partition}: {exc}") from exc
+        producers = await self._load_producers(topic, partition, state)
         if self._topic_generations.get(topic, 0) != generation:
             raise UnknownTopicOrPartition(
                 f"topic {topic!r} was deleted", topic=topic, partition=partition
             )
         p = _Partition(topic, partition, catalog, state)
+        p.producers = producers
         # The WAL checkpoints by topic name.  If it says more is flushed than
         # the catalog holds, those offsets belonged to a deleted topic of this
         # name whose last batches were discarded (forget_topic): continue
@@ -757,8 +789,69 @@ class LogManager:
                 flushed + 1,
             )
             p.next_offset = p.high_watermark = flushed + 1
+            p.producers = ProducerStateTable(p.name, self.settings.producer_id_expiration_ms)
         self._partitions[(topic, partition)] = p
         return p
+
+    async def _load_producers(
+        self, topic: str, partition: int, state: PartitionState
+    ) -> ProducerStateTable:
+        """The idempotent producers of the committed segments: the snapshot, then newer segments.
+
+        Segments created before the expiration horizon are skipped (their
+        producers have expired), and at most ``producer_rebuild_bytes`` of
+        the newest are read, so a missing snapshot cannot stall the start.
+        """
+        table = ProducerStateTable(f"{topic}-{partition}", self.settings.producer_id_expiration_ms)
+        now = self._clock()
+        snapshot = await self._io(self._producer_snapshots.read, topic, partition)
+        start = 0
+        if snapshot is not None and snapshot.through <= state.high_watermark:
+            table.load(snapshot, now)
+            start = snapshot.through
+        elif snapshot is not None:
+            log.warning(
+                "%s: the producer-state snapshot reaches offset %d beyond the catalog's high "
+                "watermark %d; rebuilding from the segments",
+                table.name,
+                snapshot.through,
+                state.high_watermark,
+            )
+        horizon = now - self.settings.producer_id_expiration_ms
+        newer = [s for s in state.segments if s.last_offset >= start and s.created_ms >= horizon]
+        chosen: list[SegmentEntry] = []
+        budget = self.settings.producer_rebuild_bytes
+        for segment in reversed(newer):
+            if chosen and budget < segment.size_bytes:
+                log.warning(
+                    "%s: producer state rebuilt from the newest %d of %d segments",
+                    table.name,
+                    len(chosen),
+                    len(newer),
+                )
+                break
+            chosen.append(segment)
+            budget -= segment.size_bytes
+        for segment in reversed(chosen):
+            try:
+                # Not into L1: these reads are start-up's, not a consumer's.
+                cached = await self._fetcher.load(segment, lambda _: False)
+            except (ObjectNotFound, CorruptionError) as exc:
+                log.warning("%s: producer state skips %s: %s", table.name, segment.key, exc)
+                continue
+            except ObjectStoreError as exc:
+                raise LogStorageError(f"{table.name}: reading {segment.key}: {exc}") from exc
+            table.replay(
+                (
+                    read_batch_header(cached.data, pos, object_name=segment.key)
+                    for pos in cached.positions[:-1]
+                ),
+                now,
+            )
+        table.drop_below(state.log_start_offset)
+        # The first flush writes a snapshot even when empty, so the next start reads none of this.
+        table.changed = True
+        return table
 
     async def forget_topic(self, name: str) -> None:
         """Drop a deleted topic now: its partitions, unflushed batches and cached segments.
@@ -778,6 +871,10 @@ class LogManager:
         for p in dropped:
             del self._partitions[(p.topic, p.partition)]
             self._drop(p)
+        try:
+            await self._io(self._producer_snapshots.delete_topic, name)
+        except OSError as exc:
+            log.warning("topic %r: removing its producer-state snapshots: %s", name, exc)
         if self._failed is not None:
             return  # the WAL takes no checkpoint; the next start replays, retention removes
         checkpoints = [p for p in dropped if p.next_offset > 0]
@@ -990,40 +1087,75 @@ class LogManager:
                     )
         m = self._metrics
         for item in ready:
-            if isinstance(outcomes[item.index], AppendResult):
+            if isinstance(outcomes[item.index], AppendResult) and not item.duplicate:
                 m.produce_requests += 1
                 m.produce_batches += len(item.batches)
                 m.produce_records += sum(header.record_count for _, header in item.batches)
                 m.produce_bytes += len(item.buf)
 
     def _assign_and_log(self, ready: list[_StagedAppend]) -> list[asyncio.Future[None]]:
-        """Assign offsets, stamp, buffer and queue in the WAL: one step, no await inside.
+        """Check producers, assign offsets, stamp, buffer and queue in the WAL: one step, no await.
 
         Offsets are assigned in exactly WAL order without a lock: nothing else
         runs on the loop between the assignment and the WAL queueing the
-        frames.  Returns each append's visibility future.
+        frames.  The producer-state check runs in the same step, so no other
+        append comes between a producer's check and its offsets.  Returns
+        each append's visibility future; a refused one holds its error, a
+        producer's retry (``duplicate``) that of its original batch.
         """
+        loop = asyncio.get_running_loop()
+        now_ms = self._clock()
         next_offsets: dict[tuple[str, int], int] = {}
         wal_appends: list[WalAppend] = []
-        for item in ready:
-            p = item.p
-            base_offset = next_offsets.get((p.topic, p.partition), p.next_offset)
-            next_offset = assign_offsets_into(item.buf, base_offset, object_name=p.name)
-            if item.info.log_append_time:
-                item.append_time = self._clock()
-                for pos, _ in item.batches:
-                    stamp_log_append_time_into(item.buf, item.append_time, pos, object_name=p.name)
-            item.base_offset = base_offset
-            next_offsets[(p.topic, p.partition)] = next_offset
-            wal_appends.append(
-                WalAppend(p.topic, p.partition, base_offset, item.buf, next_offset - 1)
-            )
-        # Queued before any partition changes: if the WAL refuses, nothing happened.
-        written = self.wal.append_group(wal_appends)
-        loop = asyncio.get_running_loop()
+        logged: list[_StagedAppend] = []
+        answered: dict[int, asyncio.Future[None]] = {}  # refused and duplicates, by index
+        undo: list[tuple[_Partition, dict[int, Any]]] = []
+        try:
+            for item in ready:
+                p = item.p
+                headers = [header for _, header in item.batches]
+                try:
+                    original = p.producers.check(headers, now_ms)
+                except LogError as exc:
+                    self._metrics.produce_rejected += 1
+                    refused: asyncio.Future[None] = loop.create_future()
+                    refused.set_exception(exc)
+                    refused.exception()  # read by the caller unless it timed out first
+                    answered[item.index] = refused
+                    continue
+                if original is not None:
+                    item.duplicate = True
+                    item.base_offset = original.first_offset
+                    item.append_time = original.timestamp if item.info.log_append_time else -1
+                    answered[item.index] = self._visible_future(p, original)
+                    continue
+                base_offset = next_offsets.get((p.topic, p.partition), p.next_offset)
+                next_offset = assign_offsets_into(item.buf, base_offset, object_name=p.name)
+                if item.info.log_append_time:
+                    item.append_time = self._clock()
+                    for pos, _ in item.batches:
+                        stamp_log_append_time_into(
+                            item.buf, item.append_time, pos, object_name=p.name
+                        )
+                item.base_offset = base_offset
+                next_offsets[(p.topic, p.partition)] = next_offset
+                wal_appends.append(
+                    WalAppend(p.topic, p.partition, base_offset, item.buf, next_offset - 1)
+                )
+                placed = batch_offsets(headers, base_offset)
+                undo.append((p, p.producers.apply(placed, now_ms, item.append_time)))
+                logged.append(item)
+            # Queued before any partition changes: if the WAL refuses, nothing happened.
+            if wal_appends:
+                written = self.wal.append_group(wal_appends)
+        except BaseException:
+            for p, previous in reversed(undo):
+                p.producers.restore(previous)
+            raise
+        logged_indexes = {item.index for item in logged}
         now = time.monotonic()
         appends: list[tuple[_Partition, _PendingAppend]] = []
-        for item in ready:
+        for item in logged:
             p = item.p
             view = memoryview(item.buf)
             offset = item.base_offset
@@ -1042,10 +1174,24 @@ class LogManager:
             pending = _PendingAppend(offset - 1, loop.create_future())
             p.pending.append(pending)
             appends.append((p, pending))
-        asyncio.wrap_future(written, loop=loop).add_done_callback(
-            functools.partial(self._on_wal_done, appends)
-        )
-        return [pending.visible for _, pending in appends]
+            answered[item.index] = pending.visible
+        if appends:
+            asyncio.wrap_future(written, loop=loop).add_done_callback(
+                functools.partial(self._on_wal_done, appends)
+            )
+        for item in ready:
+            if item.index not in logged_indexes:
+                self._pool.release(len(item.buf))  # refused or a retry: nothing buffered
+        return [answered[item.index] for item in ready]
+
+    def _visible_future(self, p: _Partition, original: BatchMetadata) -> asyncio.Future[None]:
+        """Done when the batch ``original`` (already assigned) is visible, or fails with it."""
+        for pending in p.pending:
+            if pending.last_offset >= original.last_offset:
+                return pending.visible
+        visible: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        visible.set_result(None)  # below the high watermark already
+        return visible
 
     def _on_wal_done(
         self,
@@ -1450,6 +1596,8 @@ class LogManager:
                     self._flush_observer(seconds, size, len(sealed))
                 except Exception:  # a metrics bug must not stop flushing
                     log.exception("flush observer failed")
+        if not p.deleted:
+            await self._snapshot_producers(p, last_offset + 1)
         if self._failed is not None or p.deleted:
             return  # a failed WAL takes no frames; forget_topic checkpointed a deleted topic
         try:
@@ -1460,6 +1608,23 @@ class LogManager:
                 self._fail(exc)
             # The commit stands; the next start replays a little more and skips it.
             log.warning("%s: WAL checkpoint at %d failed: %s", p.name, last_offset, exc)
+
+    async def _snapshot_producers(self, p: _Partition, through: int) -> None:
+        """Write the producer state of the offsets below ``through`` (all committed), if it changed."""
+        producers = p.producers
+        now = self._clock()
+        producers.expire(now)
+        producers.drop_below(p.state.log_start_offset)
+        if not producers.changed:
+            return
+        snapshot = producers.snapshot(through, now)
+        # Batches above ``through`` still need a snapshot once they are flushed.
+        producers.changed = any(e.last_offset >= through for e in producers.entries())
+        try:
+            await self._io(self._producer_snapshots.write, p.topic, p.partition, snapshot)
+        except OSError as exc:
+            producers.changed = True
+            log.warning("%s: writing the producer-state snapshot: %s", p.name, exc)
 
     async def _upload(self, p: _Partition, sealed: Sealed, slots: asyncio.Semaphore) -> None:
         """PUT one sealed segment, then its index, retrying until they land."""

@@ -72,7 +72,6 @@ PRODUCED = [
             producer_id=4711,
             producer_epoch=3,
             base_sequence=17,
-            is_transactional=True,
         ),
         CODEC_NONE,
     ),
@@ -139,7 +138,7 @@ def test_kfs_compression_codec_compresses_what_producers_left_uncompressed(
             assert [b.codec for b in stored] == expected_codecs
             assert [header_fields(b) for b in stored] == [header_fields(b) for b in produced]
             assert [records_of(b) for b in stored] == [records_of(b) for b in produced]
-            assert stored[1].is_transactional and stored[1].producer_id == 4711
+            assert stored[1].producer_id == 4711 and stored[1].base_sequence == 17
         assert stored_codecs(local_store) == expected_codecs
         [segment] = (await logs.catalog_state(TOPIC, 0)).segments
         assert segment.codec == (codec if codec == CODEC_GZIP else 0)  # 0: mixed

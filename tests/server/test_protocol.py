@@ -102,9 +102,12 @@ def request_for(key: ApiKey, version: int, correlation_id: int = 1) -> Request:
 
 
 def test_table_serves_the_apis_the_daemon_needs() -> None:
-    assert set(SUPPORTED_VERSIONS) == {
-        0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 20, 22, 32,
+    assert set(SUPPORTED_VERSIONS) >= {
+        0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 20, 22, 24, 25, 26, 28, 32,
     }  # fmt: skip
+    assert dict(SUPPORTED_VERSIONS) == {
+        int(entry[:4], 16): (int(entry[5:9], 16), int(entry[10:14], 16)) for entry in GOLDEN_TABLE
+    }  # every served API has its golden row
     assert set(SUPPORTED_VERSIONS) == set(MESSAGES)
 
 
@@ -153,11 +156,25 @@ GOLDEN_TABLE = [
     "000c 0000 0004",  # Heartbeat        v0-v4
     "000d 0000 0005",  # LeaveGroup       v0-v5
     "000e 0000 0005",  # SyncGroup        v0-v5
+    "000f 0000 0006",  # DescribeGroups   v0-v6
+    "0010 0000 0005",  # ListGroups       v0-v5
     "0012 0000 0004",  # ApiVersions      v0-v4
     "0013 0002 0007",  # CreateTopics     v2-v7
     "0014 0001 0005",  # DeleteTopics     v1-v5
+    "0015 0000 0002",  # DeleteRecords    v0-v2
     "0016 0000 0004",  # InitProducerId   v0-v4
+    "0018 0000 0003",  # AddPartitionsToTxn v0-v3 (refused)
+    "0019 0000 0003",  # AddOffsetsToTxn  v0-v3 (refused)
+    "001a 0000 0003",  # EndTxn           v0-v3 (refused)
+    "001c 0000 0003",  # TxnOffsetCommit  v0-v3 (refused)
     "0020 0001 0004",  # DescribeConfigs  v1-v4
+    "0021 0000 0002",  # AlterConfigs     v0-v2
+    "0023 0001 0004",  # DescribeLogDirs  v1-v4
+    "0025 0000 0003",  # CreatePartitions v0-v3
+    "002a 0000 0002",  # DeleteGroups     v0-v2
+    "002c 0000 0001",  # IncrementalAlterConfigs v0-v1
+    "002f 0000 0000",  # OffsetDelete     v0
+    "003c 0000 0002",  # DescribeCluster  v0-v2
 ]
 
 GOLDEN_API_VERSIONS_V0_REQUEST = bytes.fromhex(
@@ -169,11 +186,13 @@ GOLDEN_API_VERSIONS_V0_REQUEST = bytes.fromhex(
     # body v0: no fields
 )
 
+N_APIS = len(GOLDEN_TABLE)
+
 GOLDEN_API_VERSIONS_V0_RESPONSE = bytes.fromhex(
-    "0000006a"  # size: 106 = 4 + 2 + 4 + 16 * 6
+    f"{4 + 2 + 4 + N_APIS * 6:08x}"  # size: header, error code, count, 6 bytes per API
     "00000001"  # response header v0: correlation_id 1
     "0000"  # error_code NONE
-    "00000010" + "".join(GOLDEN_TABLE).replace(" ", "")  # api_keys: int32 count 16
+    f"{N_APIS:08x}" + "".join(GOLDEN_TABLE).replace(" ", "")  # api_keys: int32 count
 )
 
 GOLDEN_API_VERSIONS_V3_REQUEST = bytes.fromhex(
@@ -189,10 +208,10 @@ GOLDEN_API_VERSIONS_V3_REQUEST = bytes.fromhex(
 )  # fmt: skip
 
 GOLDEN_API_VERSIONS_V3_RESPONSE = bytes.fromhex(
-    "0000007c"  # size: 124 = 4 + 2 + 1 + 16 * 7 + 4 + 1
+    f"{4 + 2 + 1 + N_APIS * 7 + 4 + 1:08x}"  # size: ... 7 bytes per API, throttle, tags
     "00000002"  # response header v0, even for flexible ApiVersions: correlation_id 2
     "0000"  # error_code NONE
-    "11"  # api_keys: compact array, uvarint 16 + 1
+    f"{N_APIS + 1:02x}"  # api_keys: compact array, uvarint count + 1 (one byte below 127)
     + "".join(entry.replace(" ", "") + "00" for entry in GOLDEN_TABLE)  # each + empty tags
     + "00000000"  # throttle_time_ms 0
     "00"  # tagged fields: no supported/finalized features
@@ -211,10 +230,10 @@ GOLDEN_API_VERSIONS_V5_REQUEST = bytes.fromhex(
 )  # fmt: skip
 
 GOLDEN_API_VERSIONS_FALLBACK_RESPONSE = bytes.fromhex(
-    "0000006a"  # size: 106, a v0 body whatever version was asked for
+    f"{4 + 2 + 4 + N_APIS * 6:08x}"  # size: a v0 body whatever version was asked for
     "00000005"  # response header v0: correlation_id 5
     "0023"  # error_code 35 UNSUPPORTED_VERSION
-    "00000010"  # api_keys: int32 count 16, so the client can pick a version
+    f"{N_APIS:08x}"  # api_keys: int32 count, so the client can pick a version
     + "".join(GOLDEN_TABLE).replace(" ", "")
 )
 
@@ -510,9 +529,23 @@ def test_every_truncation_is_malformed(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SAMPLE_FRAMES)
-def test_trailing_bytes_are_malformed(name: str) -> None:
-    with pytest.raises(MalformedRequest, match="trailing bytes"):
-        decode_request(SAMPLE_FRAMES[name][4:] + b"\x00")
+def test_trailing_bytes_after_a_complete_body_are_ignored_as_kafka_does(name: str) -> None:
+    whole = decode_request(SAMPLE_FRAMES[name][4:])
+    padded = decode_request(SAMPLE_FRAMES[name][4:] + b"\x00\x01\x00\x00")
+    assert (padded.api_key, padded.api_version, padded.correlation_id) == (
+        whole.api_key,
+        whole.api_version,
+        whole.correlation_id,
+    )
+    assert padded.body == whole.body
+
+
+def test_librdkafkas_all_topics_metadata_v12_decodes() -> None:
+    # confluent-kafka 2.16's AdminClient.list_topics(), as captured on the wire.
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    request = decode_request(frame)
+    assert (request.api_key, request.api_version, request.client_id) == (3, 12, "rdkafka")
+    assert request.body.topics is None
 
 
 def test_unknown_api_key_is_reported_with_its_header() -> None:

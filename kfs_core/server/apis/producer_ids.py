@@ -1,7 +1,20 @@
-"""InitProducerId: producer ids and epochs for idempotent producers.
+"""InitProducerId, and the transaction APIs KFS refuses.
 
-Transactions need a transaction coordinator, which KFS does not have: a
-transactional id is refused.
+Idempotent producers get a fresh producer id at epoch 0 on every
+InitProducerId, as Kafka's transaction coordinator answers a request
+without a transactional id (it ignores the producer id and epoch a
+KIP-360 client sends to bump its epoch: a new id resets its sequences
+just as well).  The partition log checks their sequences
+(`kfs_core.log.producer_state`).
+
+Transactions need a transaction coordinator, which KFS does not have:
+InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn and TxnOffsetCommit all answer
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED - what Kafka answers a principal
+that may not use transactional ids.  Clients treat it as fatal, so a
+transactional producer fails at ``init_transactions()`` with that error
+instead of retrying or, worse, seeming to commit.  A produced batch with
+the transactional bit is refused by the log with INVALID_TXN_STATE.
 """
 
 from __future__ import annotations
@@ -13,18 +26,35 @@ from typing import TYPE_CHECKING, Any, Final
 from kfs_core.server.apis.base import Api
 from kfs_core.server.protocol_errors import ErrorCode
 from kfs_core.server.protocol_messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     ApiKey,
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
 if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions
     from kfs_core.server.protocol import Request
 
-__all__ = ["APIS", "INIT_PRODUCER_ID", "ProducerIds"]
+__all__ = [
+    "ADD_OFFSETS_TO_TXN",
+    "ADD_PARTITIONS_TO_TXN",
+    "APIS",
+    "END_TXN",
+    "INIT_PRODUCER_ID",
+    "TXN_OFFSET_COMMIT",
+    "ProducerIds",
+]
 
-_MAX_EPOCH: Final = 32767
+NO_TRANSACTIONS: Final = "KFS does not support transactions; use an idempotent producer"
+_REFUSED: Final = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 class ProducerIds:
@@ -39,21 +69,9 @@ class ProducerIds:
 
 
 async def handle(broker: Broker, request: Request) -> Any:
-    body = request.body
-    if body.transactional_id is not None:
-        return request.response(
-            throttle_time_ms=0,
-            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-    producer_id = getattr(body, "producer_id", -1)
-    epoch = getattr(body, "producer_epoch", -1)
-    if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH:
-        # KIP-360: an idempotent producer bumps its epoch to reset its sequences.
-        return request.response(
-            throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=epoch + 1
-        )
+    if request.body.transactional_id is not None:
+        broker.count_error(ApiKey.INIT_PRODUCER_ID, _REFUSED)
+        return error_body(request, _REFUSED, NO_TRANSACTIONS, broker.options)
     return request.response(
         throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.new(), producer_epoch=0
     )
@@ -75,4 +93,95 @@ INIT_PRODUCER_ID = Api(
     error_body,
 )
 
-APIS: Final = (INIT_PRODUCER_ID,)
+
+# --- transactions: refused --------------------------------------------------------------
+
+
+async def _refuse(broker: Broker, request: Request) -> Any:
+    broker.count_error(request.api_key, _REFUSED)
+    return broker.error_response(request, _REFUSED, NO_TRANSACTIONS)
+
+
+def _add_partitions_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    topic_result = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    partition_result = topic_result.AddPartitionsToTxnPartitionResult
+    return request.response(
+        throttle_time_ms=0,
+        results_by_topic_v3_and_below=[
+            topic_result(
+                name=topic.name,
+                results_by_partition=[
+                    partition_result(partition_index=index, partition_error_code=int(code))
+                    for index in topic.partitions
+                ],
+            )
+            for topic in request.body.v3_and_below_topics
+        ],
+    )
+
+
+def _error_code_only(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    return request.response(throttle_time_ms=0, error_code=int(code))
+
+
+def _txn_offset_commit_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    topic_answer = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    partition_answer = topic_answer.TxnOffsetCommitResponsePartition
+    return request.response(
+        throttle_time_ms=0,
+        topics=[
+            topic_answer(
+                name=topic.name,
+                partitions=[
+                    partition_answer(partition_index=p.partition_index, error_code=int(code))
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.body.topics
+        ],
+    )
+
+
+# Versions: librdkafka sends AddPartitionsToTxn and AddOffsetsToTxn v0,
+# EndTxn <= 1 and TxnOffsetCommit <= 3; kafka-python (2.1+) at most v3 of
+# each.  AddPartitionsToTxn v4+ batches transactions for brokers; EndTxn
+# v5, AddOffsetsToTxn v4 and TxnOffsetCommit v4+ are KIP-890.
+ADD_PARTITIONS_TO_TXN = Api(
+    ApiKey.ADD_PARTITIONS_TO_TXN,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    (0, 3),
+    _refuse,
+    _add_partitions_error,
+)
+ADD_OFFSETS_TO_TXN = Api(
+    ApiKey.ADD_OFFSETS_TO_TXN,
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    (0, 3),
+    _refuse,
+    _error_code_only,
+)
+END_TXN = Api(ApiKey.END_TXN, EndTxnRequest, EndTxnResponse, (0, 3), _refuse, _error_code_only)
+TXN_OFFSET_COMMIT = Api(
+    ApiKey.TXN_OFFSET_COMMIT,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    (0, 3),
+    _refuse,
+    _txn_offset_commit_error,
+)
+
+APIS: Final = (
+    INIT_PRODUCER_ID,
+    ADD_PARTITIONS_TO_TXN,
+    ADD_OFFSETS_TO_TXN,
+    END_TXN,
+    TXN_OFFSET_COMMIT,
+)
