@@ -592,6 +592,38 @@ def _size_option(name: str, help_text: str) -> Callable[[Callable[..., Any]], Ca
     help="recompress batches producers left uncompressed at flush [KFS_COMPRESSION_CODEC, none]",
 )
 @click.option("--s3-endpoint-url", help="S3 endpoint, e.g. MinIO [KFS_S3_ENDPOINT_URL]")
+@click.option(
+    "--producer-id-expiration-ms",
+    type=int,
+    help="forget idle idempotent producers [KFS_PRODUCER_ID_EXPIRATION_MS, 1 day]",
+)
+@click.option(
+    "--group-initial-rebalance-delay-ms",
+    type=int,
+    help="wait for more members before a new group's first rebalance "
+    "[KFS_GROUP_INITIAL_REBALANCE_DELAY_MS, 300]",
+)
+@click.option(
+    "--group-min-session-timeout-ms", type=int, help="[KFS_GROUP_MIN_SESSION_TIMEOUT_MS, 6000]"
+)
+@click.option(
+    "--group-max-session-timeout-ms", type=int, help="[KFS_GROUP_MAX_SESSION_TIMEOUT_MS, 1800000]"
+)
+@click.option(
+    "--offsets-retention-minutes",
+    type=int,
+    help="expire an empty group's committed offsets [KFS_OFFSETS_RETENTION_MINUTES, 10080]",
+)
+@click.option(
+    "--offsets-retention-check-interval-ms",
+    type=int,
+    help="[KFS_OFFSETS_RETENTION_CHECK_INTERVAL_MS, 600000]",
+)
+@click.option(
+    "--offsets-topic-num-partitions",
+    type=int,
+    help="partitions of __consumer_offsets when it is created [KFS_OFFSETS_TOPIC_NUM_PARTITIONS, 4]",
+)
 @click.option("--metrics-listen", help="ops HTTP host:port [KFS_METRICS_LISTEN, 127.0.0.1:9644]")
 @click.option(
     "--auto-create-topics/--no-auto-create-topics",

@@ -57,6 +57,14 @@ class Settings:
     s3_endpoint_url: str = ""
     # Kafka's producer.id.expiration.ms: forget an idempotent producer idle this long.
     producer_id_expiration_ms: int = 86_400_000
+    # The group coordinator, under Kafka's broker config names (group.*, offsets.*).
+    # Kafka waits 3 s for more members before a new group's first rebalance.
+    group_initial_rebalance_delay_ms: int = 300
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    offsets_retention_minutes: int = 7 * 24 * 60
+    offsets_retention_check_interval_ms: int = 600_000
+    offsets_topic_num_partitions: int = 4
 
     def __post_init__(self) -> None:
         if self.durability not in DURABILITY_MODES:

@@ -55,6 +55,7 @@ from kfs_core.catalog.config import DEFAULT_CONFIGS
 from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.config import Settings
 from kfs_core.errors import KfsError
+from kfs_core.groups.coordinator import GroupSettings
 from kfs_core.log.manager import LogManager
 from kfs_core.log.segments import DAEMON_CODECS
 from kfs_core.log.wal_manager import WalManager
@@ -137,11 +138,34 @@ class ServeOptions:
             raise ValueError(
                 f"--default-partitions must be at least 1, got {self.default_partitions}"
             )
+        s = self.settings
+        if not 0 < s.group_min_session_timeout_ms <= s.group_max_session_timeout_ms:
+            raise ValueError(
+                "KFS_GROUP_MIN_SESSION_TIMEOUT_MS must be positive and at most "
+                f"KFS_GROUP_MAX_SESSION_TIMEOUT_MS, got {s.group_min_session_timeout_ms} and "
+                f"{s.group_max_session_timeout_ms}"
+            )
+        if s.offsets_topic_num_partitions < 1 or s.offsets_retention_minutes < 1:
+            raise ValueError(
+                "KFS_OFFSETS_TOPIC_NUM_PARTITIONS and KFS_OFFSETS_RETENTION_MINUTES must be "
+                "at least 1"
+            )
         if self.settings.compression_codec not in DAEMON_CODECS:
             raise ValueError(
                 f"KFS_COMPRESSION_CODEC={self.settings.compression_codec!r}: expected one of "
                 f"{', '.join(DAEMON_CODECS)}"
             )
+
+
+def group_settings(settings: Settings) -> GroupSettings:
+    """The group coordinator's settings from the daemon's (Kafka's group.* and offsets.*)."""
+    return GroupSettings(
+        initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+        min_session_timeout_ms=settings.group_min_session_timeout_ms,
+        max_session_timeout_ms=settings.group_max_session_timeout_ms,
+        offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
+        offsets_retention_check_interval_ms=settings.offsets_retention_check_interval_ms,
+    )
 
 
 def parse_host_port(text: str, default_port: int) -> tuple[str, int]:
@@ -187,6 +211,13 @@ def _broker_configs(options: ServeOptions, advertised: str) -> dict[str, str]:
         "socket.request.max.bytes": str(MAX_REQUEST_BYTES),
         "message.max.bytes": DEFAULT_CONFIGS["max.message.bytes"],
         "compression.type": DEFAULT_CONFIGS["compression.type"],
+        "group.initial.rebalance.delay.ms": str(s.group_initial_rebalance_delay_ms),
+        "group.min.session.timeout.ms": str(s.group_min_session_timeout_ms),
+        "group.max.session.timeout.ms": str(s.group_max_session_timeout_ms),
+        "offsets.retention.minutes": str(s.offsets_retention_minutes),
+        "offsets.retention.check.interval.ms": str(s.offsets_retention_check_interval_ms),
+        "offsets.topic.num.partitions": str(s.offsets_topic_num_partitions),
+        "producer.id.expiration.ms": str(s.producer_id_expiration_ms),
         "kfs.durability": s.durability,
         "kfs.compression.codec": s.compression_codec,
         "kfs.segment.bytes": str(s.segment_bytes),
@@ -397,6 +428,8 @@ class KfsServer:
             auto_create_topics=self.options.auto_create_topics,
             default_partitions=self.options.default_partitions,
             broker_configs=_broker_configs(self.options, f"{advertised}:{self.kafka_port}"),
+            groups=group_settings(s),
+            offsets_topic_partitions=s.offsets_topic_num_partitions,
         )
         self.broker = Broker(options, partition_log, self.metrics)
         await self.broker.start()

@@ -21,7 +21,7 @@ from typing import Any
 
 from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
-from kfs_core.groups.offset_log import OffsetLog
+from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OffsetLog
 from kfs_core.log.manager import LogManager
 from kfs_core.server.apis import REGISTRY
 from kfs_core.server.apis.base import CLIENT_HOST
@@ -51,6 +51,7 @@ class BrokerOptions:
     default_partitions: int = 1
     broker_configs: Mapping[str, str] = field(default_factory=dict)
     groups: GroupSettings = field(default_factory=GroupSettings)
+    offsets_topic_partitions: int = DEFAULT_PARTITIONS  # offsets.topic.num.partitions
 
 
 def error_response(
@@ -76,7 +77,9 @@ class Broker:
         self.notifier = AppendNotifier()
         self.producer_ids = ProducerIds()
         self.groups = GroupCoordinator(
-            OffsetLog(partition_log), self._topic_partitions, options.groups
+            OffsetLog(partition_log, partitions=options.offsets_topic_partitions),
+            self._topic_partitions,
+            options.groups,
         )
 
     async def start(self) -> None:

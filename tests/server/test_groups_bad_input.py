@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from kfs_core.server.protocol import ErrorCode
-from tests.server.conftest import Daemon, RawClient
+from tests.server.conftest import Daemon, DaemonFactory, RawClient
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    import confluent_kafka
+    import confluent_kafka.admin
     from kafka.protocol.admin import (
         DeleteGroupsRequest,
         DeleteTopicsRequest,
@@ -317,3 +319,34 @@ def test_committed_offsets_of_a_deleted_topic_are_dropped(client: RawClient, top
     assert deleted.responses[0].error_code == 0
     fetched = client.request(OffsetFetchRequest(version=6, group_id=group, topics=None))
     assert fetched.error_code == 0 and fetched.topics == []
+
+
+def test_group_settings_use_kafkas_names_from_flags_and_environment(
+    daemons: DaemonFactory,
+) -> None:
+    daemon = daemons.start(
+        name="group-settings",
+        extra_args=[
+            "--group-min-session-timeout-ms", "1000",
+            "--group-initial-rebalance-delay-ms", "0",
+            "--offsets-retention-minutes", "60",
+        ],
+    )  # fmt: skip
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": daemon.bootstrap})
+    resource = confluent_kafka.admin.ConfigResource("broker", "0")
+    (future,) = admin.describe_configs([resource]).values()
+    configs = {name: entry.value for name, entry in future.result(30).items()}
+    assert configs["group.min.session.timeout.ms"] == "1000"
+    assert configs["group.initial.rebalance.delay.ms"] == "0"
+    assert configs["offsets.retention.minutes"] == "60"
+    assert configs["offsets.topic.num.partitions"] == "4"
+    with RawClient(daemon.bootstrap) as client:
+        # 1.5 s is below Kafka's (and KFS's default) minimum, above this daemon's.
+        first = join(client, "short-sessions", session_timeout_ms=1500)
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        assert (
+            join(client, "short-sessions", first.member_id, session_timeout_ms=1500).error_code == 0
+        )
+        assert join(client, "short", session_timeout_ms=500).error_code == (
+            ErrorCode.INVALID_SESSION_TIMEOUT
+        )
