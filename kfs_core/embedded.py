@@ -225,7 +225,12 @@ def airflow_environment(options: RunOptions, base: Mapping[str, str]) -> dict[st
     airflow_home = options.airflow_home
     venv_bin = str(Path(sys.executable).parent)
     s = options.settings
-    extra = {"store_url": s.store_url, "namespace": s.namespace}
+    # bootstrap_servers: the daemon this `kfs run` starts, for the KFS page's consumer groups.
+    extra = {
+        "store_url": s.store_url,
+        "namespace": s.namespace,
+        "bootstrap_servers": options.bootstrap,
+    }
     if s.s3_endpoint_url:
         extra["s3_endpoint_url"] = s.s3_endpoint_url
     env.update(

@@ -506,11 +506,20 @@ def test_the_kfs_connection_is_what_the_hook_needs(monkeypatch: pytest.MonkeyPat
         "--store-url", daemon.store_url, "--namespace", daemon.namespace,
         "--s3-endpoint-url", daemon.s3_endpoint_url,
     ]  # fmt: skip
+    assert hook.bootstrap_servers == f"kfs:{host_port(daemon.listen)[1]}"
     minio = effective_env("minio")
     assert hook.job_env() == {
         "AWS_ACCESS_KEY_ID": minio["MINIO_ROOT_USER"],
         "AWS_SECRET_ACCESS_KEY": minio["MINIO_ROOT_PASSWORD"],
     }
+
+
+def test_the_kfs_connection_names_the_daemons_kafka_listener() -> None:
+    """The KFS page reads consumer groups from the daemon at the connection's bootstrap_servers."""
+    daemon = Settings.from_env(effective_env("kfs"))
+    host, port = host_port(kfs_connection()["extra"]["bootstrap_servers"])
+    assert host == "kfs", "other containers reach the daemon by its service name"
+    assert port == host_port(daemon.listen)[1]
 
 
 @pytest.mark.airflow

@@ -112,7 +112,11 @@ def test_airflow_environment_points_airflow_at_this_home_and_daemon(tmp_path: Pa
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:18080/execution/"
     assert json.loads(env["AIRFLOW_CONN_KFS_DEFAULT"]) == {
         "conn_type": "kfs",
-        "extra": {"store_url": (tmp_path / "store").as_uri(), "namespace": "ns1"},
+        "extra": {
+            "store_url": (tmp_path / "store").as_uri(),
+            "namespace": "ns1",
+            "bootstrap_servers": "127.0.0.1:19092",  # the daemon's --listen
+        },
     }
     # spark-submit and the Python with kfs_core come first.
     assert env["PATH"].split(":")[:2] == [str(Path(sys.executable).parent), "/usr/bin"]
@@ -149,6 +153,7 @@ def test_airflow_environment_passes_an_s3_endpoint(tmp_path: Path) -> None:
         "store_url": "s3://bucket/kfs",
         "namespace": "default",
         "s3_endpoint_url": "http://minio:9000",
+        "bootstrap_servers": "127.0.0.1:9092",
     }
 
 

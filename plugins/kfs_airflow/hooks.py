@@ -5,15 +5,19 @@ Connection ``kfs_default`` (type ``kfs``)::
     extra     {"store_url": "s3://kfs-data/prod" | "file:///srv/kfs/store",
                "namespace": "default",
                "s3_endpoint_url": "http://minio:9000",     # MinIO, moto; optional
-               "region_name": "eu-west-1"}                 # optional
+               "region_name": "eu-west-1",                 # optional
+               "bootstrap_servers": "kfs:9092"}            # the daemon's Kafka address;
+                                                           # optional (no consumer groups)
     login     AWS access key id      (optional; else the usual AWS chain)
     password  AWS secret access key  (optional)
 
 As an environment variable, e.g. ``AIRFLOW_CONN_KFS_DEFAULT='{"conn_type": "kfs",
 "extra": {"store_url": "file:///srv/kfs/store", "namespace": "default"}}'``.
 
-The hook owns the store client.  Operators and sensors ask it for the store,
-the topics, and the command-line arguments and environment a Spark job needs.
+The hook owns the store client and the daemon's Kafka admin client.  Operators
+and sensors ask it for the store, the topics, and the command-line arguments
+and environment a Spark job needs; the KFS page asks it for the consumer groups
+(`consumer_groups`), which live in the daemon, not in the store.
 """
 
 from __future__ import annotations
@@ -29,10 +33,16 @@ from airflow.sdk import BaseHook
 if TYPE_CHECKING:
     # kfs_core is imported where it is used: DAG files import this module through the
     # operators, and parsing a DAG must stay cheap.
+    from confluent_kafka.admin import AdminClient
+
+    from kfs_airflow.groups import ConsumerGroup
     from kfs_core.catalog import PartitionState, TopicRegistry
     from kfs_core.storage import ObjectStore
 
-__all__ = ["KfsConnectionError", "KfsHook"]
+__all__ = ["ADMIN_TIMEOUT_S", "KfsConnectionError", "KfsHook"]
+
+#: How long the consumer-group read may take in all (the page waits for it).
+ADMIN_TIMEOUT_S = 5.0
 
 
 class KfsConnectionError(ValueError):
@@ -62,6 +72,7 @@ class KfsHook(BaseHook):
                         "store_url": "s3://kfs-data/prod or file:///srv/kfs/store",
                         "namespace": "default",
                         "s3_endpoint_url": "http://minio:9000",
+                        "bootstrap_servers": "kfs:9092",
                     }
                 ),
             },
@@ -70,8 +81,12 @@ class KfsHook(BaseHook):
     # --- settings -------------------------------------------------------------
 
     @cached_property
+    def _connection(self) -> Any:
+        return self.get_connection(self.kfs_conn_id)
+
+    @cached_property
     def _settings(self) -> dict[str, Any]:
-        conn = self.get_connection(self.kfs_conn_id)
+        conn = self._connection
         extra = conn.extra_dejson or {}
         store_url = extra.get("store_url") or ""
         if not store_url:
@@ -95,6 +110,15 @@ class KfsHook(BaseHook):
     @property
     def namespace(self) -> str:
         return str(self._settings["namespace"])
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The daemon's Kafka address (``bootstrap.servers``); "" when the connection has none.
+
+        Read apart from the store settings: the groups need no store, the store no daemon.
+        """
+        extra = self._connection.extra_dejson or {}
+        return str(extra.get("bootstrap_servers") or "").strip()
 
     @property
     def is_s3(self) -> bool:
@@ -152,6 +176,51 @@ class KfsHook(BaseHook):
             ]
         finally:
             store.close()
+
+    # --- the daemon ---------------------------------------------------------------
+
+    def get_admin_client(self, **config: Any) -> AdminClient:
+        """A confluent-kafka AdminClient on the daemon, with short socket timeouts.
+
+        ``config`` adds librdkafka settings (``error_cb`` ...).  Raises
+        `DaemonNotConfigured` when the connection has no ``bootstrap_servers``.
+        """
+        from confluent_kafka.admin import AdminClient
+
+        from kfs_airflow.groups import DaemonNotConfigured
+
+        if not self.bootstrap_servers:
+            raise DaemonNotConfigured(
+                f'daemon address not configured: add "bootstrap_servers" (the address of '
+                f'`kfs serve`, e.g. "127.0.0.1:9092") to connection {self.kfs_conn_id!r}\'s extra'
+            )
+        timeout_ms = int(ADMIN_TIMEOUT_S * 1000)
+        return AdminClient(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "client.id": "kfs-airflow",
+                "socket.timeout.ms": timeout_ms,
+                "socket.connection.setup.timeout.ms": timeout_ms,
+                # The page shows what went wrong; keep librdkafka's retry lines out of the logs.
+                "log_level": 0,
+                **config,
+            }
+        )
+
+    def consumer_groups(self, *, timeout_s: float = ADMIN_TIMEOUT_S) -> list[ConsumerGroup]:
+        """The daemon's consumer groups: state, members, committed offset and lag per partition.
+
+        Raises `kfs_airflow.groups.DaemonNotConfigured` without ``bootstrap_servers``
+        and `kfs_airflow.groups.DaemonUnreachable` when the daemon does not answer
+        within ``timeout_s``.
+        """
+        from kfs_airflow.groups import BrokerWatch, read_consumer_groups
+
+        watch = BrokerWatch()
+        admin = self.get_admin_client(error_cb=watch)
+        return read_consumer_groups(
+            admin, watch, bootstrap=self.bootstrap_servers, timeout_s=timeout_s
+        )
 
     # --- Spark jobs -----------------------------------------------------------
 

@@ -12,6 +12,10 @@
   ``report.json``): pass/fail per expectation, and where the run's Great
   Expectations Data Docs live (``<run-id>/data_docs/``).
 
+The consumer groups live in the daemon, not in the store: the page fills
+``groups`` from `KfsHook.consumer_groups` (`kfs_airflow.groups`), and
+``groups_problem`` says why it could not (no daemon address, no answer).
+
 Nothing here writes, and nothing raises for bad data: a partition whose
 catalog cannot be read, an unreadable report or an unreachable store becomes a
 message in the `Overview` (``error`` fields and ``problems``), so the page
@@ -30,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
+from kfs_airflow.groups import ConsumerGroup
 from kfs_core.catalog import PartitionCatalog, TopicRegistry, layout
 from kfs_core.errors import ObjectNotFound
 from kfs_core.storage import ObjectStore
@@ -170,6 +175,12 @@ class Overview(BaseModel):
     latest_validation_page: str | None = None
     #: What could not be read at all (the store, the topic list, the report listings).
     problems: list[str] = Field(default_factory=list)
+    #: The daemon's Kafka address the groups were read from ("" when not configured).
+    bootstrap_servers: str = ""
+    #: The daemon's consumer groups, sorted by id.
+    groups: list[ConsumerGroup] = Field(default_factory=list)
+    #: Why the groups could not be read (no daemon address, the daemon did not answer).
+    groups_problem: str | None = None
 
     @property
     def latest_report(self) -> ValidationRun | None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from kfs_core.storage import ObjectStore, open_store
 from spark_jobs import common
 from spark_jobs.common import JobOptions, JobResult
 from tests.airflow.conftest import kfs_connection_env
+from tests.conftest import _free_port
 from tests.spark_jobs.data import batch_byte, flip_bit, write_topic
 
 pytestmark = [
@@ -396,8 +399,11 @@ def test_json_and_data_docs_for_a_bearer_token(
     auth = _login(client)
     data = client.get("/kfs/api/overview", headers=auth).json()
     expected = read_overview(open_store(reported_store), NS).model_dump(mode="json")
+    # The connection names no daemon: the groups section says so, the rest is the store's.
+    assert data.pop("groups_problem").startswith("daemon address not configured")
     for doc in (data, expected):
         doc.pop("generated_at")
+    expected.pop("groups_problem")
     assert data == expected
 
     base = f"/kfs/reports/validation/{DAMAGED_RUN}/data_docs/"
@@ -589,3 +595,214 @@ def test_a_damaged_namespace_still_renders(
     assert "catalog unreadable: CorruptCatalog" in page.text
     assert re.search(r'data-partition="1">.*?high-watermark">10<', page.text, re.S)
     assert "summary unreadable" in page.text
+
+
+# --- consumer groups, from a real daemon ------------------------------------------------
+
+GROUP_TOPIC = "payments"
+RECORDS_PER_PARTITION = 10
+
+
+@dataclass(frozen=True)
+class GroupsOnADaemon:
+    bootstrap: str
+    #: The live group's committed offset per partition (None: nothing consumed there).
+    committed: dict[int, int | None]
+
+
+def _consume(consumer: Any, count: int, timeout_s: float = 60.0) -> list[Any]:
+    deadline = time.monotonic() + timeout_s
+    got: list[Any] = []
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"consumed {len(got)} of {count} records"
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message)
+    return got
+
+
+@pytest.fixture(scope="module")
+def groups_on_a_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GroupsOnADaemon]:
+    """`kfs serve` with a 2-partition topic of 2 x 10 records and two real confluent-kafka groups.
+
+    ``archive`` read everything, committed and left (Empty, no lag); ``reports``
+    has one live member, ``page-reader``, that read some records and committed.
+    """
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.server.conftest import DaemonFactory, produce_confluent
+
+    factory = DaemonFactory(tmp_path_factory.mktemp("groups-daemon"))
+    live: Any = None
+    try:
+        daemon = factory.start()
+        admin = AdminClient({"bootstrap.servers": daemon.bootstrap})
+        admin.create_topics([NewTopic(GROUP_TOPIC, 2, 1)])[GROUP_TOPIC].result(30)
+        values = [b"payment-%d" % i for i in range(2 * RECORDS_PER_PARTITION)]
+        produce_confluent(daemon.bootstrap, GROUP_TOPIC, values, partitions=2)
+
+        def consumer(group_id: str, client_id: str) -> Any:
+            c = confluent_kafka.Consumer(
+                {
+                    "bootstrap.servers": daemon.bootstrap,
+                    "group.id": group_id,
+                    "client.id": client_id,
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                }
+            )
+            c.subscribe([GROUP_TOPIC])
+            return c
+
+        archive = consumer("archive", "archiver")
+        _consume(archive, len(values))
+        archive.commit(asynchronous=False)
+        archive.close()
+
+        live = consumer("reports", "page-reader")
+        read = _consume(live, 7)
+        live.commit(asynchronous=False)
+        committed: dict[int, int | None] = {0: None, 1: None}
+        for message in read:
+            committed[message.partition()] = max(
+                committed[message.partition()] or 0, message.offset() + 1
+            )
+        yield GroupsOnADaemon(daemon.bootstrap, committed)
+    finally:
+        if live is not None:
+            live.close()
+        factory.close()
+
+
+def _expected_lag(committed: int | None) -> int | None:
+    return None if committed is None else RECORDS_PER_PARTITION - committed
+
+
+def _expected_total_lag(committed: dict[int, int | None]) -> int:
+    # A partition the member read nothing from has no commit, so no lag (Kafka shows "-").
+    return sum(RECORDS_PER_PARTITION - c for c in committed.values() if c is not None)
+
+
+def test_the_hook_reads_groups_members_offsets_and_lag(
+    groups_on_a_daemon: GroupsOnADaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kfs_airflow.hooks import KfsHook
+
+    env = kfs_connection_env("file:///unused", bootstrap_servers=groups_on_a_daemon.bootstrap)
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
+    archive, reports = KfsHook().consumer_groups()
+
+    assert (archive.group_id, archive.state, archive.members, archive.error) == (
+        "archive", "Empty", [], None,
+    )  # fmt: skip
+    assert [
+        (p.topic, p.partition, p.committed_offset, p.log_end_offset, p.lag, p.member_id)
+        for p in archive.partitions
+    ] == [(GROUP_TOPIC, n, RECORDS_PER_PARTITION, RECORDS_PER_PARTITION, 0, None) for n in (0, 1)]
+    assert archive.total_lag == 0
+
+    assert (reports.group_id, reports.state, reports.protocol, reports.simple) == (
+        "reports", "Stable", "range", False,
+    )  # fmt: skip
+    [member] = reports.members
+    assert member.client_id == "page-reader" and member.member_id.startswith("page-reader-")
+    assert member.host.endswith("127.0.0.1")
+    assert [(a.topic, a.partition) for a in member.assignment] == [
+        (GROUP_TOPIC, 0), (GROUP_TOPIC, 1),
+    ]  # fmt: skip
+    committed = groups_on_a_daemon.committed
+    assert [
+        (p.partition, p.committed_offset, p.log_end_offset, p.lag, p.client_id, p.error)
+        for p in reports.partitions
+    ] == [
+        (n, committed[n], RECORDS_PER_PARTITION, _expected_lag(committed[n]), "page-reader", None)
+        for n in (0, 1)
+    ]
+    assert reports.total_lag == _expected_total_lag(committed)
+
+
+def test_the_page_and_its_json_show_the_consumer_groups(
+    client: Any,
+    reported_store: str,
+    groups_on_a_daemon: GroupsOnADaemon,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = kfs_connection_env(reported_store, NS, bootstrap_servers=groups_on_a_daemon.bootstrap)
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
+    auth = _login(client)
+    committed = groups_on_a_daemon.committed
+
+    data = client.get("/kfs/api/overview", headers=auth).json()
+    assert data["problems"] == [] and len(data["topics"]) == 2  # the store's part is unaffected
+    assert data["bootstrap_servers"] == groups_on_a_daemon.bootstrap
+    assert data["groups_problem"] is None
+    groups = {g["group_id"]: g for g in data["groups"]}
+    assert list(groups) == ["archive", "reports"]
+    reports = groups["reports"]
+    assert reports["state"] == "Stable"
+    assert reports["total_lag"] == _expected_total_lag(committed)
+    assert [m["client_id"] for m in reports["members"]] == ["page-reader"]
+    assert [(p["partition"], p["committed_offset"], p["log_end_offset"], p["lag"])
+            for p in reports["partitions"]] == [
+        (n, committed[n], RECORDS_PER_PARTITION, _expected_lag(committed[n])) for n in (0, 1)
+    ]  # fmt: skip
+    assert groups["archive"]["state"] == "Empty" and groups["archive"]["total_lag"] == 0
+
+    html = client.get("/kfs/", headers=auth).text
+    section = re.search(r'<section id="consumer-groups">(.*?)</section>', html, re.S)
+    assert section is not None
+    block = re.search(
+        r'<div class="group" data-group="reports">(.*?)</div>', section.group(1), re.S
+    )
+    assert block is not None
+    reports_html = block.group(1)
+    assert '<span class="status state-stable">Stable</span>' in reports_html
+    assert re.search(rf'class="total-lag">{_expected_total_lag(committed)}<', reports_html)
+    member_id = reports["members"][0]["member_id"]
+    member = re.search(
+        rf'<tr class="member" data-member-id="{re.escape(member_id)}">(.*?)</tr>',
+        reports_html,
+        re.S,
+    )
+    assert member is not None
+    assert '<td class="client-id">page-reader</td>' in member.group(1)
+    assert f"{GROUP_TOPIC}/0, {GROUP_TOPIC}/1" in member.group(1)
+    for n in (0, 1):
+        row = re.search(
+            rf'<tr class="group-partition" data-topic="{GROUP_TOPIC}" data-partition="{n}">(.*?)</tr>',
+            reports_html,
+            re.S,
+        )
+        assert row is not None
+        shown = "–" if committed[n] is None else str(committed[n])
+        lag = _expected_lag(committed[n])
+        assert re.search(rf'class="num committed">{shown}<', row.group(1))
+        assert re.search(rf'class="num log-end">{RECORDS_PER_PARTITION}<', row.group(1))
+        assert re.search(rf'class="num lag[^"]*">{"–" if lag is None else lag}<', row.group(1))
+    assert 'data-group="archive"' in section.group(1)
+    assert '<span class="status state-empty">Empty</span>' in section.group(1)
+
+
+def test_no_daemon_address_or_an_unreachable_daemon_is_a_message_in_the_section(
+    client: Any, reported_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    auth = _login(client)
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(reported_store, NS))
+    html = client.get("/kfs/", headers=auth).text
+    assert re.search(r'id="groups-problem">daemon address not configured', html)
+
+    nobody = f"127.0.0.1:{_free_port()}"
+    env = kfs_connection_env(reported_store, NS, bootstrap_servers=nobody)
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
+    started = time.monotonic()
+    page = client.get("/kfs/", headers=auth)
+    assert page.status_code == 200
+    assert time.monotonic() - started < 30
+    assert re.search(rf'id="groups-problem">cannot reach the daemon at {nobody}', page.text)
+    # The rest of the page is as it is with a daemon.
+    assert 'data-topic="orders"' in page.text and 'id="problems"' not in page.text
+    assert re.search(r'data-expectation="body_crc" data-success="false"', page.text)
+    data = client.get("/kfs/api/overview", headers=auth).json()
+    assert data["groups"] == [] and data["groups_problem"].startswith("cannot reach the daemon")
+    assert data["problems"] == [] and len(data["topics"]) == 2

@@ -378,6 +378,13 @@ def test_kfs_page_in_a_real_api_server_with_chromium(
         assert bars == [clean["run_id"], damaged["run_id"]]
         assert "FAILED" in browser.evaluate("document.querySelector('#latest-report').innerText")
         assert "Saved" in browser.evaluate("document.querySelector('#compaction-total').innerText")
+        # The consumer-groups section renders even though the connection names no daemon.
+        groups = browser.evaluate(
+            "(s => s && s.offsetParent !== null ? s.innerText : null)"
+            "(document.querySelector('#consumer-groups'))"
+        )
+        assert groups and "Consumer groups" in groups, groups
+        assert "daemon address not configured" in groups, groups
         # The Data Docs link works for the logged-in browser (the cookie is its login).
         fetched = browser.evaluate(
             "fetch(document.querySelector('#data-docs-link').href)"

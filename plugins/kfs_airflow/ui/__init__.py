@@ -16,6 +16,12 @@ read (no connection, an unreachable store, a damaged catalog or report) is shown
 as a message on the page, never a server error.  Links inside the page are
 relative, so it works at any ``[api] base_url`` and inside the UI's iframe.
 
+The consumer-groups section comes from the daemon, not the store: the same
+connection's ``bootstrap_servers`` (`KfsHook.consumer_groups`), read while the
+store is read.  No address, or a daemon that does not answer within the hook's
+short deadline, is a message in that section; the rest of the page is unaffected.
+The app itself opens nothing: every read goes through the hook.
+
 Data Docs pages are GX's HTML as the validation job stored it, except that
 their stylesheets and scripts come from ``/static/datadocs`` instead of public
 CDNs (`kfs_airflow.ui.datadocs_assets`), so they render styled offline.
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import mimetypes
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,6 +40,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from kfs_airflow.groups import ConsumerGroup, DaemonNotConfigured, DaemonUnreachable
 from kfs_airflow.overview import (
     Overview,
     chart_points,
@@ -47,7 +55,14 @@ from kfs_airflow.ui.chart import trend_svg
 from kfs_core.errors import ObjectNotFound
 from kfs_core.storage import ObjectStore
 
-__all__ = ["NamespaceUnavailable", "OpenNamespace", "create_app", "open_connection_namespace"]
+__all__ = [
+    "NamespaceUnavailable",
+    "OpenNamespace",
+    "ReadGroups",
+    "connection_groups",
+    "create_app",
+    "open_connection_namespace",
+]
 
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(directory=HERE / "templates")
@@ -55,6 +70,9 @@ TEMPLATES = Jinja2Templates(directory=HERE / "templates")
 #: Opens the store of the namespace to show: ``(store, namespace)``.  Raises
 #: `NamespaceUnavailable` (or anything else) with a message for the page.
 OpenNamespace = Callable[[], tuple[ObjectStore, str]]
+#: Reads the daemon's consumer groups: ``(bootstrap_servers, groups)``.  Raises
+#: with a message for the page's groups section.
+ReadGroups = Callable[[], tuple[str, list[ConsumerGroup]]]
 
 _User = Annotated[Any, Depends(airflow_user)]
 _PageUser = Annotated[Any, Depends(airflow_user_page)]
@@ -93,6 +111,35 @@ def open_connection_namespace(conn_id: str = "kfs_default") -> OpenNamespace:
     return open_namespace
 
 
+def connection_groups(conn_id: str = "kfs_default") -> ReadGroups:
+    """A `ReadGroups` asking the daemon the connection ``conn_id`` names, on every call."""
+
+    def read_groups() -> tuple[str, list[ConsumerGroup]]:
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from kfs_airflow.hooks import KfsHook
+
+        hook = KfsHook(conn_id)
+        try:
+            return hook.bootstrap_servers, hook.consumer_groups()
+        except AirflowNotFoundException:
+            raise NamespaceUnavailable(
+                f"Airflow connection {conn_id!r} is not defined, so neither is the daemon"
+            ) from None
+
+    return read_groups
+
+
+def _groups_or_problem(read: ReadGroups) -> tuple[str, list[ConsumerGroup], str | None]:
+    try:
+        bootstrap, groups = read()
+    except (NamespaceUnavailable, DaemonNotConfigured, DaemonUnreachable) as exc:
+        return "", [], str(exc)
+    except Exception as exc:  # noqa: BLE001 - shown in the groups section
+        return "", [], f"cannot read the consumer groups: {describe_error(exc)}"
+    return bootstrap, groups, None
+
+
 def _human_bytes(value: int | float | None) -> str:
     if value is None:
         return ""
@@ -129,12 +176,17 @@ def _localize_data_docs(body: bytes, path: str) -> bytes:
     return html.encode("utf-8", "surrogateescape")
 
 
-def create_app(open_namespace: OpenNamespace | None = None) -> FastAPI:
-    """The KFS page app; ``open_namespace`` defaults to the ``kfs_default`` connection."""
+def create_app(
+    open_namespace: OpenNamespace | None = None, read_groups: ReadGroups | None = None
+) -> FastAPI:
+    """The KFS page app; ``open_namespace`` and ``read_groups`` default to ``kfs_default``."""
     opener = open_namespace or open_connection_namespace()
+    groups_reader = read_groups or connection_groups()
     app = FastAPI(
         title="KFS",
-        description="KFS namespace overview: topics, partitions, compaction, data quality.",
+        description=(
+            "KFS namespace overview: topics, partitions, consumer groups, compaction, data quality."
+        ),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
@@ -148,6 +200,14 @@ def create_app(open_namespace: OpenNamespace | None = None) -> FastAPI:
         return JSONResponse({"detail": exc.detail}, exc.status_code)
 
     def overview() -> Overview:
+        # The daemon is asked while the store is read: the page waits for the slower one.
+        with ThreadPoolExecutor(1, thread_name_prefix="kfs-groups") as pool:
+            groups = pool.submit(_groups_or_problem, groups_reader)
+            data = namespace_overview()
+            data.bootstrap_servers, data.groups, data.groups_problem = groups.result()
+        return data
+
+    def namespace_overview() -> Overview:
         try:
             store, namespace = opener()
         except Exception as exc:  # noqa: BLE001 - shown on the page
