@@ -327,7 +327,8 @@ def test_an_idempotent_producer_through_resets_writes_each_value_once_in_order(
     assert server.broker is not None
     proxy = ResettingProxy(("127.0.0.1", server.kafka_port), reset_every=48 * 1024)
     # Clients learn the broker's address from Metadata: make it the proxy's.
-    server.broker.options = dataclasses.replace(server.broker.options, advertised_port=proxy.port)
+    direct = server.broker.options
+    server.broker.options = dataclasses.replace(direct, advertised_port=proxy.port)
     topic, count = "through-resets", 20_000
     producer = confluent_kafka.Producer(
         {
@@ -361,6 +362,8 @@ def test_an_idempotent_producer_through_resets_writes_each_value_once_in_order(
     finally:
         del producer  # stops librdkafka's threads before the proxy goes away
         proxy.close()
+        # The proxy is gone: the consumer below must be told the broker's own address.
+        server.broker.options = direct
     assert not errors, errors[:3]
     assert proxy.resets >= 3, "the proxy never reset a connection: the test proves nothing"
 
