@@ -31,7 +31,10 @@ browser: ## Install Debian's chromium for the KFS page's browser test (when miss
 kcat: ## Install Debian's kcat for the kcat consumer-group test (when missing)
 	@bash .ci/install-kcat
 
-test: install browser kcat ## Run the whole test suite
+kafkajs: ## Install node/npm (Debian's, when missing) and the pinned KafkaJS for its group test
+	@bash .ci/install-kafkajs
+
+test: install browser kcat kafkajs ## Run the whole test suite
 	$(BIN)/pytest
 
 bench: install ## Run the benchmarks and print their tables
@@ -61,4 +64,4 @@ lock: ## Re-resolve constraints.txt from pyproject.toml in a scratch venv
 clean: ## Remove the venv, caches and the local store
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .kfs
 
-.PHONY: help install browser kcat run test bench lint format datadocs-assets lock clean
+.PHONY: help install browser kcat kafkajs run test bench lint format datadocs-assets lock clean
