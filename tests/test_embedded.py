@@ -1,4 +1,4 @@
-"""`kfs_core.embedded` in-process: the env file, the admin password, Airflow's environment.
+"""`kfs_core.cli.supervisor` in-process: the env file, the admin password, Airflow's environment.
 
 `tests/test_run.py` starts `kfs run` itself; these are the pieces it is made of.
 """
@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kfs_core.config import Settings
-from kfs_core.demo import demo_event
-from kfs_core.embedded import (
+from kfs_core.cli.demo import demo_event
+from kfs_core.cli.supervisor import (
     PASSWORDS_FILE,
     EmbeddedError,
     RunOptions,
@@ -22,6 +21,7 @@ from kfs_core.embedded import (
     airflow_environment,
     read_env_file,
 )
+from kfs_core.config import Settings
 from tests.conftest import REPO
 
 
@@ -184,7 +184,7 @@ def test_demo_topic_creation_gives_way_to_a_stop_signal() -> None:
     """With the daemon gone (kfs run killed), SIGTERM must not wait out CreateTopics."""
     import time
 
-    from kfs_core.demo import ensure_topic
+    from kfs_core.cli.demo import ensure_topic
     from tests.conftest import _free_port
 
     nobody = f"127.0.0.1:{_free_port()}"

@@ -387,7 +387,7 @@ def test_sigint_stops_everything_and_a_restart_reuses_the_password(launched: Kfs
     names = command_lines(children)
     for expected in (
         "kfs_core.cli serve",
-        "kfs_core.demo",
+        "kfs_core.cli.demo",
         "airflow scheduler",
         "airflow triggerer",
     ):
@@ -406,7 +406,7 @@ def test_sigint_stops_everything_and_a_restart_reuses_the_password(launched: Kfs
         assert again.password == password
         status, body = login(again, password)
         assert status == 201, body
-        assert not any("kfs_core.demo" in n for n in command_lines(descendants(again)))
+        assert not any("kfs_core.cli.demo" in n for n in command_lines(descendants(again)))
         assert again.line(re.compile(r"^\s+demo\s")) is None, again.output
         assert again.stop(signal.SIGTERM) == 0, again.output
     finally:
@@ -437,7 +437,7 @@ def test_a_child_that_dies_stops_the_rest_and_names_its_log(tmp_path: Path) -> N
         assert second.returncode == 1
         assert f"another kfs run (pid {run.process.pid}) is using {home}" in second.stderr
 
-        demo = next(p for p in children if "kfs_core.demo" in " ".join(p.cmdline()))
+        demo = next(p for p in children if "kfs_core.cli.demo" in " ".join(p.cmdline()))
         demo.kill()
         assert run.process.wait(timeout=STOP_TIMEOUT_S) == 1
         wait_for(lambda: "stopped (exit 1)" in run.output, timeout=10, what="the last line")

@@ -3,8 +3,9 @@
 # before the api-server, scheduler, dag-processor and triggerer start.
 #
 # 1. `airflow db migrate` on PostgreSQL (idempotent: a second run is a no-op);
-# 2. the `kfs_spark` pool that bounds concurrent Spark jobs (the Spark
-#    operators run in it; `kfs run` creates the same pool);
+# 2. the `kfs_spark` pool that bounds concurrent Spark jobs, as the plugin
+#    defines it (kfs_airflow.dags_support: KFS_SPARK_POOL, KFS_SPARK_POOL_SLOTS;
+#    `kfs run` and the plugin's listener create it the same way);
 # 3. the simple auth manager's password file: user `admin` (from
 #    AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS) with the password
 #    KFS_AIRFLOW_ADMIN_PASSWORD, so the login is known instead of generated.
@@ -12,10 +13,9 @@ set -euo pipefail
 
 : "${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:?must name the password file}"
 : "${KFS_AIRFLOW_ADMIN_PASSWORD:?must be the admin password}"
-KFS_SPARK_POOL_SLOTS="${KFS_SPARK_POOL_SLOTS:-2}"
 
 airflow db migrate
-airflow pools set kfs_spark "$KFS_SPARK_POOL_SLOTS" "KFS Spark jobs"
+python3 -c 'from kfs_airflow.dags_support import ensure_spark_pool; ensure_spark_pool()'
 
 python3 - <<'PY'
 import json
@@ -27,4 +27,4 @@ with open(path, "w", encoding="utf-8") as out:
     out.write("\n")
 os.chmod(path, 0o600)
 PY
-echo "airflow-init: database migrated, pool kfs_spark ready, login admin"
+echo "airflow-init: database migrated, pool ${KFS_SPARK_POOL:-kfs_spark} ready, login admin"

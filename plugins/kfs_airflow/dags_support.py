@@ -15,9 +15,11 @@ Settings, read from the environment when a DAG file is parsed:
 ``KFS_JOB_ARGS_<JOB>``
     the job's own flags, shell-quoted (``--min-inputs 8``); default
     `DEFAULT_JOB_ARGS`.
-``KFS_SPARK_POOL``
-    the pool bounding concurrent Spark jobs (default ``kfs_spark``; create it
-    with ``airflow pools set kfs_spark 2 "KFS Spark jobs"``).
+``KFS_SPARK_POOL``, ``KFS_SPARK_POOL_SLOTS``
+    the pool bounding concurrent Spark jobs (default ``kfs_spark``, 2 slots).
+    This module is its one definition: `ensure_spark_pool` creates it for
+    ``kfs run``, docker-compose's airflow-init and `SparkPoolListener`, which
+    the plugin registers.
 ``KFS_TOPICS_PER_TASK``
     topics per mapped Spark task (default 1: one task, one spark-submit, per
     topic; more topics per task save JVM start-ups when there are many small ones).
@@ -29,6 +31,7 @@ import datetime as _dt
 import logging
 import os
 import shlex
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +96,7 @@ EXECUTION_TIMEOUTS: Mapping[str, _dt.timedelta] = {
 }
 
 SPARK_POOL = os.environ.get("KFS_SPARK_POOL", "").strip() or "kfs_spark"
-SPARK_POOL_SLOTS = 2
+SPARK_POOL_SLOTS = int(os.environ.get("KFS_SPARK_POOL_SLOTS", "").strip() or 2)
 SPARK_POOL_DESCRIPTION = "KFS Spark maintenance jobs (spark-submit processes at a time)"
 
 #: Spark settings every job gets; the rest belongs in spark-defaults.conf.
@@ -331,12 +334,19 @@ def ensure_spark_pool(
 class SparkPoolListener:
     """An Airflow listener that creates the Spark pool when a scheduler (or any job) starts.
 
-    Register it in a plugin (``listeners = [SparkPoolListener()]``) so that a
-    deployment that never ran ``airflow pools set`` still runs the KFS DAGs; a
-    pool someone created or resized is left as it is.
+    `KfsPlugin` registers it, so a deployment that never created the pool still
+    runs the KFS DAGs; a pool someone created or resized is left as it is.
+    Task processes call ``on_starting`` too (with a ``TaskRunnerMarker``), but
+    they may not use the metadata database: only Airflow's jobs (scheduler,
+    dag-processor, triggerer) create the pool.
     """
 
     @hookimpl
     def on_starting(self, component: Any) -> None:
+        # A Job exists only where its module is loaded: no import here, which in a
+        # task process would load the ORM for nothing.
+        job_module = sys.modules.get("airflow.jobs.job")
+        if job_module is None or not isinstance(component, job_module.Job):
+            return
         if ensure_spark_pool(SPARK_POOL):
             log.info("created pool %s with %d slots", SPARK_POOL, SPARK_POOL_SLOTS)

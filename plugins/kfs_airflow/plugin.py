@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from kfs_airflow.dags_support import SparkPoolListener
 from kfs_airflow.ui import create_app
 
 __all__ = ["KfsPlugin", "URL_PREFIX"]
@@ -26,6 +27,8 @@ class KfsPlugin(AirflowPlugin):
     """Topics, partitions, compaction savings and data-quality reports of the KFS namespace."""
 
     name = "kfs"
+    # Creates the KFS Spark pool when the scheduler (or another Airflow job) starts.
+    listeners = [SparkPoolListener()]
     fastapi_apps = [
         {"app": create_app(), "url_prefix": URL_PREFIX, "name": "KFS"},
     ]

@@ -392,8 +392,10 @@ def test_ensure_spark_pool_creates_it_once_and_never_resizes_it(airflow_db: Path
 def test_the_pool_listener_creates_the_pool_when_a_job_starts(
     airflow_db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from airflow.jobs.job import Job
     from airflow.listeners.listener import get_listener_manager
     from airflow.models.pool import Pool
+    from airflow.sdk.execution_time.task_runner import TaskRunnerMarker
     from airflow.utils.session import create_session
     from kfs_airflow import dags_support
 
@@ -402,7 +404,11 @@ def test_the_pool_listener_creates_the_pool_when_a_job_starts(
     listener = dags_support.SparkPoolListener()
     manager.add_listener(listener)
     try:
-        manager.hook.on_starting(component=object())  # what Job.__init__ calls
+        # A task process may not use the metadata database: it creates nothing.
+        manager.hook.on_starting(component=TaskRunnerMarker())
+        with create_session() as session:
+            assert Pool.get_pool("kfs_spark_listener_pool", session=session) is None
+        Job()  # what a scheduler, dag-processor or triggerer creates first; it calls on_starting
     finally:
         manager.pm.unregister(listener)
     with create_session() as session:

@@ -39,6 +39,15 @@ def test_the_plugin_mounts_its_app_and_adds_a_nav_entry() -> None:
     assert [a.url_prefix for a in response.fastapi_apps] == ["/kfs"]
 
 
+def test_the_plugin_registers_the_spark_pool_listener() -> None:
+    from airflow import plugins_manager
+    from kfs_airflow.dags_support import SparkPoolListener
+
+    plugins, _ = plugins_manager._get_plugins()
+    [kfs] = [p for p in plugins if p.name == "kfs"]
+    assert [type(listener) for listener in kfs.listeners] == [SparkPoolListener]
+
+
 def test_the_pages_template_and_static_files_are_package_data() -> None:
     """A non-editable install (the Docker image) must carry them, or the app cannot start."""
     import tomllib

@@ -8,7 +8,7 @@ have small segments to compact and old ones to expire.
 
 Run on its own::
 
-    python -m kfs_core.demo --bootstrap 127.0.0.1:9092 [--interval 1.0]
+    python -m kfs_core.cli.demo --bootstrap 127.0.0.1:9092 [--interval 1.0]
 
 SIGTERM or SIGINT stop it after the messages in flight are delivered.
 """
@@ -132,7 +132,7 @@ def run_stream(bootstrap: str, *, interval_s: float, should_stop: Callable[[], b
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kfs_core.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kfs_core.cli.demo", description=__doc__)
     parser.add_argument("--bootstrap", default="127.0.0.1:9092", help="the daemon's host:port")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between events")
     args = parser.parse_args(argv)

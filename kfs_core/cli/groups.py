@@ -20,6 +20,7 @@ from typing import Any, Final, NoReturn, TypeVar
 
 import click
 
+from kfs_core.cli.common import CliError
 from kfs_core.config import Settings
 
 __all__ = ["groups"]
@@ -43,13 +44,7 @@ _STATE_CHOICES: Final = ("Stable", "PreparingRebalance", "CompletingRebalance", 
 
 
 def _fail(message: str) -> NoReturn:
-    """End the command with one ``kfs: error: <message>`` line.
-
-    kfs_core.cli is imported here, not at the top, because it registers this
-    module's group: a top-level import would make the two import each other.
-    """
-    from kfs_core.cli import CliError
-
+    """End the command with one ``kfs: error: <message>`` line."""
     raise CliError(message) from None
 
 

@@ -11,9 +11,10 @@ shows only what the supervisor says and Ctrl-C reaches the supervisor alone::
       run.lock          held while `kfs run` runs: one supervisor per home
 
 Start: take the lock; start the daemon (`kfs serve`); run `airflow db migrate`
-and create the `kfs_spark` pool; start the api-server, scheduler,
+and create the Spark pool the plugin defines (`kfs_airflow.dags_support`:
+name, slots, description); start the api-server, scheduler,
 dag-processor and triggerer; wait for the daemon's /readyz and the
-api-server's health; start the `demo-events` stream (kfs_core.demo); print
+api-server's health; start the `demo-events` stream (kfs_core.cli.demo); print
 the banner.  Stop (SIGINT, SIGTERM, SIGHUP): the demo; the scheduler (running
 tasks get a grace period), dag-processor and triggerer; the api-server, whose
 execution API those tasks report to; last the daemon, which flushes its
@@ -67,7 +68,12 @@ __all__ = [
 ]
 
 AIRFLOW_COMPONENTS: Final = ("api-server", "scheduler", "dag-processor", "triggerer")
-SPARK_POOL: Final = ("kfs_spark", "2", "KFS Spark jobs")
+# The Spark pool is the plugin's (kfs_airflow.dags_support, one definition for
+# `kfs run`, docker-compose's airflow-init and the plugin's listener): created by
+# its own code in a subprocess, as kfs_core never imports Airflow or the plugin.
+CREATE_SPARK_POOL: Final = (
+    "from kfs_airflow.dags_support import ensure_spark_pool; ensure_spark_pool()"
+)
 ADMIN_USER: Final = "admin"
 PASSWORDS_FILE: Final = "simple_auth_manager_passwords.json.generated"
 
@@ -103,7 +109,7 @@ class EmbeddedError(KfsError):
 
 def find_repository() -> Path:
     """The KFS checkout whose ``dags/`` and ``plugins/`` Airflow loads."""
-    candidates = [Path(__file__).resolve().parent.parent, Path.cwd()]
+    candidates = [Path(__file__).resolve().parents[2], Path.cwd()]
     for root in candidates:
         if (root / "dags").is_dir() and (root / "plugins").is_dir():
             return root
@@ -575,7 +581,7 @@ class Supervisor:
         self.daemon.start()
 
     def _setup_airflow(self) -> None:
-        """`airflow db migrate`, then the Spark pool: one-shot commands, one after the other."""
+        """`airflow db migrate`, then the Spark pool: one-shot steps, one after the other."""
         o = self.options
         o.airflow_home.mkdir(parents=True, exist_ok=True)
         admin_password(o.airflow_home)  # before any Airflow process can generate one
@@ -583,11 +589,12 @@ class Supervisor:
         log = o.logs / "airflow-setup.log"
         _rotate(log)
         self.out.say(f"  Airflow: migrating its database {o.airflow_home / 'airflow.db'} ...")
-        steps = [["db", "migrate"], ["pools", "set", *SPARK_POOL]]
-        for args in steps:
-            step = Child(
-                f"airflow {' '.join(args[:2])}", [sys.executable, "-m", "airflow", *args], env, log
-            )
+        steps = [
+            ("airflow db migrate", ["-m", "airflow", "db", "migrate"]),
+            ("Spark pool set-up", ["-c", CREATE_SPARK_POOL]),
+        ]
+        for name, args in steps:
+            step = Child(name, [sys.executable, *args], env, log)
             self.setup_step = step
             step.start(rotate=False)
             deadline = time.monotonic() + SETUP_COMMAND_S
@@ -638,7 +645,7 @@ class Supervisor:
         o = self.options
         self.demo = Child(
             "demo-events stream",
-            [sys.executable, "-m", "kfs_core.demo", "--bootstrap", o.bootstrap],
+            [sys.executable, "-m", "kfs_core.cli.demo", "--bootstrap", o.bootstrap],
             self.base_env,
             o.logs / "demo.log",
         )
@@ -710,7 +717,7 @@ class Supervisor:
 
     def _demo_has_segments(self) -> bool:
         from kfs_core.catalog import layout
-        from kfs_core.demo import DEMO_TOPIC
+        from kfs_core.cli.demo import DEMO_TOPIC
         from kfs_core.storage import open_store
 
         s = self.options.settings

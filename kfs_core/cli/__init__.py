@@ -1,0 +1,58 @@
+"""The `kfs` command: the daemon, the embedded default, and operator tools over the store.
+
+One module per command group; `common` holds what they share (`CliError`,
+`operator_errors`, the settings and the store of the invocation)::
+
+    run         kfs run: the embedded default (supervisor: its process supervisor,
+                the only code that knows Airflow's components, pool and DAG ids;
+                demo: the demo-events stream it starts)
+    serve       kfs serve: the Kafka-protocol daemon
+    clients     kfs produce / kfs consume (confluent-kafka)
+    topics      kfs topics ...          groups    kfs groups ... (over the Kafka protocol)
+    segment     kfs segment dump        catalog   kfs catalog ...
+    lifecycle   kfs lifecycle           jobs      kfs jobs ... (the Spark maintenance jobs)
+
+This package is the only part of kfs_core that imports click, confluent-kafka
+or (in subprocesses) Airflow.  Every command reads its settings from `KFS_*`
+variables (kfs_core.config) and takes `--store-url` / `--namespace` flags that
+override them.  Errors an operator can cause (a corrupt file, an unknown
+topic, a bad value) end with a one-line ``kfs: error: …`` on stderr and a
+non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import click
+
+from kfs_core import __version__
+from kfs_core.cli import catalog, clients, groups, jobs, lifecycle, run, segment, serve, topics
+from kfs_core.cli.common import operator_errors
+from kfs_core.config import Settings
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kfs")
+@click.option("--store-url", envvar="KFS_STORE_URL", help="file:///dir or s3://bucket/prefix")
+@click.option("--namespace", envvar="KFS_NAMESPACE", help="namespace inside the store")
+@click.pass_context
+def main(ctx: click.Context, store_url: str | None, namespace: str | None) -> None:
+    """KFS: a Kafka-compatible streaming log on object storage."""
+    with operator_errors():
+        ctx.obj = Settings.from_env(store_url=store_url, namespace=namespace)
+
+
+for _command in (
+    run.run,
+    serve.serve,
+    clients.produce,
+    clients.consume,
+    topics.topics,
+    groups.groups,
+    segment.segment,
+    catalog.catalog,
+    lifecycle.lifecycle,
+    jobs.jobs,
+):
+    main.add_command(_command)

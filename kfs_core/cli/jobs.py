@@ -1,0 +1,126 @@
+"""`kfs jobs list|run`: the Spark maintenance jobs (spark_jobs/) with this installation's Python.
+
+``kfs jobs run JOB [JOB FLAGS]`` runs ``python -m spark_jobs JOB`` (Spark in
+``local[*]`` inside that process); ``--spark-submit`` runs the job's file
+through ``spark-submit`` instead, as the Airflow operator does.  Either way
+the job gets what a shell with the virtualenv not activated lacks: this
+interpreter for the driver and the executors (``PYSPARK_PYTHON``), the
+``SPARK_HOME`` of the installed pyspark (otherwise spark-submit asks the
+system ``python3`` for it and fails with "/bin/spark-class: No such file or
+directory"), this interpreter's ``bin/`` on ``PATH``, and the store `kfs`
+itself uses (``KFS_STORE_URL``, ``KFS_NAMESPACE``) unless the job's own
+``--store-url`` / ``--namespace`` say otherwise.  The job replaces the `kfs`
+process, so its output, signals and exit status are the job's own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import click
+
+from kfs_core.cli.common import CliError, cli_settings
+from kfs_core.config import Settings
+
+__all__ = ["job_command", "job_environment", "jobs"]
+
+# Modules of spark_jobs/ that are not jobs.
+_NOT_JOBS = frozenset({"__init__", "__main__", "common"})
+_REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise CliError(f"{name} is not installed in {sys.prefix}: pip install -e .")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def available_jobs() -> list[str]:
+    """The jobs, by the files of spark_jobs/ (importing them would start pyspark's imports)."""
+    root = _package_dir("spark_jobs")
+    return sorted(
+        p.stem
+        for p in root.glob("*.py")
+        if p.stem not in _NOT_JOBS and not p.stem.startswith("_") and "def main(" in p.read_text()
+    )
+
+
+def job_environment(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` plus what a job needs to run with this interpreter and kfs's store settings."""
+    python = base.get("PYSPARK_PYTHON") or sys.executable
+    env = {
+        **base,
+        "KFS_STORE_URL": settings.store_url,
+        "KFS_NAMESPACE": settings.namespace,
+        "PYSPARK_PYTHON": python,
+        "PYSPARK_DRIVER_PYTHON": base.get("PYSPARK_DRIVER_PYTHON") or python,
+        "SPARK_HOME": base.get("SPARK_HOME") or str(_package_dir("pyspark")),
+        "PATH": os.pathsep.join(
+            p for p in (str(Path(sys.executable).parent), base.get("PATH", "")) if p
+        ),
+    }
+    if settings.s3_endpoint_url:
+        env["KFS_S3_ENDPOINT_URL"] = settings.s3_endpoint_url
+    spark_conf = _REPOSITORY / "infra" / "spark"
+    if "SPARK_CONF_DIR" not in env and spark_conf.is_dir():
+        env["SPARK_CONF_DIR"] = str(spark_conf)  # the settings the Airflow tasks use
+    return env
+
+
+def job_command(job: str, args: tuple[str, ...], *, spark_submit: bool) -> list[str]:
+    """The argv that runs ``job`` with ``args``, in this interpreter or through spark-submit."""
+    if not spark_submit:
+        return [sys.executable, "-m", "spark_jobs", job, *args]
+    spark_submit_bin = Path(sys.executable).parent / "spark-submit"
+    launcher = str(spark_submit_bin) if spark_submit_bin.exists() else "spark-submit"
+    return [launcher, str(_package_dir("spark_jobs") / f"{job}.py"), *args]
+
+
+@click.group()
+def jobs() -> None:
+    """Run the Spark maintenance jobs (compaction, retention, validation, ...)."""
+
+
+@jobs.command("list")
+def jobs_list() -> None:
+    """List the jobs (`kfs jobs run JOB --help` shows a job's flags)."""
+    for name in available_jobs():
+        click.echo(name)
+
+
+@jobs.command(
+    "run",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--spark-submit",
+    is_flag=True,
+    help="run the job's file through spark-submit (flags after JOB such as --master "
+    "go to the job) instead of in this Python",
+)
+@click.argument("job")
+@click.argument("job_args", nargs=-1, type=click.UNPROCESSED, metavar="[JOB FLAGS]...")
+@click.pass_context
+def jobs_run(ctx: click.Context, spark_submit: bool, job: str, job_args: tuple[str, ...]) -> None:
+    """Run maintenance job JOB with its own flags (`kfs jobs run JOB --help` lists them).
+
+    Without --store-url / --namespace the job works on kfs's store
+    (KFS_STORE_URL, by default .kfs/store under KFS_HOME).
+    """
+    name = job.replace("-", "_")
+    available = available_jobs()
+    if name not in available:
+        raise CliError(f"unknown job {job!r}; jobs: {', '.join(available)}")
+    argv = job_command(name, job_args, spark_submit=spark_submit)
+    env = job_environment(cli_settings(ctx), os.environ)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        raise CliError(f"cannot start {argv[0]}: {exc}") from None

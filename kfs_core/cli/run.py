@@ -1,0 +1,61 @@
+"""`kfs run`: the embedded default, started and stopped by `kfs_core.cli.supervisor`."""
+
+from __future__ import annotations
+
+import click
+
+from kfs_core.cli.common import cli_settings, operator_errors
+
+
+@click.command()
+@click.option(
+    "--airflow/--no-airflow",
+    default=True,
+    show_default=True,
+    envvar="KFS_AIRFLOW",
+    help="start Airflow (api-server, scheduler, dag-processor, triggerer) [KFS_AIRFLOW]",
+)
+@click.option(
+    "--airflow-port",
+    type=click.IntRange(1, 65535),
+    default=8080,
+    show_default=True,
+    envvar="KFS_AIRFLOW_PORT",
+    help="port of Airflow's UI and API [KFS_AIRFLOW_PORT]",
+)
+@click.option(
+    "--airflow-host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="KFS_AIRFLOW_HOST",
+    help="address Airflow's api-server listens on [KFS_AIRFLOW_HOST]",
+)
+@click.option(
+    "--demo/--no-demo",
+    default=True,
+    show_default=True,
+    envvar="KFS_DEMO",
+    help="produce the demo-events stream, a JSON event a second [KFS_DEMO=0 turns it off]",
+)
+@click.pass_context
+def run(
+    ctx: click.Context, airflow: bool, airflow_port: int, airflow_host: str, demo: bool
+) -> None:
+    """Start KFS on the embedded default: the daemon, Airflow and a demo stream.
+
+    Everything lives under KFS_HOME (.kfs/): the store, the WAL, Airflow's
+    home and SQLite database, and a log per process in .kfs/logs/.  Ctrl-C or
+    SIGTERM stops it all and flushes the daemon (see kfs_core.cli.supervisor).
+    """
+    from kfs_core.cli.supervisor import RunOptions, Supervisor
+
+    with operator_errors():
+        options = RunOptions(
+            cli_settings(ctx),
+            airflow=airflow,
+            airflow_host=airflow_host,
+            airflow_port=airflow_port,
+            demo=demo,
+        )
+        code = Supervisor(options).run()
+    ctx.exit(code)
