@@ -61,12 +61,11 @@ Life cycle and reports
     broke).  A paused job exits ``--paused-exit-code`` (default 0: it stopped
     cleanly; its summary says ``"status": "paused"``).
 
-The summary every job returns (and stores) has these keys, jobs add theirs
-under ``details``::
-
-    {"job", "run_id", "status", "message", "exit_code", "namespace", "store_url",
-     "topics", "dry_run", "options", "started_at", "finished_at", "duration_s",
-     "timings", "counts", "spark", "details", "report_key"}
+Statuses, exit codes, run ids and report keys are `kfs_core.reports`'s (the
+Airflow plugin reads the same contract); they are re-exported here.  The
+summary every job returns (as a dict) and stores is a
+`kfs_core.reports.RunSummary`, built in one place (`_summary`); jobs add theirs
+under ``details``.
 """
 
 from __future__ import annotations
@@ -77,11 +76,8 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import re
-import secrets
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -90,6 +86,24 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kfs_core.catalog import PartitionCatalog, PartitionState, SegmentEntry, TopicRegistry, layout
 from kfs_core.errors import KfsError, UnknownTopic
 from kfs_core.log.wal_manager import emergency_pause_key, is_paused
+from kfs_core.reports import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    RUN_ID_PATTERN,
+    STATUS_ERROR,
+    STATUS_FAILED,
+    STATUS_OK,
+    STATUS_PAUSED,
+    RunSummary,
+    SparkInfo,
+    exit_code_for,
+    new_run_id,
+    redact_url,
+    report_key,
+    run_files_prefix,
+)
 from kfs_core.storage import ObjectStore, open_store
 
 if TYPE_CHECKING:
@@ -101,6 +115,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "REPORTS_DIR",
     "STATUS_ERROR",
     "STATUS_FAILED",
     "STATUS_OK",
@@ -125,20 +140,7 @@ __all__ = [
     "write_json",
 ]
 
-STATUS_OK = "ok"
-STATUS_FAILED = "failed"
-STATUS_PAUSED = "paused"
-STATUS_ERROR = "error"
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_ERROR = 3
-
 REPORTS_DIR = "_reports"
-
-#: What ``--run-id`` accepts: it becomes part of report object keys.
-RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class UsageError(ValueError):
@@ -278,17 +280,6 @@ def coerce_options(
     if not args.store_url:
         parser.error("--store-url is required (or set KFS_STORE_URL)")
     return cls.from_namespace(args)
-
-
-def redact_url(url: str) -> str:
-    """``url`` without any user:password part (for reports and logs)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=host))
 
 
 # --- Spark -----------------------------------------------------------------
@@ -495,17 +486,6 @@ def map_in_executors(
 # --- life cycle and reports ---------------------------------------------------
 
 
-def new_run_id(now: _dt.datetime | None = None) -> str:
-    """``20240102T030405Z-1a2b3c``: UTC time (sorts by start) and 24 random bits."""
-    now = now or _dt.datetime.now(_dt.UTC)
-    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
-
-
-def report_key(namespace: str, job: str, run_id: str) -> str:
-    """``{ns}/_reports/{job}/{run_id}.json``: where a run's summary is stored."""
-    return layout.join(namespace, REPORTS_DIR, job, f"{run_id}.json")
-
-
 def write_json(store: ObjectStore, key: str, doc: Mapping[str, Any]) -> None:
     store.put(key, json.dumps(doc, indent=2, sort_keys=True, default=str).encode("utf-8"))
 
@@ -579,7 +559,7 @@ class JobContext:
     @property
     def report_prefix(self) -> str:
         """``{ns}/_reports/{job}/{run_id}/``: for a job's extra report files."""
-        return layout.join(self.namespace, REPORTS_DIR, self.job, self.run_id) + "/"
+        return run_files_prefix(self.namespace, self.job, self.run_id)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -590,12 +570,12 @@ class JobContext:
         finally:
             self.timings[name] = round(self.timings.get(name, 0.0) + time.monotonic() - start, 3)
 
-    def spark_info(self) -> dict[str, Any] | None:
+    def spark_info(self) -> SparkInfo | None:
         """Master and application id of the session this run used (None: it used none)."""
         if self._spark is None:
             return None
         context = self._spark.sparkContext
-        return {"master": context.master, "app_id": context.applicationId}
+        return SparkInfo(master=context.master, app_id=context.applicationId)
 
     def check_paused(self) -> bool:
         """True if the daemon's emergency pause flag is set (mutating jobs re-check it)."""
@@ -647,51 +627,43 @@ def execute(
             raise
         summary = _summary(ctx, result, started, t0)
         _publish(store, summary)
-        return summary
+        return summary.model_dump()
     finally:
         store.close()
 
 
-def _exit_code(status: str, options: JobOptions) -> int:
-    return {
-        STATUS_OK: EXIT_OK,
-        STATUS_FAILED: EXIT_FAILED,
-        STATUS_PAUSED: options.paused_exit_code,
-    }.get(status, EXIT_ERROR)
-
-
-def _summary(ctx: JobContext, result: JobResult, started: float, t0: float) -> dict[str, Any]:
+def _summary(ctx: JobContext, result: JobResult, started: float, t0: float) -> RunSummary:
     duration = round(time.monotonic() - t0, 3)
     options = ctx.options
-    return {
-        "job": ctx.job,
-        "run_id": ctx.run_id,
-        "status": result.status,
-        "message": result.message,
-        "exit_code": _exit_code(result.status, options),
-        "namespace": options.namespace,
-        "store_url": redact_url(options.store_url),
-        "topics": list(options.topics) if options.topics is not None else None,
-        "dry_run": options.dry_run,
-        "options": options.as_dict(),
-        "started_at": _isoformat(started),
-        "finished_at": _isoformat(started + duration),
-        "duration_s": duration,
-        "timings": dict(ctx.timings),
-        "counts": dict(result.counts),
-        "spark": ctx.spark_info(),
-        "details": dict(result.details),
-        "report_key": report_key(options.namespace, ctx.job, ctx.run_id),
-    }
+    return RunSummary(
+        job=ctx.job,
+        run_id=ctx.run_id,
+        status=result.status,
+        message=result.message,
+        exit_code=exit_code_for(result.status, paused_exit_code=options.paused_exit_code),
+        namespace=options.namespace,
+        store_url=redact_url(options.store_url),
+        topics=list(options.topics) if options.topics is not None else None,
+        dry_run=options.dry_run,
+        options=options.as_dict(),
+        started_at=_isoformat(started),
+        finished_at=_isoformat(started + duration),
+        duration_s=duration,
+        timings=dict(ctx.timings),
+        counts=dict(result.counts),
+        spark=ctx.spark_info(),
+        details=dict(result.details),
+        report_key=report_key(options.namespace, ctx.job, ctx.run_id),
+    )
 
 
-def _publish(store: ObjectStore, summary: dict[str, Any]) -> None:
-    write_json(store, summary["report_key"], summary)
-    counts = " ".join(f"{k}={v}" for k, v in sorted(summary["counts"].items()))
+def _publish(store: ObjectStore, summary: RunSummary) -> None:
+    store.put(summary.report_key, summary.to_json())
+    counts = " ".join(f"{k}={v}" for k, v in sorted(summary.counts.items()))
     line = (
-        f"kfs {summary['job']} {summary['status'].upper()}: {summary['message']}"
+        f"kfs {summary.job} {summary.status.upper()}: {summary.message}"
         f"{' [' + counts + ']' if counts else ''} "
-        f"(run {summary['run_id']}, {summary['duration_s']:.1f}s, report {summary['report_key']})"
+        f"(run {summary.run_id}, {summary.duration_s:.1f}s, report {summary.report_key})"
     )
     print(line, flush=True)
 

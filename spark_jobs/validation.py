@@ -85,6 +85,7 @@ from kfs_core.formats.segment import (
     parse_object_name,
 )
 from kfs_core.records.header import batch_crc, read_batch_header
+from kfs_core.reports import VALIDATION_JOB, ValidationReport, validation_report_key
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import JobContext, JobOptions, JobResult, SegmentDescriptor
@@ -93,7 +94,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-JOB = "validation"
+JOB = VALIDATION_JOB
 FAIL_ON = ("critical", "any", "none")
 DEFAULT_ORPHAN_GRACE_S = 600.0
 #: Rows with problems kept in the report (all of them are in the DataFrame).
@@ -846,32 +847,34 @@ def _validate_job(ctx: JobContext, options: ValidationOptions) -> JobResult:
     failing = selected[options.fail_on]
     counts = _counts(rows)
     problems = [r for r in rows if r["error"]][:MAX_REPORTED_ROWS]
-    report = {
-        "run_id": ctx.run_id,
-        "job": JOB,
-        "namespace": ctx.namespace,
-        "topics": list(options.topics) if options.topics is not None else None,
-        "success": not failed,
-        "fail_on": options.fail_on,
-        "failed_expectations": [o["id"] for o in failed],
-        "critical_failures": critical,
-        "index_only_failure": index_only,
-        "statistics": {
-            "evaluated_expectations": len(outcomes),
-            "successful_expectations": len(outcomes) - len(failed),
-            "unsuccessful_expectations": len(failed),
-        },
-        "counts": counts,
-        "expectations": outcomes,
-        "problems": problems,
-        "problems_truncated": len([r for r in rows if r["error"]]) > len(problems),
-        "data_docs_index": docs_index,
-        "timings": dict(ctx.timings),
-    }
+    report = ValidationReport.model_validate(
+        {
+            "run_id": ctx.run_id,
+            "job": JOB,
+            "namespace": ctx.namespace,
+            "topics": list(options.topics) if options.topics is not None else None,
+            "success": not failed,
+            "fail_on": options.fail_on,
+            "failed_expectations": [o["id"] for o in failed],
+            "critical_failures": critical,
+            "index_only_failure": index_only,
+            "statistics": {
+                "evaluated_expectations": len(outcomes),
+                "successful_expectations": len(outcomes) - len(failed),
+                "unsuccessful_expectations": len(failed),
+            },
+            "counts": counts,
+            "expectations": outcomes,
+            "problems": problems,
+            "problems_truncated": len([r for r in rows if r["error"]]) > len(problems),
+            "data_docs_index": docs_index,
+            "timings": dict(ctx.timings),
+        }
+    )
     report_key = None
     if not options.dry_run:
-        report_key = ctx.report_prefix + "report.json"
-        common.write_json(ctx.store, report_key, report)
+        report_key = validation_report_key(ctx.namespace, ctx.run_id)
+        ctx.store.put(report_key, report.to_json())
     status = common.STATUS_FAILED if failing else common.STATUS_OK
     if failed:
         message = (
@@ -885,8 +888,8 @@ def _validate_job(ctx: JobContext, options: ValidationOptions) -> JobResult:
         "data_docs_index": docs_index,
         "index_only_failure": index_only,
         "critical_failures": critical,
-        "failed_expectations": report["failed_expectations"],
-        "report": report,
+        "failed_expectations": report.failed_expectations,
+        "report": report.model_dump(),
     }
     return JobResult(status, message, counts, details)
 

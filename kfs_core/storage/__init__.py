@@ -52,6 +52,8 @@ def open_store(url: str, **options: Any) -> ObjectStore:
     - ``s3://bucket[/prefix][?endpoint_url=…&region_name=…]`` →
       `S3ObjectStore`; ``options`` are its keyword arguments and win over the
       query, and the endpoint falls back to ``$KFS_S3_ENDPOINT_URL``.
+      Credentials (``aws_access_key_id``, ``aws_secret_access_key``,
+      ``aws_session_token``) are options only, never part of a URL.
 
     Options that are None or empty are ignored, so callers may pass their
     settings through whatever the scheme; others that do not apply to the

@@ -131,9 +131,13 @@ class S3ObjectStore(ObjectStore):
     ``endpoint_url`` defaults to ``$KFS_S3_ENDPOINT_URL`` (read once, here, so
     a pickled copy talks to the same endpoint); with a custom endpoint the
     client uses path-style addressing unless ``addressing_style`` says
-    otherwise.  Credentials come from the standard AWS chain.  ``client``
-    injects a ready boto3 S3 client; a pickled copy builds its own from the
-    other settings instead.
+    otherwise.  Credentials are ``aws_access_key_id`` and
+    ``aws_secret_access_key`` (with ``aws_session_token`` for temporary ones)
+    when given, else the standard AWS chain; given ones are this store's alone
+    (nothing is read from or written to ``os.environ`` for them), travel with a
+    pickled copy to Spark executors, and appear in neither `url` nor `repr`.
+    ``client`` injects a ready boto3 S3 client; a pickled copy builds its own
+    from the other settings instead.
     """
 
     def __init__(
@@ -150,6 +154,9 @@ class S3ObjectStore(ObjectStore):
         read_timeout: float = 60.0,
         max_pool_connections: int = 32,
         addressing_style: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
         client: Any = None,
     ) -> None:
         if not _BUCKET_NAME.match(bucket):
@@ -164,6 +171,10 @@ class S3ObjectStore(ObjectStore):
             raise ValueError(
                 f"addressing_style must be auto, path or virtual: {addressing_style!r}"
             )
+        if bool(aws_access_key_id) != bool(aws_secret_access_key):
+            raise ValueError("aws_access_key_id and aws_secret_access_key go together")
+        if aws_session_token and not aws_access_key_id:
+            raise ValueError("aws_session_token needs aws_access_key_id and aws_secret_access_key")
         self.bucket = bucket
         self.prefix = prefix
         self.endpoint_url = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
@@ -174,6 +185,16 @@ class S3ObjectStore(ObjectStore):
         self._max_pool_connections = max_pool_connections
         self._addressing_style = addressing_style or ("path" if self.endpoint_url else "auto")
         self._key_prefix = f"{prefix}/" if prefix else ""
+        # Keyword arguments of boto3's Session; empty: the standard AWS chain.
+        self._credentials: dict[str, str] = {
+            name: value
+            for name, value in (
+                ("aws_access_key_id", aws_access_key_id),
+                ("aws_secret_access_key", aws_secret_access_key),
+                ("aws_session_token", aws_session_token),
+            )
+            if value
+        }
         self._client: Any = client
         self._lock = threading.Lock()
         self.url = self._build_url()
@@ -227,7 +248,7 @@ class S3ObjectStore(ObjectStore):
             retries={"total_max_attempts": 1, "mode": "standard"},  # RetryPolicy retries
             s3={"addressing_style": self._addressing_style},
         )
-        return boto3.session.Session().client(
+        return boto3.session.Session(**self._credentials).client(
             "s3", endpoint_url=self.endpoint_url, region_name=self.region_name, config=config
         )
 

@@ -221,8 +221,8 @@ def topic_batches(
     """
     from airflow.sdk.exceptions import AirflowFailException
 
-    hook = KfsHook(kfs_conn_id=kfs_conn_id)
-    known = hook.list_topics()
+    with KfsHook(kfs_conn_id=kfs_conn_id) as hook:
+        known = hook.list_topics()
     wanted = _split(requested)
     if wanted:
         unknown = [t for t in wanted if t not in known]
@@ -284,17 +284,10 @@ def index_repair_conf(
     topics: list[str] = []
     report_key = details.get("report_key")
     if report_key:
-        import json
-
-        store = KfsHook(kfs_conn_id=kfs_conn_id).get_store()
-        try:
-            report = json.loads(store.get(report_key))
-        finally:
-            store.close()
-        if not report.get("problems_truncated"):
-            topics = sorted(
-                {row["topic"] for row in report.get("problems", []) if row.get("topic")}
-            )
+        with KfsHook(kfs_conn_id=kfs_conn_id) as hook:
+            report = hook.read_validation_report(report_key)
+        if not report.problems_truncated:
+            topics = report.problem_topics()
     return {"topics": ",".join(topics), "dry_run": False}
 
 

@@ -11,21 +11,36 @@ Connection ``kfs_default`` (type ``kfs``)::
     login     AWS access key id      (optional; else the usual AWS chain)
     password  AWS secret access key  (optional)
 
+The extra may also hold ``aws_session_token`` (temporary credentials).  The
+credentials go to the store client itself, never into ``os.environ``: a key
+rotated in the connection is used by the next hook (every task and every page
+request makes its own), and no other boto3 user in the process sees it.
+
 As an environment variable, e.g. ``AIRFLOW_CONN_KFS_DEFAULT='{"conn_type": "kfs",
 "extra": {"store_url": "file:///srv/kfs/store", "namespace": "default"}}'``.
 
-The hook owns the store client and the daemon's Kafka admin client.  Operators
-and sensors ask it for the store, the topics, and the command-line arguments
-and environment a Spark job needs; the KFS page asks it for the consumer groups
-(`consumer_groups`), which live in the daemon, not in the store.
+The hook owns the store client and the daemon's Kafka admin client, and every
+read of the store the plugin makes.  Operators and sensors ask it for the
+topics, the catalog, a run's summary (`run_summary`) and the command-line
+arguments and environment a Spark job needs; the KFS page asks it for the
+catalog, the run history (`report_history`), the data-quality reports
+(`validation_report`), the Data Docs files, and the consumer groups
+(`consumer_groups`), which live in the daemon, not in the store.  The reports
+are `kfs_core.reports` models, the same the jobs write.
+
+A hook reads its connection once.  The readers share one store client
+(`get_conn`), opened on first use and closed by `close` (or ``with KfsHook()
+as hook:``); `get_store` opens a separate one the caller closes.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
@@ -37,12 +52,15 @@ if TYPE_CHECKING:
 
     from kfs_airflow.groups import ConsumerGroup
     from kfs_core.catalog import PartitionState, TopicRegistry
+    from kfs_core.reports import RunSummary, StoredRun, ValidationReport
     from kfs_core.storage import ObjectStore
 
 __all__ = ["ADMIN_TIMEOUT_S", "KfsConnectionError", "KfsHook"]
 
 #: How long the consumer-group read may take in all (the page waits for it).
 ADMIN_TIMEOUT_S = 5.0
+#: Run summaries read at once by `report_history`.
+_SUMMARY_THREADS = 8
 
 
 class KfsConnectionError(ValueError):
@@ -60,6 +78,19 @@ class KfsHook(BaseHook):
     def __init__(self, kfs_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.kfs_conn_id = kfs_conn_id
+        self._store: ObjectStore | None = None
+        self._store_lock = threading.Lock()
+
+    def __enter__(self) -> KfsHook:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
@@ -101,6 +132,7 @@ class KfsHook(BaseHook):
             "region_name": str(extra.get("region_name") or ""),
             "aws_access_key_id": conn.login or "",
             "aws_secret_access_key": conn.password or "",
+            "aws_session_token": str(extra.get("aws_session_token") or ""),
         }
 
     @property
@@ -124,39 +156,68 @@ class KfsHook(BaseHook):
     def is_s3(self) -> bool:
         return self.store_url.lower().startswith("s3://")
 
-    # --- clients --------------------------------------------------------------
+    # --- store clients ----------------------------------------------------------
 
     def get_conn(self) -> ObjectStore:
-        """The object store of the connection (Airflow's name for the client)."""
-        return self.get_store()
+        """The hook's store client (Airflow's name for it): opened once, shared by the readers.
+
+        Opening it checks the connection: a missing store URL or an unusable
+        one raises `KfsConnectionError` here.  `close` closes it.
+        """
+        with self._store_lock:
+            if self._store is None:
+                self._store = self.get_store()
+            return self._store
+
+    def close(self) -> None:
+        """Close the shared store client (a later read opens a new one)."""
+        with self._store_lock:
+            store, self._store = self._store, None
+        if store is not None:
+            store.close()
 
     def get_store(self) -> ObjectStore:
+        """A new client for the connection's store; the caller closes it.
+
+        S3 credentials from the connection are handed to the store itself (as
+        the amazon provider's hooks hand them to boto3), never put into
+        ``os.environ``; without them the store uses the standard AWS chain
+        (an instance profile, ``AWS_PROFILE`` ...).
+        """
         from kfs_core.storage import open_store
 
-        if not self.is_s3:
-            try:
+        settings = self._settings
+        try:
+            if not self.is_s3:
                 return open_store(self.store_url)
-            except ValueError as exc:
-                raise KfsConnectionError(f"connection {self.kfs_conn_id!r}: {exc}") from None
-        env = self.job_env()
-        # boto3 reads credentials from the environment; the hook only sets what the
-        # connection gives, so an instance profile or AWS_PROFILE still works.
-        for name, value in env.items():
-            os.environ.setdefault(name, value)
-        return open_store(
-            self.store_url,
-            endpoint_url=self._settings["s3_endpoint_url"] or None,
-            region_name=self._settings["region_name"] or None,
-        )
+            return open_store(
+                self.store_url,
+                endpoint_url=settings["s3_endpoint_url"] or None,
+                region_name=settings["region_name"] or None,
+                aws_access_key_id=settings["aws_access_key_id"] or None,
+                aws_secret_access_key=settings["aws_secret_access_key"] or None,
+                aws_session_token=settings["aws_session_token"] or None,
+            )
+        except ValueError as exc:
+            raise KfsConnectionError(f"connection {self.kfs_conn_id!r}: {exc}") from None
+
+    # --- the catalog ----------------------------------------------------------------
 
     def topics(self) -> TopicRegistry:
+        """The namespace's topic registry, on the hook's store client."""
         from kfs_core.catalog import TopicRegistry
 
-        return TopicRegistry(self.get_store(), self.namespace)
+        return TopicRegistry(self.get_conn(), self.namespace)
 
     def list_topics(self) -> list[str]:
         """The namespace's topics, sorted."""
         return sorted(self.topics().list_topics())
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState:
+        """The newest catalog state of one partition."""
+        from kfs_core.catalog import PartitionCatalog
+
+        return PartitionCatalog(self.get_conn(), self.namespace, topic, partition).load()
 
     def partition_states(self, topics: Iterable[str] | None = None) -> list[PartitionState]:
         """The newest catalog state of every partition of ``topics`` (default: all), sorted.
@@ -176,6 +237,116 @@ class KfsHook(BaseHook):
             ]
         finally:
             store.close()
+
+    # --- the jobs' reports ------------------------------------------------------------
+
+    def _read_json(self, key: str) -> dict[str, Any]:
+        doc = json.loads(self.get_conn().get(key))
+        if not isinstance(doc, dict):
+            raise ValueError(f"{key} holds a JSON {type(doc).__name__}, not an object")
+        return doc
+
+    def run_summary(self, job: str, run_id: str) -> RunSummary | None:
+        """The summary run ``run_id`` of ``job`` stored; None when it stored none.
+
+        A summary that cannot be read or parsed raises.
+        """
+        from kfs_core.errors import ObjectNotFound
+        from kfs_core.reports import RunSummary, report_key
+
+        try:
+            doc = self._read_json(report_key(self.namespace, job, run_id))
+        except ObjectNotFound:
+            return None
+        return RunSummary.model_validate(doc)
+
+    def run_ids(self, job: str) -> list[str]:
+        """The ids of the runs of ``job`` that stored a summary, newest first."""
+        from kfs_core.reports import reports_prefix, run_id_of
+
+        prefix = reports_prefix(self.namespace, job)
+        found = (run_id_of(self.namespace, job, info.key) for info in self.get_conn().list(prefix))
+        return sorted((run_id for run_id in found if run_id is not None), reverse=True)
+
+    def report_history(self, job: str, *, max_runs: int = 20) -> list[StoredRun]:
+        """The newest ``max_runs`` runs of ``job``, newest first (the page's tables and trend).
+
+        Listing errors raise; a summary that cannot be read or parsed is a
+        `StoredRun` with its ``error``, so one bad object hides nothing else.
+        """
+        from kfs_core.reports import RunSummary, StoredRun, report_key
+
+        def read(run_id: str) -> StoredRun:
+            try:
+                doc = self._read_json(report_key(self.namespace, job, run_id))
+                return StoredRun(run_id, RunSummary.model_validate(doc))
+            except Exception as exc:  # noqa: BLE001 - the reader shows it
+                return StoredRun(run_id, error=exc)
+
+        run_ids = self.run_ids(job)[:max_runs]
+        if not run_ids:
+            return []
+        with ThreadPoolExecutor(min(_SUMMARY_THREADS, len(run_ids))) as pool:
+            return list(pool.map(read, run_ids))
+
+    def read_validation_report(self, key: str) -> ValidationReport:
+        """The data-quality report stored at ``key`` (a summary's ``details.report_key``)."""
+        from kfs_core.reports import ValidationReport
+
+        return ValidationReport.model_validate(self._read_json(key))
+
+    def validation_report(self, summary: RunSummary) -> ValidationReport | None:
+        """The data-quality report of a validation run; None when the run made none.
+
+        It is the summary's ``details.report``, else the ``report.json`` that
+        ``details.report_key`` names (`kfs_core.errors.ObjectNotFound` when that
+        object is missing).  Paused runs and dry runs' failures to start have neither.
+        """
+        from kfs_core.reports import ValidationReport
+
+        embedded = summary.details.get("report")
+        if isinstance(embedded, dict) and embedded:
+            return ValidationReport.model_validate(embedded)
+        key = summary.detail_str("report_key")
+        return self.read_validation_report(key) if key else None
+
+    def latest_validation_report(
+        self, *, max_runs: int = 20
+    ) -> tuple[RunSummary, ValidationReport] | None:
+        """The newest of the last ``max_runs`` validation runs that has a report, with it."""
+        from kfs_core.reports import VALIDATION_JOB
+
+        for run in self.report_history(VALIDATION_JOB, max_runs=max_runs):
+            if run.summary is None:
+                continue
+            try:
+                report = self.validation_report(run.summary)
+            except Exception:  # noqa: BLE001 - an unreadable report is no report
+                continue
+            if report is not None:
+                return run.summary, report
+        return None
+
+    def validation_page(self, run_id: str) -> str | None:
+        """Path inside the run's ``data_docs/`` of its validation result page (one per run)."""
+        from kfs_core.reports import data_docs_prefix
+
+        prefix = data_docs_prefix(self.namespace, run_id)
+        for info in self.get_conn().list(prefix + "validations/"):
+            if info.key.endswith(".html"):
+                return info.key[len(prefix) :]
+        return None
+
+    def data_docs_file(self, run_id: str, path: str) -> bytes | None:
+        """A file of a validation run's Data Docs; None if ``run_id``/``path`` leave them.
+
+        ``path`` is relative to the run's ``data_docs/`` (`kfs_core.reports.data_docs_key`
+        refuses anything else); a missing file raises `kfs_core.errors.ObjectNotFound`.
+        """
+        from kfs_core.reports import data_docs_key
+
+        key = data_docs_key(self.namespace, run_id, path)
+        return None if key is None else self.get_conn().get(key)
 
     # --- the daemon ---------------------------------------------------------------
 
@@ -246,6 +417,8 @@ class KfsHook(BaseHook):
             env["AWS_ACCESS_KEY_ID"] = self._settings["aws_access_key_id"]
         if self._settings["aws_secret_access_key"]:
             env["AWS_SECRET_ACCESS_KEY"] = self._settings["aws_secret_access_key"]
+        if self._settings["aws_session_token"]:
+            env["AWS_SESSION_TOKEN"] = self._settings["aws_session_token"]
         if self._settings["region_name"]:
             env["AWS_DEFAULT_REGION"] = self._settings["region_name"]
         return env
@@ -255,4 +428,6 @@ class KfsHook(BaseHook):
             topics = self.list_topics()
         except Exception as exc:  # Airflow shows the message in the connection form
             return False, str(exc)
+        finally:
+            self.close()
         return True, f"{self.store_url} namespace {self.namespace!r}: {len(topics)} topics"

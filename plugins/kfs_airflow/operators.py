@@ -18,10 +18,11 @@ Spark itself comes from the ``spark_default`` connection (master ``local[*]``,
 provider would fall back to YARN; this operator runs ``local[*]`` instead and
 says so in the log.
 
-After spark-submit the operator reads the run's summary from the store and
-returns it, trimmed to what fits an XCom (`compact_summary`), also under the
-XCom key ``summary`` - pushed before the task fails, too, so downstream tasks
-with a trigger rule can see why.  The job's exit status decides the outcome:
+After spark-submit the operator asks the hook for the run's summary
+(`KfsHook.run_summary`, a `kfs_core.reports.RunSummary`) and returns it,
+trimmed to what fits an XCom (`compact_summary`), also under the XCom key
+``summary`` - pushed before the task fails, too, so downstream tasks with a
+trigger rule can see why.  The job's exit status decides the outcome:
 
 - ``ok`` / ``paused`` (exit 0): success;
 - ``failed`` (exit 1: the job ran and found or left problems, e.g. a failed
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
+import importlib.util
 import logging
 import os
 import re
@@ -51,6 +52,7 @@ from airflow.sdk import Asset, BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from kfs_airflow.hooks import KfsHook
+from kfs_core.reports import EXIT_USAGE, JOBS, STATUS_FAILED, STATUS_OK, RunSummary, report_key
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -65,15 +67,8 @@ __all__ = [
     "spark_submit_env",
 ]
 
-#: The maintenance jobs, as named in ``spark_jobs/``.
-JOBS = ("checkpoint", "compaction", "index_rebuild", "retention", "validation")
-
 #: The Spark master used when the Spark connection does not exist.
 LOCAL_MASTER = "local[*]"
-
-# Exit statuses of spark_jobs.common.main that retrying cannot fix.
-_STATUS_FAILED = "failed"
-_EXIT_USAGE = 2
 
 _SUMMARY_KEYS = (
     "job",
@@ -97,9 +92,11 @@ def job_application(job: str) -> str:
     """The path of ``spark_jobs/<job>.py`` (the application spark-submit runs)."""
     if job not in JOBS:
         raise ValueError(f"unknown KFS job {job!r}; jobs: {', '.join(JOBS)}")
-    import spark_jobs  # the package only: its modules (pyspark, GX) stay unimported
-
-    return str(Path(spark_jobs.__file__).parent / f"{job}.py")
+    # Found, not imported: the plugin shares only kfs_core's contract with the jobs.
+    spec = importlib.util.find_spec("spark_jobs")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("the spark_jobs package is not installed")
+    return str(Path(next(iter(spec.submodule_search_locations))) / f"{job}.py")
 
 
 def spark_submit_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -134,13 +131,16 @@ def _is_small(value: Any) -> bool:
     return False
 
 
-def compact_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+def compact_summary(summary: RunSummary | Mapping[str, Any]) -> dict[str, Any]:
     """A job summary without its bulky parts (per-partition lists, the validation report).
 
     Keeps the common keys and the ``details`` entries that are scalars or short
     lists of scalars (validation's ``index_only_failure``, ``critical_failures``,
     ``report_key``, ...).  The full summary stays in the store at ``report_key``.
+    A key the summary does not hold is None.
     """
+    if isinstance(summary, RunSummary):
+        summary = summary.model_dump(exclude_unset=True)
     doc = {key: summary.get(key) for key in _SUMMARY_KEYS}
     details = summary.get("details") or {}
     doc["details"] = {k: v for k, v in details.items() if _is_small(v)}
@@ -276,7 +276,7 @@ class KfsSparkJobOperator(SparkSubmitOperator):
             summary = self._read_summary(kfs, run_id)
             if summary is not None:
                 ti.xcom_push(key="summary", value=summary)
-            elif _exit_code(exc) != _EXIT_USAGE:
+            elif _exit_code(exc) != EXIT_USAGE:
                 raise  # no summary: spark-submit or the job broke before it wrote one
             raise self._failure(summary, exc) from exc
         summary = self._read_summary(kfs, run_id)
@@ -286,44 +286,36 @@ class KfsSparkJobOperator(SparkSubmitOperator):
                 f"at {self._summary_key(kfs, run_id)}"
             )
         ti.xcom_push(key="summary", value=summary)
-        level = logging.INFO if summary["status"] == "ok" else logging.WARNING  # e.g. paused
+        level = logging.INFO if summary["status"] == STATUS_OK else logging.WARNING  # e.g. paused
         self.log.log(level, "kfs %s %s: %s", self.job, summary["status"], summary["message"])
         self._describe_outlet_events(context, summary)
         return summary
 
     def _failure(self, summary: Mapping[str, Any] | None, exc: BaseException) -> AirflowException:
         if summary is None:
-            text = f"kfs {self.job}: bad arguments (exit {_EXIT_USAGE}); see the log above"
+            text = f"kfs {self.job}: bad arguments (exit {EXIT_USAGE}); see the log above"
         else:
             text = (
                 f"kfs {self.job} {summary.get('status')}: {summary.get('message')} "
                 f"(summary {summary.get('report_key')})"
             )
-        if _exit_code(exc) == _EXIT_USAGE or (summary or {}).get("status") == _STATUS_FAILED:
+        if _exit_code(exc) == EXIT_USAGE or (summary or {}).get("status") == STATUS_FAILED:
             return AirflowFailException(text)  # the same input fails the same way: no retry
         return AirflowException(text)
 
     def _summary_key(self, kfs: KfsHook, run_id: str) -> str:
-        from spark_jobs.common import report_key
-
         return report_key(kfs.namespace, self.job, run_id)
 
     def _read_summary(self, kfs: KfsHook, run_id: str) -> dict[str, Any] | None:
         """The run's stored summary, compacted; None when the run never wrote one."""
-        from kfs_core.errors import ObjectNotFound
-
-        key = self._summary_key(kfs, run_id)
-        store = kfs.get_store()
         try:
-            doc = json.loads(store.get(key))
-        except ObjectNotFound:
-            return None
+            summary = kfs.run_summary(self.job, run_id)
         except Exception:  # noqa: BLE001 - the task's own error is the one to report
-            self.log.exception("could not read the run summary %s", key)
+            self.log.exception("could not read the run summary %s", self._summary_key(kfs, run_id))
             return None
         finally:
-            store.close()
-        return compact_summary(doc)
+            kfs.close()
+        return None if summary is None else compact_summary(summary)
 
     def _describe_outlet_events(self, context: Context, summary: Mapping[str, Any]) -> None:
         """Put the run's headline into the extra of every asset event this task emits."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
+from typing import Any
 
 import pytest
 
@@ -116,3 +118,104 @@ def test_consumer_groups_stop_at_the_deadline_when_the_daemon_is_silent(
         with pytest.raises(DaemonUnreachable, match=f"no answer from the daemon at {address}"):
             KfsHook().consumer_groups(timeout_s=1.0)
         assert time.monotonic() - started < 5
+
+
+def _s3_connection(monkeypatch: pytest.MonkeyPatch, key: str, secret: str, **extra: str) -> None:
+    conn = {
+        "conn_type": "kfs",
+        "login": key,
+        "password": secret,
+        "extra": {"store_url": "s3://kfs-data/prod", "namespace": "prod",
+                  "s3_endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1", **extra},
+    }  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", json.dumps(conn))
+
+
+def _signing_credentials(store: Any) -> tuple[str, str, str | None]:
+    """The key the store's boto3 client signs its requests with (no request is sent)."""
+    credentials = store.client._request_signer._credentials.get_frozen_credentials()
+    return credentials.access_key, credentials.secret_key, credentials.token
+
+
+def test_get_store_hands_the_keys_to_the_store_and_leaves_the_environment_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kfs_airflow.hooks import KfsHook
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    _s3_connection(monkeypatch, "AKIAFIRST", "first-secret")
+    environ = dict(os.environ)
+    store = KfsHook().get_store()
+    assert _signing_credentials(store) == ("AKIAFIRST", "first-secret", None)
+    assert "first-secret" not in store.url + repr(store)
+    store.close()
+    assert dict(os.environ) == environ
+
+    # The key is rotated in the connection: the next hook's store signs with the new one
+    # (an os.environ.setdefault would have kept the first key for the whole process).
+    _s3_connection(monkeypatch, "AKIAROTATED", "rotated-secret", aws_session_token="token")
+    environ = dict(os.environ)
+    with KfsHook() as hook:
+        assert _signing_credentials(hook.get_store()) == (
+            "AKIAROTATED", "rotated-secret", "token",
+        )  # fmt: skip
+        assert _signing_credentials(hook.get_conn()) == (
+            "AKIAROTATED", "rotated-secret", "token",
+        )  # fmt: skip
+        assert hook.job_env()["AWS_SESSION_TOKEN"] == "token"  # spark-submit's own process
+    assert dict(os.environ) == environ
+
+
+def test_a_key_without_its_secret_is_a_connection_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kfs_airflow.hooks import KfsConnectionError, KfsHook
+
+    _s3_connection(monkeypatch, "AKIAONLY", "")
+    with pytest.raises(KfsConnectionError, match="go together"):
+        KfsHook().get_store()
+
+
+def test_the_hook_reads_run_summaries_history_and_validation_reports(kfs_connection: str) -> None:
+    from kfs_airflow.hooks import KfsHook
+
+    from kfs_core.errors import ObjectNotFound
+    from kfs_core.reports import VALIDATION_JOB, report_key, validation_report_key
+
+    store = open_store(kfs_connection)
+    old, embedded, by_key, broken, missing = (f"20240101T00000{i}Z-aaaaaa" for i in range(5))
+    report = {"success": False, "failed_expectations": ["body_crc"],
+              "problems": [{"topic": "t"}], "problems_truncated": False}  # fmt: skip
+
+    def summary(run_id: str, **details: Any) -> None:
+        doc = {"job": VALIDATION_JOB, "run_id": run_id, "status": "ok", "details": details}
+        store.put(report_key("default", VALIDATION_JOB, run_id), json.dumps(doc).encode())
+
+    summary(old, report={"success": True})
+    summary(embedded, report=report)
+    store.put(validation_report_key("default", by_key), json.dumps(report).encode())
+    summary(by_key, report_key=validation_report_key("default", by_key))
+    store.put(report_key("default", VALIDATION_JOB, broken), b"{")
+    summary(missing, report_key=validation_report_key("default", missing))
+    store.close()
+
+    with KfsHook() as hook:
+        assert hook.run_summary(VALIDATION_JOB, "20990101T000000Z-ffffff") is None
+        found = hook.run_summary(VALIDATION_JOB, embedded)
+        assert found is not None and found.run_id == embedded
+        history = hook.report_history(VALIDATION_JOB)
+        assert [run.run_id for run in history] == [missing, broken, by_key, embedded, old]
+        assert [run.run_id for run in hook.report_history(VALIDATION_JOB, max_runs=2)] == [
+            missing, broken,
+        ]  # fmt: skip
+        assert history[1].summary is None and type(history[1].error).__name__ == "JSONDecodeError"
+        with pytest.raises(ObjectNotFound):
+            hook.validation_report(history[0].summary)  # type: ignore[arg-type]
+        from_key = hook.validation_report(history[2].summary)  # type: ignore[arg-type]
+        from_details = hook.validation_report(history[3].summary)  # type: ignore[arg-type]
+        assert from_key == from_details and from_key is not None
+        assert from_key.problem_topics() == ["t"] and from_key.success is False
+        latest = hook.latest_validation_report()
+        assert latest is not None and latest[0].run_id == by_key
+        assert hook.data_docs_file(by_key, "../report.json") is None
+        with pytest.raises(ObjectNotFound):
+            hook.data_docs_file(by_key, "index.html")

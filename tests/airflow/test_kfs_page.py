@@ -163,11 +163,21 @@ def reported_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 # --- the read model -----------------------------------------------------------------
 
 
-def test_overview_of_topics_partitions_and_runs(reported_store: str) -> None:
+def _hook(monkeypatch: pytest.MonkeyPatch, store_url: str) -> Any:
+    """The `KfsHook` of namespace ``NS`` in ``store_url`` (what the page reads through)."""
+    from kfs_airflow.hooks import KfsHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(store_url, NS))
+    return KfsHook()
+
+
+def test_overview_of_topics_partitions_and_runs(
+    reported_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kfs_airflow.overview import read_overview
 
     store = open_store(reported_store)
-    overview = read_overview(store, NS)
+    overview = read_overview(_hook(monkeypatch, reported_store))
     assert overview.problems == []
     assert [t.name for t in overview.topics] == ["clicks", "orders"]
     orders = overview.topics[1]
@@ -208,11 +218,13 @@ def test_overview_of_topics_partitions_and_runs(reported_store: str) -> None:
     )
 
 
-def test_trend_chart_draws_one_bar_per_run_oldest_first(reported_store: str) -> None:
+def test_trend_chart_draws_one_bar_per_run_oldest_first(
+    reported_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kfs_airflow.overview import chart_points, read_overview
     from kfs_airflow.ui.chart import trend_svg
 
-    runs = chart_points(read_overview(open_store(reported_store), NS).validation)
+    runs = chart_points(read_overview(_hook(monkeypatch, reported_store)).validation)
     svg = str(trend_svg(runs))
     bars = re.findall(r'data-run-id="([^"]+)" data-passed="(\d+)" data-failed="(\d+)"', svg)
     evaluated = runs[0].evaluated
@@ -223,15 +235,19 @@ def test_trend_chart_draws_one_bar_per_run_oldest_first(reported_store: str) -> 
     assert str(trend_svg([])) == ""
 
 
-def test_empty_store_has_no_problems_only_nothing_to_show(tmp_path: Path) -> None:
+def test_empty_store_has_no_problems_only_nothing_to_show(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kfs_airflow.overview import read_overview
 
-    overview = read_overview(open_store(str(tmp_path / "empty")), NS)
+    overview = read_overview(_hook(monkeypatch, str(tmp_path / "empty")))
     assert (overview.topics, overview.validation, overview.compaction.runs) == ([], [], [])
     assert overview.problems == [] and overview.latest_report is None
 
 
-def test_damaged_catalogs_and_reports_become_messages(tmp_path: Path) -> None:
+def test_damaged_catalogs_and_reports_become_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kfs_airflow.overview import read_overview
 
     store = open_store(str(tmp_path / "store"))
@@ -250,7 +266,7 @@ def test_damaged_catalogs_and_reports_become_messages(tmp_path: Path) -> None:
         f"{NS}/_reports/validation/20240102T000000Z-abcdef.json", json.dumps(summary).encode()
     )
 
-    overview = read_overview(store, NS)
+    overview = read_overview(_hook(monkeypatch, str(tmp_path / "store")))
     assert overview.problems == []
     broken, orders = overview.topics
     assert broken.error is not None and "CorruptCatalog" in broken.error
@@ -265,7 +281,7 @@ def test_damaged_catalogs_and_reports_become_messages(tmp_path: Path) -> None:
 
 
 def test_a_summary_without_the_report_falls_back_to_report_json(
-    reported_store: str, tmp_path: Path
+    reported_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from kfs_airflow.overview import read_validation
 
@@ -276,10 +292,11 @@ def test_a_summary_without_the_report_falls_back_to_report_json(
             store.put(info.key, source.get(info.key))
     key = f"{NS}/_reports/validation/{DAMAGED_RUN}.json"
     summary = json.loads(store.get(key))
-    with_report = read_validation(store, NS)[0]
+    hook = _hook(monkeypatch, str(tmp_path / "copy"))
+    with_report = read_validation(hook)[0]
     del summary["details"]["report"]
     store.put(key, json.dumps(summary).encode())
-    assert read_validation(store, NS)[0] == with_report
+    assert read_validation(hook)[0] == with_report
 
 
 @pytest.mark.parametrize(
@@ -398,7 +415,7 @@ def test_json_and_data_docs_for_a_bearer_token(
     monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(reported_store, NS))
     auth = _login(client)
     data = client.get("/kfs/api/overview", headers=auth).json()
-    expected = read_overview(open_store(reported_store), NS).model_dump(mode="json")
+    expected = read_overview(_hook(monkeypatch, reported_store)).model_dump(mode="json")
     # The connection names no daemon: the groups section says so, the rest is the store's.
     assert data.pop("groups_problem").startswith("daemon address not configured")
     for doc in (data, expected):

@@ -407,3 +407,31 @@ def test_spark_submit_end_to_end(local_store: ObjectStore, tmp_path: Path) -> No
     assert summary["spark"]["master"] == "local[1]"
     assert summary["details"]["index_only_failure"] is True
     assert store.exists(summary["details"]["data_docs_index"])
+
+
+def test_the_summary_and_report_round_trip_through_their_models(
+    spark: Any, store: ObjectStore, written: list[WrittenPartition]
+) -> None:
+    """What the job stores is exactly `RunSummary` / `ValidationReport`, field for field."""
+    from kfs_core.reports import ExpectationOutcome, RunSummary, ValidationReport
+
+    _flip_batch_bit(store, written[0])
+    summary = _run(spark, store)
+    stored = store.get(summary["report_key"])
+    model = RunSummary.model_validate_json(stored)
+    assert model.to_json() == stored
+    assert set(RunSummary.model_fields) == set(json.loads(stored))
+    assert model.spark is not None and model.spark.master == "local[2]"
+    raw = store.get(summary["details"]["report_key"])
+    report = ValidationReport.model_validate_json(raw)
+    assert report.to_json() == raw
+    assert (
+        report.model_dump()
+        == json.loads(raw)
+        == json.loads(json.dumps(summary["details"]["report"]))
+    )
+    doc = json.loads(raw)
+    assert set(ValidationReport.model_fields) == set(doc)
+    assert all(set(ExpectationOutcome.model_fields) == set(e) for e in doc["expectations"])
+    assert {"batch_crc", "body_crc"} <= set(report.failed_expectations)
+    assert report.problem_topics() == [TOPIC]

@@ -190,3 +190,16 @@ def test_only_the_s3_module_imports_boto3() -> None:
         if re.search(r"^\s*(import|from)\s+(boto3|botocore)\b", path.read_text(), re.M)
     )
     assert importers == ["storage/s3.py"]
+
+
+def test_s3_credentials_are_options_never_url_parameters(tmp_path: Path) -> None:
+    store = open_store("s3://b1", aws_access_key_id="AKIA", aws_secret_access_key="secret")
+    assert isinstance(store, S3ObjectStore)
+    assert store._credentials == {"aws_access_key_id": "AKIA", "aws_secret_access_key": "secret"}
+    assert "secret" not in store.url
+    again = open_store(store.url)
+    assert isinstance(again, S3ObjectStore) and again._credentials == {}
+    with pytest.raises(ValueError, match="unknown query parameter"):
+        open_store("s3://b1?aws_access_key_id=AKIA")
+    with pytest.raises(ValueError, match="do not apply to a local directory store"):
+        open_store(str(tmp_path), aws_access_key_id="AKIA")

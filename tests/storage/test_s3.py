@@ -260,3 +260,38 @@ def test_invalid_configuration_is_rejected() -> None:
         S3ObjectStore("bucket", prefix="../up")
     with pytest.raises(ValueError, match="addressing_style"):
         S3ObjectStore("bucket", addressing_style="sideways")
+
+
+def test_explicit_credentials_sign_requests_and_travel_with_a_pickled_copy(
+    moto_server: str, s3_bucket: str
+) -> None:
+    store = S3ObjectStore(
+        s3_bucket,
+        prefix=f"creds-{uuid.uuid4().hex[:8]}",
+        endpoint_url=moto_server,
+        aws_access_key_id="AKIAEXPLICIT",
+        aws_secret_access_key="explicit-secret",
+        aws_session_token="explicit-token",
+    )
+    store.put("k", b"v")
+
+    def signing(s: S3ObjectStore) -> tuple[str, str, str | None]:
+        frozen = s.client._request_signer._credentials.get_frozen_credentials()
+        return frozen.access_key, frozen.secret_key, frozen.token
+
+    assert signing(store) == ("AKIAEXPLICIT", "explicit-secret", "explicit-token")
+    assert "explicit" not in store.url and "explicit" not in repr(store)
+    copy = pickle.loads(pickle.dumps(store))  # what a Spark executor gets
+    assert copy.get("k") == b"v"
+    assert signing(copy) == signing(store)
+    store.close()
+    copy.close()
+
+
+def test_credentials_come_in_pairs() -> None:
+    with pytest.raises(ValueError, match="go together"):
+        S3ObjectStore("bucket", aws_access_key_id="AKIA")
+    with pytest.raises(ValueError, match="go together"):
+        S3ObjectStore("bucket", aws_secret_access_key="secret")
+    with pytest.raises(ValueError, match="aws_session_token needs"):
+        S3ObjectStore("bucket", aws_session_token="token")

@@ -20,7 +20,8 @@ The consumer-groups section comes from the daemon, not the store: the same
 connection's ``bootstrap_servers`` (`KfsHook.consumer_groups`), read while the
 store is read.  No address, or a daemon that does not answer within the hook's
 short deadline, is a message in that section; the rest of the page is unaffected.
-The app itself opens nothing: every read goes through the hook.
+The app itself opens nothing: every read, of the store or of the daemon, goes
+through the hook, which is closed when the request is answered.
 
 Data Docs pages are GX's HTML as the validation job stored it, except that
 their stylesheets and scripts come from ``/static/datadocs`` instead of public
@@ -33,7 +34,7 @@ import mimetypes
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -44,7 +45,6 @@ from kfs_airflow.groups import ConsumerGroup, DaemonNotConfigured, DaemonUnreach
 from kfs_airflow.overview import (
     Overview,
     chart_points,
-    data_docs_key,
     describe_error,
     read_overview,
     unavailable,
@@ -53,7 +53,9 @@ from kfs_airflow.ui import datadocs_assets
 from kfs_airflow.ui.auth import NotLoggedIn, airflow_user, airflow_user_page, login_url
 from kfs_airflow.ui.chart import trend_svg
 from kfs_core.errors import ObjectNotFound
-from kfs_core.storage import ObjectStore
+
+if TYPE_CHECKING:
+    from kfs_airflow.hooks import KfsHook
 
 __all__ = [
     "NamespaceUnavailable",
@@ -67,9 +69,9 @@ __all__ = [
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(directory=HERE / "templates")
 
-#: Opens the store of the namespace to show: ``(store, namespace)``.  Raises
-#: `NamespaceUnavailable` (or anything else) with a message for the page.
-OpenNamespace = Callable[[], tuple[ObjectStore, str]]
+#: The hook of the namespace to show, its store already opened (the caller closes
+#: it).  Raises `NamespaceUnavailable` (or anything else) with a message for the page.
+OpenNamespace = Callable[[], "KfsHook"]
 #: Reads the daemon's consumer groups: ``(bootstrap_servers, groups)``.  Raises
 #: with a message for the page's groups section.
 ReadGroups = Callable[[], tuple[str, list[ConsumerGroup]]]
@@ -94,14 +96,15 @@ class NamespaceUnavailable(Exception):
 def open_connection_namespace(conn_id: str = "kfs_default") -> OpenNamespace:
     """An `OpenNamespace` reading the Airflow connection ``conn_id`` on every call."""
 
-    def open_namespace() -> tuple[ObjectStore, str]:
+    def open_namespace() -> KfsHook:
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         from kfs_airflow.hooks import KfsHook
 
         hook = KfsHook(conn_id)
         try:
-            return hook.get_store(), hook.namespace
+            hook.get_conn()  # a missing connection or an unusable store URL shows here
+            return hook
         except AirflowNotFoundException:
             raise NamespaceUnavailable(
                 f"Airflow connection {conn_id!r} is not defined: add a connection of type "
@@ -209,18 +212,18 @@ def create_app(
 
     def namespace_overview() -> Overview:
         try:
-            store, namespace = opener()
+            hook = opener()
         except Exception as exc:  # noqa: BLE001 - shown on the page
             message = str(exc) if isinstance(exc, NamespaceUnavailable) else describe_error(exc)
             return unavailable("", "", f"cannot open the KFS store: {message}")
         try:
-            return read_overview(store, namespace)
+            return read_overview(hook)
         except Exception as exc:  # noqa: BLE001 - read_overview keeps its own errors; belt and braces
             return unavailable(
-                namespace, store.url, f"cannot read the namespace: {describe_error(exc)}"
+                hook.namespace, hook.store_url, f"cannot read the namespace: {describe_error(exc)}"
             )
         finally:
-            store.close()
+            hook.close()
 
     @app.get("/", response_class=HTMLResponse)
     def page(request: Request, user: _PageUser) -> Response:
@@ -244,21 +247,20 @@ def create_app(
     @app.get("/reports/validation/{run_id}/data_docs/{path:path}")
     def data_docs(run_id: str, path: str, user: _User) -> Response:
         try:
-            store, namespace = opener()
+            hook = opener()
         except Exception as exc:  # noqa: BLE001
             raise HTTPException(
                 status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot open the KFS store: {exc}"
             ) from None
         try:
-            key = data_docs_key(namespace, run_id, path)
-            if key is None:
-                raise HTTPException(status.HTTP_404_NOT_FOUND, "no such Data Docs file")
             try:
-                body = store.get(key)
+                body = hook.data_docs_file(run_id, path)
             except (ObjectNotFound, ValueError):
                 raise HTTPException(status.HTTP_404_NOT_FOUND, "no such Data Docs file") from None
+            if body is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, "no such Data Docs file")
         finally:
-            store.close()
+            hook.close()
         media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
         if media_type == "text/html":
             body = _localize_data_docs(body, path)
