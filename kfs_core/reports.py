@@ -37,6 +37,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kfs_core.namespace import REPORTS_DIR
+
 __all__ = [
     "CHECKPOINT_JOB",
     "COMPACTION_JOB",
@@ -107,8 +109,6 @@ def exit_code_for(status: str, *, paused_exit_code: int = EXIT_OK) -> int:
 
 
 # --- run ids and keys -------------------------------------------------------------------
-
-REPORTS_DIR = "_reports"
 
 #: What a run id may be: it becomes one segment of report object keys.
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

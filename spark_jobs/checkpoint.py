@@ -54,7 +54,7 @@ from kfs_core.catalog import snapshots as snaps
 from kfs_core.catalog.partition import COMMIT_EXPIRY_MIN_AGE_MS, HEAD_RECHECK_MS
 from kfs_core.catalog.state import decode_pointer
 from kfs_core.errors import CatalogVersionNotFound, KfsError, ObjectNotFound
-from kfs_core.log.wal_manager import is_paused
+from kfs_core.maintenance_pause import is_paused
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import (

@@ -85,7 +85,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kfs_core.catalog import PartitionCatalog, PartitionState, SegmentEntry, TopicRegistry, layout
 from kfs_core.errors import KfsError, UnknownTopic
-from kfs_core.log.wal_manager import emergency_pause_key, is_paused
+from kfs_core.maintenance_pause import emergency_pause_key, is_paused
+from kfs_core.namespace import REPORTS_DIR
 from kfs_core.reports import (
     EXIT_ERROR,
     EXIT_FAILED,
@@ -139,8 +140,6 @@ __all__ = [
     "report_key",
     "write_json",
 ]
-
-REPORTS_DIR = "_reports"
 
 
 class UsageError(ValueError):

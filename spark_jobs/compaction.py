@@ -125,7 +125,7 @@ from kfs_core.catalog import (
 )
 from kfs_core.errors import CatalogCommitConflict, KfsError, ReplaceConflict
 from kfs_core.formats.segment import SegmentReader, SegmentWriter
-from kfs_core.log.wal_manager import is_paused
+from kfs_core.maintenance_pause import is_paused
 from kfs_core.records import (
     BATCH_HEADER_SIZE,
     CODEC_ZSTD,

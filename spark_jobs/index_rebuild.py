@@ -42,9 +42,8 @@ from kfs_core.formats.index import (
     INDEX_MAGIC,
     INDEX_VERSION,
     IndexReader,
-    build_index_from_segment,
-    check_index,
 )
+from kfs_core.formats.index_check import build_index_from_segment, check_index
 from kfs_core.formats.segment import SegmentReader
 from kfs_core.storage import ObjectStore
 from spark_jobs import common

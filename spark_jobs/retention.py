@@ -80,7 +80,7 @@ from kfs_core.errors import (
     KfsError,
     ReplaceConflict,
 )
-from kfs_core.log.wal_manager import is_paused
+from kfs_core.maintenance_pause import is_paused
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import (

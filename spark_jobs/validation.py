@@ -72,7 +72,8 @@ import crc32c
 
 from kfs_core.catalog import PartitionState, layout
 from kfs_core.errors import CorruptionError, ObjectNotFound
-from kfs_core.formats.index import IndexReader, check_index
+from kfs_core.formats.index import IndexReader
+from kfs_core.formats.index_check import check_index
 from kfs_core.formats.segment import (
     MAX_SEGMENT_SIZE,
     SEGMENT_FOOTER_SIZE,

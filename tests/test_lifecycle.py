@@ -25,7 +25,7 @@ from kfs_core.lifecycle import (
     expiration_days,
     plan_lifecycle,
 )
-from kfs_core.log.wal_manager import set_emergency_flag
+from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.storage import open_store
 from tests.spark_jobs.data import write_topic
 

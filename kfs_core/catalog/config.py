@@ -6,13 +6,15 @@ in.  Defaults are Kafka's, except:
 
 - ``segment.bytes`` defaults to 134217728 (128 MiB), not Kafka's 1 GiB: in
   KFS it sizes compaction's outputs (the daemon seals small segments at
-  ``KFS_SEGMENT_BYTES``, 4 MiB), and 128 MiB is what DESIGN.md settles on.
+  ``KFS_SEGMENT_BYTES``, 4 MiB), and 128 MiB is what docs/architecture.md
+  ("Configuration") settles on.
   Its lower bound is Kafka 3.x's (14 bytes) so tests can compact tiny data.
 
 Every error is an `InvalidConfig` with a one-line message naming the key and
 what it allows.  Topic names follow Kafka: ``[a-zA-Z0-9._-]+``, at most 249
 characters, not ``.`` or ``..``; KFS also reserves the names of its own
-directories in a namespace (``_topics``, ``_reports``, ``_snapshots``).
+directories in a namespace (``_topics``, ``_reports``, ``_snapshots``,
+``_control``: `kfs_core.namespace.RESERVED_NAMES`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kfs_core.errors import InvalidConfig, InvalidTopicName
+from kfs_core.namespace import RESERVED_NAMES
 
 MAX_TOPIC_NAME_LENGTH = 249
-RESERVED_TOPIC_NAMES = frozenset({"_topics", "_reports", "_snapshots"})
+RESERVED_TOPIC_NAMES = RESERVED_NAMES
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
 

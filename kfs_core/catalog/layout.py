@@ -11,12 +11,15 @@ Everything for a partition lives under ``{ns}/{topic}/{partition}/``::
 Twenty-digit zero padding makes key order version (and offset) order, so a
 listing with ``start_after`` resumes exactly where a reader left off; in key
 order ``N.checkpoint.json`` sorts before ``N.json`` and ``_last_checkpoint``
-after every version.  The topic registry lives in ``{ns}/_topics/``.
+after every version.  The topic registry lives in ``{ns}/_topics/``; every
+directory directly under a namespace is named in `kfs_core.namespace`.
 """
 
 from __future__ import annotations
 
 import re
+
+from kfs_core.namespace import TOPICS_DIR
 
 VERSION_DIGITS = 20
 LOG_DIR = "_log"
@@ -80,4 +83,4 @@ def parse_log_name(name: str) -> tuple[int, bool] | None:
 
 def topics_prefix(namespace: str) -> str:
     """``{ns}/_topics/`` (with the trailing slash)."""
-    return join(namespace, "_topics") + "/"
+    return join(namespace, TOPICS_DIR) + "/"

@@ -93,11 +93,11 @@ from kfs_core.errors import (
     ReplaceConflict,
     UnknownTopic,
 )
+from kfs_core.namespace import SNAPSHOTS_DIR
 from kfs_core.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
-SNAPSHOTS_DIR = "_snapshots"
 MANIFESTS_DIR = "_manifests"
 TOPIC_RECORD_NAME = "topic.json"
 CHECKPOINT_SUFFIX = ".checkpoint.json"

@@ -62,7 +62,8 @@ def segment_dump(ctx: click.Context, path_or_key: str, no_index: bool) -> None:
 
     Exits 3 with a one-line message when the segment or index is corrupt.
     """
-    from kfs_core.formats.index import IndexReader, check_index
+    from kfs_core.formats.index import IndexReader
+    from kfs_core.formats.index_check import check_index
     from kfs_core.formats.segment import SegmentReader
     from kfs_core.records.codecs import codec_name
     from kfs_core.records.header import batch_crc

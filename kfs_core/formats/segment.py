@@ -1,6 +1,6 @@
 """The `.kfs` segment file: a header, raw Kafka RecordBatch v2 bytes, a footer.
 
-Byte-compatible with KafScale's segment layout (see DESIGN.md "Formats").
+Byte-compatible with KafScale's segment layout (see docs/architecture.md, "Formats").
 All integers are big-endian::
 
     offset      size  field

@@ -44,8 +44,8 @@ recovery and torn-tail handling do not change.  Durability modes
 ``emergency``
     As ``cautious`` for the WAL.  In addition the manager writes the pause flag
     ``{ns}/_control/emergency-pause`` into the object store (when it is given
-    one) so maintenance jobs stop (`is_paused`); starting in another mode
-    clears it.
+    one) so maintenance jobs stop (`kfs_core.maintenance_pause`); starting in
+    another mode clears it.
 
 A failed write or fsync stops the manager (`WalWriteFailed`): the waiters of
 the failed group and every later append get the error, because after a failed
@@ -89,11 +89,9 @@ import asyncio
 import contextlib
 import enum
 import errno
-import json
 import logging
 import os
 import re
-import socket
 import threading
 import time
 from collections import deque
@@ -120,6 +118,7 @@ from kfs_core.formats.wal import (
     record_frame_parts,
     scan_wal,
 )
+from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.records.batch import iter_batch_headers
 
 if TYPE_CHECKING:
@@ -128,7 +127,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_FILE_SIZE",
-    "EMERGENCY_PAUSE_KEY",
     "Durability",
     "FailureListener",
     "FsyncObserver",
@@ -139,9 +137,6 @@ __all__ = [
     "WalMetrics",
     "WalPosition",
     "WalRecovery",
-    "emergency_pause_key",
-    "is_paused",
-    "set_emergency_flag",
     "wal_file_name",
 ]
 
@@ -160,9 +155,6 @@ TEMP_SUFFIX = ".tmp"  # a file being created: never holds an acknowledged frame
 _WAL_NAME = re.compile(r"^(\d{20})\.wal$")
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 _ZERO_CHUNK = bytes(1 << 20)
-
-#: Object key (under the namespace) whose presence tells maintenance jobs to pause.
-EMERGENCY_PAUSE_KEY = "_control/emergency-pause"
 
 # Looked up at call time so tests can slow down or fail the fsync.
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
@@ -264,35 +256,6 @@ class WalMetrics:
     checkpoints: int = 0
     files_created: int = 0
     files_deleted: int = 0
-
-
-# --- the emergency pause flag ----------------------------------------------
-
-
-def emergency_pause_key(namespace: str) -> str:
-    return f"{namespace}/{EMERGENCY_PAUSE_KEY}"
-
-
-def set_emergency_flag(
-    store: ObjectStore, namespace: str, on: bool, *, reason: str = "durability=emergency"
-) -> None:
-    """Put (``on``) or delete the pause flag that maintenance jobs honour; idempotent."""
-    key = emergency_pause_key(namespace)
-    if on:
-        body = {
-            "reason": reason,
-            "since_ms": int(time.time() * 1000),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-        }
-        store.put(key, json.dumps(body, sort_keys=True).encode("utf-8"))
-    else:
-        store.delete(key)
-
-
-def is_paused(store: ObjectStore, namespace: str) -> bool:
-    """True while the daemon of ``namespace`` runs in emergency mode: jobs must not start."""
-    return store.exists(emergency_pause_key(namespace))
 
 
 # --- internals -------------------------------------------------------------

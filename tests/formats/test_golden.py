@@ -5,7 +5,8 @@ from __future__ import annotations
 import crc32c
 import pytest
 
-from kfs_core.formats.index import IndexEntry, IndexReader, build_index_from_segment, encode_index
+from kfs_core.formats.index import IndexEntry, IndexReader, encode_index
+from kfs_core.formats.index_check import build_index_from_segment
 from kfs_core.formats.segment import (
     SegmentFooter,
     SegmentHeader,

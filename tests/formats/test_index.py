@@ -9,13 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kfs_core.errors import CorruptIndex, CorruptSegment
-from kfs_core.formats.index import (
-    IndexEntry,
-    IndexReader,
+from kfs_core.formats.index import IndexEntry, IndexReader, encode_index
+from kfs_core.formats.index_check import (
     build_index_entries,
     build_index_from_segment,
     check_index,
-    encode_index,
     find_batch_position,
 )
 from kfs_core.formats.segment import SealedSegment, SegmentReader, SegmentWriter

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import os
 import pickle
 import queue
@@ -32,16 +31,13 @@ from kfs_core.errors import (
 from kfs_core.formats.wal import FRAME_OVERHEAD, FrameType, scan_wal
 from kfs_core.log import wal_manager
 from kfs_core.log.wal_manager import (
-    EMERGENCY_PAUSE_KEY,
     WalAppend,
     WalManager,
     WalPosition,
     WalRecovery,
-    emergency_pause_key,
-    is_paused,
-    set_emergency_flag,
     wal_file_name,
 )
+from kfs_core.maintenance_pause import is_paused
 from kfs_core.storage.local import LocalObjectStore
 from tests.conftest import wait_for
 from tests.log.batches import make_batch
@@ -825,20 +821,6 @@ def test_metrics_count_frames_bytes_and_files(open_wal: OpenWal) -> None:
 
 
 # --- the emergency pause flag -------------------------------------------------
-
-
-def test_emergency_flag_is_put_and_cleared(tmp_path: Path) -> None:
-    store = LocalObjectStore(tmp_path / "store")
-    assert emergency_pause_key("ns") == f"ns/{EMERGENCY_PAUSE_KEY}" == "ns/_control/emergency-pause"
-    assert not is_paused(store, "ns")
-    set_emergency_flag(store, "ns", True)
-    assert is_paused(store, "ns") and not is_paused(store, "other")
-    body = json.loads((tmp_path / "store" / "ns" / "_control" / "emergency-pause").read_bytes())
-    assert body["reason"] == "durability=emergency" and body["pid"] == os.getpid()
-    set_emergency_flag(store, "ns", True)  # idempotent
-    set_emergency_flag(store, "ns", False)
-    assert not is_paused(store, "ns")
-    set_emergency_flag(store, "ns", False)  # clearing twice is fine
 
 
 def test_the_manager_sets_the_flag_in_emergency_mode_and_clears_it_otherwise(

@@ -22,7 +22,7 @@ from kfs_core.catalog.snapshots import (
     restore_topic,
 )
 from kfs_core.errors import CatalogVersionNotFound
-from kfs_core.log.wal_manager import set_emergency_flag
+from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.storage.base import ByteRange, ObjectInfo, ObjectStore
 from spark_jobs import checkpoint
 from spark_jobs.checkpoint import (

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kfs_core.errors import UnknownTopic
-from kfs_core.log.wal_manager import set_emergency_flag
+from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import JobContext, JobOptions, JobResult, SegmentDescriptor

@@ -22,9 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicConfig, TopicRegistry, layout
-from kfs_core.formats.index import IndexReader, check_index
+from kfs_core.formats.index import IndexReader
+from kfs_core.formats.index_check import check_index
 from kfs_core.formats.segment import SegmentReader, SegmentWriter
-from kfs_core.log.wal_manager import set_emergency_flag
+from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.records import CODEC_NONE, CODEC_ZSTD, Record, decode_batch, encode_batch
 from kfs_core.records.batch import CONTROL_COMMIT, encode_control_key
 from kfs_core.storage import ObjectStore

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kfs_core.log.wal_manager import set_emergency_flag
+from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.storage import ObjectStore
 from spark_jobs import common, index_rebuild, validation
 from spark_jobs.common import JobOptions

@@ -52,7 +52,8 @@ from typing import Any
 import pytest
 
 from kfs_core.catalog import PartitionCatalog, PartitionState, SegmentEntry, TopicRegistry, layout
-from kfs_core.formats.index import IndexReader, check_index
+from kfs_core.formats.index import IndexReader
+from kfs_core.formats.index_check import check_index
 from kfs_core.formats.segment import SegmentReader, SegmentWriter
 from kfs_core.records import (
     CODEC_GZIP,

@@ -24,7 +24,7 @@ from kfs_core.catalog import (
     TopicRegistry,
     layout,
 )
-from kfs_core.log.wal_manager import set_emergency_flag
+from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.storage import ObjectStore
 from spark_jobs import retention
 from spark_jobs.common import UsageError

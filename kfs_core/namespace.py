@@ -1,0 +1,40 @@
+"""The directories KFS keeps directly under a namespace, beside the topics.
+
+Everything of one namespace lives under ``{ns}/``: a directory per topic, and
+these, whose names start with ``_`` so they sort apart from the topics::
+
+    {ns}/_topics/...      the topic registry (`kfs_core.catalog.topics`)
+    {ns}/_snapshots/...   named catalog snapshots (`kfs_core.catalog.snapshots`)
+    {ns}/_reports/...     maintenance job run summaries and reports (`kfs_core.reports`)
+    {ns}/_control/...     the daemon's signals to the jobs (`kfs_core.maintenance_pause`)
+
+A topic named like one of them would share its objects, so every name here is
+a reserved topic name (`RESERVED_NAMES`, checked by
+`kfs_core.catalog.config.validate_topic_name`).  Add a new directory here, and
+only here: the reserved names follow.
+
+This module imports nothing, so the Spark jobs, the Airflow plugin and the
+DAG files can use it without loading the catalog or the daemon.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CONTROL_DIR",
+    "DIRECTORIES",
+    "REPORTS_DIR",
+    "RESERVED_NAMES",
+    "SNAPSHOTS_DIR",
+    "TOPICS_DIR",
+]
+
+TOPICS_DIR = "_topics"
+SNAPSHOTS_DIR = "_snapshots"
+REPORTS_DIR = "_reports"
+CONTROL_DIR = "_control"
+
+#: Every directory KFS writes directly under a namespace, other than the topics'.
+DIRECTORIES = (TOPICS_DIR, SNAPSHOTS_DIR, REPORTS_DIR, CONTROL_DIR)
+
+#: Topic names that would collide with `DIRECTORIES`.
+RESERVED_NAMES = frozenset(DIRECTORIES)
