@@ -1,4 +1,4 @@
-"""KFS settings: every `KFS_*` environment variable of DESIGN.md, typed, with defaults.
+"""KFS settings: every `KFS_*` environment variable, typed, with defaults (docs/architecture.md).
 
 `Settings.from_env()` reads the environment; the `kfs` command lets flags
 override any field.  Sizes accept plain bytes or a suffix (``512MiB``, ``4MB``,

@@ -41,3 +41,10 @@ def test_make_help_documents_every_target() -> None:
     documented = set(re.findall(r"^([a-z]+):.*## ", makefile, re.M))
     assert {"run", "test", "bench", "help"} <= documented
     assert set(targets) - documented == set()
+
+
+def test_the_architecture_page_the_code_cites_is_in_the_repository() -> None:
+    assert (ROOT / "docs" / "architecture.md").is_file()
+    for package in ("kfs_core", "spark_jobs", "plugins", "dags"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            assert "DESIGN.md" not in path.read_text(), path

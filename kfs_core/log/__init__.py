@@ -20,10 +20,11 @@ The errors the server maps to Kafka codes (``kafka_error_code``) live in
 `UnknownTopicOrPartition`, `RequestTimedOut`, `MessageTooLarge`,
 `InvalidRecord`, `LogStorageError`, `LogClosed`.
 
-Why reads never go to the WAL.  DESIGN.md draws the read path as memory →
-WAL → L1 → L2 → object store.  Here it is memory → L1 → L2 → store, and that
-is the same thing: the WAL is only the durability copy of what the partition
-buffers hold, never a place data lives on its own.
+Why reads never go to the WAL.  The design drew the read path as memory →
+WAL → L1 → L2 → object store (docs/architecture.md, "Read path").  Here it is
+memory → L1 → L2 → store, and that is the same thing: the WAL is only the
+durability copy of what the partition buffers hold, never a place data lives
+on its own.
 
 - A batch enters its buffer when its offsets are assigned, before its WAL
   frame is written; it becomes readable when the WAL acknowledges the frame

@@ -1,0 +1,142 @@
+"""The layer rules of docs/architecture.md, read from the source with `ast`.
+
+Every ``import`` counts: at module level, inside functions (a late import
+hides a dependency, it does not remove it) and under ``TYPE_CHECKING``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The storage engine's layers, lowest first: a layer imports nothing of a later one.
+ENGINE_LAYERS = (
+    ("kfs_core.records",),
+    ("kfs_core.formats",),
+    ("kfs_core.storage", "kfs_core.catalog"),
+    ("kfs_core.log",),
+    ("kfs_core.groups", "kfs_core.server"),
+)
+#: Modules shared by the daemon, the jobs and the plugin: none of them imports the daemon.
+CONTRACTS = (
+    "kfs_core.namespace",
+    "kfs_core.maintenance_pause",
+    "kfs_core.errors",
+    "kfs_core.config",
+    "kfs_core.reports",
+)
+DAEMON = ("kfs_core.log", "kfs_core.groups", "kfs_core.server")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> Iterator[str]:
+    """Every module ``path`` imports; ``from a import b`` yields ``a`` and ``a.b``."""
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package.pop()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def _modules(package: str) -> dict[str, list[str]]:
+    """Module name -> what it imports, for every module of ``package``."""
+    return {
+        _module_name(path): list(_imports(path))
+        for path in sorted((ROOT / package.replace(".", "/")).rglob("*.py"))
+    }
+
+
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(
+        f"{module} imports {target}"
+        for module, targets in _modules(package).items()
+        for target in targets
+        if _within(target, forbidden)
+    )
+
+
+def test_the_walk_sees_imports_of_every_kind() -> None:
+    # Guards the guard: a rule that finds nothing because the walk is blind passes vacuously.
+    assert (
+        "kfs_core.formats.segment.SegmentReader"
+        in _modules("kfs_core")["kfs_core.formats.index_check"]
+    )
+    assert any(_within(t, ("pyspark",)) for t in _modules("spark_jobs")["spark_jobs.common"])
+
+
+def test_spark_jobs_never_import_the_daemon() -> None:
+    assert _violations("spark_jobs", ("kfs_core.log", "kfs_core.server")) == []
+
+
+def test_plugins_never_import_spark_jobs() -> None:
+    assert _violations("plugins", ("spark_jobs",)) == []
+
+
+def test_kfs_core_never_imports_airflow_or_pyspark() -> None:
+    assert _violations("kfs_core", ("airflow", "pyspark")) == []
+
+
+def test_contract_modules_never_import_the_daemon() -> None:
+    modules = _modules("kfs_core")
+    found = [
+        f"{module} imports {target}"
+        for module in CONTRACTS
+        for target in modules[module]
+        if _within(target, DAEMON)
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize("level", range(len(ENGINE_LAYERS) - 1))
+def test_no_engine_layer_imports_a_later_one(level: int) -> None:
+    later = tuple(p for layer in ENGINE_LAYERS[level + 1 :] for p in layer)
+    found = [v for package in ENGINE_LAYERS[level] for v in _violations(package, later)]
+    assert found == []
+
+
+@pytest.mark.parametrize("package", ["kfs_core.records", "kfs_core.formats", "kfs_core.storage"])
+def test_the_lowest_layers_import_graph_has_no_cycle(package: str) -> None:
+    modules = _modules(package)
+    graph = {
+        module: {t for t in targets if t in modules and t != module and t != package}
+        for module, targets in modules.items()
+    }
+    done: set[str] = set()
+
+    def cycle_from(module: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
+        if module in path:
+            return (*path[path.index(module) :], module)
+        if module in done:
+            return None
+        for target in sorted(graph[module]):
+            found = cycle_from(target, (*path, module))
+            if found:
+                return found
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        assert cycle_from(module, ()) is None
