@@ -68,24 +68,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import crc32c
-
 from kfs_core.catalog import PartitionState, layout
 from kfs_core.errors import CorruptionError, ObjectNotFound
 from kfs_core.formats.index import IndexReader
 from kfs_core.formats.index_check import check_index
-from kfs_core.formats.segment import (
-    MAX_SEGMENT_SIZE,
-    SEGMENT_FOOTER_SIZE,
-    SEGMENT_HEADER_SIZE,
-    SEGMENT_OVERHEAD,
-    SegmentFooter,
-    SegmentHeader,
-    decode_segment_footer,
-    decode_segment_header,
-    parse_object_name,
-)
-from kfs_core.records.header import batch_crc, read_batch_header
+from kfs_core.formats.segment import MAX_SEGMENT_SIZE, SEGMENT_OVERHEAD
+from kfs_core.formats.segment_check import check_segment_bytes
 from kfs_core.reports import VALIDATION_JOB, ValidationReport, validation_report_key
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
@@ -225,37 +213,27 @@ def check_segment(store: ObjectStore, d: SegmentDescriptor) -> dict[str, Any]:
 
 
 def _check_segment_bytes(data: bytes, name: str, d: SegmentDescriptor, row: _Row) -> bool:
-    """Header, footer, body CRC, batches; True when header and footer open (index checkable)."""
+    """The segment's own checks, then the catalog's; True when the index can be checked."""
+    check = check_segment_bytes(data, name)
     v = row.values
-    v["size_bytes"] = len(data)
-    header = _decode_header(data, name, row)
-    footer = _decode_footer(data, name, row)
-    if footer is not None:
-        body = memoryview(data)[SEGMENT_HEADER_SIZE : len(data) - SEGMENT_FOOTER_SIZE]
-        v["body_crc_ok"] = crc32c.crc32c(body) == footer.body_crc
-        if not v["body_crc_ok"]:
-            row.errors.append(f"body CRC-32C mismatch (footer {footer.body_crc:#010x})")
+    v["size_bytes"] = check.size_bytes
+    for column in (
+        "header_ok",
+        "footer_ok",
+        "body_crc_ok",
+        "batches_ok",
+        "counts_ok",
+        "crc_failures",
+        "batch_count",
+        "record_count",
+        "offset_gaps",
+    ):
+        v[column] = getattr(check, column)
+    row.errors.extend(check.problems)
+    header, last = check.header, check.last_offset
     if header is None:
         return False
-    # A damaged footer still leaves the batches walkable up to the end of the object.
-    end = len(data) - SEGMENT_FOOTER_SIZE if footer is not None else len(data)
-    first, last, flags = _walk_batches(data, name, end, row)
-    if v["batches_ok"] and first is not None and last is not None:
-        counts: list[str] = []
-        if header.message_count != v["record_count"]:
-            counts.append(
-                f"header message count {header.message_count}, batches hold {v['record_count']}"
-            )
-        if first < header.base_offset:
-            counts.append(
-                f"first batch offset {first} below header base offset {header.base_offset}"
-            )
-        if footer is not None and footer.last_offset != last:
-            counts.append(f"footer last offset {footer.last_offset}, last batch ends at {last}")
-        if header.flags != flags:
-            counts.append(f"header flags {header.flags:#06x}, batches say codec {flags}")
-        v["counts_ok"] = not counts
-        row.errors.extend(counts)
+    if check.counts_ok is not None:
         v["last_offset"] = last
     catalog: list[str] = []
     if header.base_offset != d.base_offset:
@@ -268,102 +246,7 @@ def _check_segment_bytes(data: bytes, name: str, d: SegmentDescriptor, row: _Row
         catalog.append(f"catalog size {d.size_bytes} bytes, object is {len(data)}")
     v["catalog_ok"] = not catalog
     row.errors.extend(catalog)
-    return footer is not None
-
-
-def _decode_header(data: bytes, name: str, row: _Row) -> SegmentHeader | None:
-    try:
-        header = decode_segment_header(data, name)
-        named = parse_object_name(name)
-    except CorruptionError as exc:
-        row.fail("header_ok", f"header: {exc}")
-        return None
-    except ValueError:
-        named = header.base_offset  # a suffixed key (a compaction output): no name check
-    if header.reserved != 0 or named != header.base_offset:
-        row.fail(
-            "header_ok",
-            f"header: base offset {header.base_offset} (name says {named}), "
-            f"reserved {header.reserved:#x}",
-        )
-        return header
-    row.values["header_ok"] = True
-    return header
-
-
-def _decode_footer(data: bytes, name: str, row: _Row) -> SegmentFooter | None:
-    if len(data) < SEGMENT_OVERHEAD:
-        row.fail(
-            "footer_ok", f"truncated: {len(data)} bytes, a segment is at least {SEGMENT_OVERHEAD}"
-        )
-        return None
-    start = len(data) - SEGMENT_FOOTER_SIZE
-    try:
-        footer = decode_segment_footer(data[start:], name, file_offset=start)
-    except CorruptionError as exc:
-        row.fail("footer_ok", f"footer: {exc}")
-        return None
-    row.values["footer_ok"] = True
-    return footer
-
-
-def _walk_batches(
-    data: bytes, name: str, end: int, row: _Row
-) -> tuple[int | None, int | None, int]:
-    """Walk every batch: CRCs, order, gaps, counts.
-
-    Returns (first base offset, last offset, header flags the batches imply).
-    """
-    v = row.values
-    view = memoryview(data)[:end]
-    position = SEGMENT_HEADER_SIZE
-    crc_failures = gaps = batches = records = 0
-    first: int | None = None
-    previous_last: int | None = None
-    ordered = True
-    codecs: set[int] = set()
-    walk_error: str | None = None
-    while position < end:
-        try:
-            batch = read_batch_header(view, position, object_name=name)
-        except CorruptionError as exc:
-            walk_error = f"batches: {exc}"
-            break
-        if batch_crc(view, position, batch.total_size) != batch.crc:
-            crc_failures += 1
-            if crc_failures <= 3:
-                row.errors.append(
-                    f"batch CRC-32C mismatch at byte {position} (base offset {batch.base_offset})"
-                )
-        if batch.last_offset_delta < 0:
-            ordered = False
-        if previous_last is not None:
-            if batch.base_offset <= previous_last:
-                ordered = False
-            elif batch.base_offset > previous_last + 1:
-                gaps += 1
-        first = batch.base_offset if first is None else first
-        codecs.add(batch.codec)
-        previous_last = batch.last_offset
-        batches += 1
-        records += batch.record_count
-        position += batch.total_size
-    v["crc_failures"] = crc_failures
-    if crc_failures > 3:
-        row.errors.append(f"{crc_failures} batch CRC-32C mismatches in all")
-    v["batch_count"] = batches
-    v["record_count"] = records
-    v["offset_gaps"] = gaps
-    problems = [walk_error] if walk_error else []
-    if not ordered:
-        problems.append("batch offsets do not strictly increase")
-    if batches == 0 and walk_error is None:
-        problems.append("segment holds no batch")
-    v["batches_ok"] = not problems
-    row.errors.extend(problems)
-    # As the writer sets them: the shared codec, 0 when mixed or none.
-    flags = next(iter(codecs)) if len(codecs) == 1 else 0
-    return first, previous_last, flags
+    return check.index_checkable
 
 
 def _check_index_object(

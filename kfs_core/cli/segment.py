@@ -65,8 +65,8 @@ def segment_dump(ctx: click.Context, path_or_key: str, no_index: bool) -> None:
     from kfs_core.formats.index import IndexReader
     from kfs_core.formats.index_check import check_index
     from kfs_core.formats.segment import SegmentReader
+    from kfs_core.formats.segment_check import check_segment_bytes
     from kfs_core.records.codecs import codec_name
-    from kfs_core.records.header import batch_crc
 
     with operator_errors():
         data, name, read_index = _read_object(ctx, path_or_key)
@@ -82,10 +82,9 @@ def segment_dump(ctx: click.Context, path_or_key: str, no_index: bool) -> None:
             f"  {'position':>10} {'base':>12} {'last':>12} {'count':>6} {'codec':<6} "
             f"{'first timestamp':<24} {'max timestamp':<24} crc"
         )
-        bad_batches = 0
-        for position, b in reader.iter_batches():
-            ok = batch_crc(data, position, b.total_size) == b.crc
-            bad_batches += not ok
+        check = check_segment_bytes(data, name)
+        for batch in check.batches:
+            position, b, ok = batch.position, batch.header, batch.crc_ok
             flags = (" ctl" if b.is_control else "") + (" txn" if b.is_transactional else "")
             click.echo(
                 f"  {position:>10} {b.base_offset:>12} {b.last_offset:>12} {b.record_count:>6} "
@@ -98,7 +97,8 @@ def segment_dump(ctx: click.Context, path_or_key: str, no_index: bool) -> None:
             click.echo(f"  index: {len(index)} entries, interval {index.interval}")
             for entry in index.entries:
                 click.echo(f"    offset {entry.offset:>12} -> position {entry.position}")
-        # Now the full checks: body CRC, batch CRCs, header/footer agreement.
+        # The listing above never stops at damage; the first problem ends the command
+        # as a typed error naming its byte offset (exit status 3).
         reader = SegmentReader(data, name, verify=True)
         reader.verify()
         if index_data is not None:
@@ -108,6 +108,6 @@ def segment_dump(ctx: click.Context, path_or_key: str, no_index: bool) -> None:
                 raise CorruptIndex(
                     first.message, object_name=first.object_name, offset=first.offset
                 )
-        if bad_batches:
-            raise CliError(f"{name}: {bad_batches} batch(es) failed their CRC")
+        if check.crc_failures:
+            raise CliError(f"{name}: {check.crc_failures} batch(es) failed their CRC")
         click.echo("  verify: ok")
