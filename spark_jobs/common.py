@@ -35,7 +35,7 @@ Spark
                                  (``local[*]`` unless spark-submit or ``master`` says otherwise).
 
 Catalog on the driver
-    `SegmentDescriptor`          one live segment: topic, partition, offsets, sizes, keys.
+    `SegmentDescriptor`          one live segment: its catalog `SegmentEntry`, topic, partition.
     `list_partitions(store, ns, topics)`       [(topic, partition)] from the topic registry.
     `load_partitions(store, ns, topics)`       [PartitionState] (catalog loads, threaded).
     `read_descriptors(store, ns, topics)`      [SegmentDescriptor] of every live segment.
@@ -319,47 +319,63 @@ def get_spark(app_name: str, master: str | None = None) -> SparkSession:
 
 @dataclass(frozen=True)
 class SegmentDescriptor:
-    """One live segment as the catalog records it; small, picklable, a Row's worth.
+    """One live segment: the catalog's `SegmentEntry` and the partition it belongs to.
 
-    ``key`` and ``index_key`` are relative to the namespace (as in the
-    catalog); `segment_object_key` / `index_object_key` are store keys.
+    Small and picklable (the entry is a frozen pydantic model), so it crosses
+    into Spark executors as is.  The entry's fields read through (``d.key``,
+    ``d.base_offset``, ...); ``key`` and ``index_key`` are relative to the
+    namespace (as in the catalog), `segment_object_key` / `index_object_key`
+    are store keys.
     """
 
     namespace: str
     topic: str
     partition: int
-    base_offset: int
-    last_offset: int
-    record_count: int
-    size_bytes: int
-    index_size_bytes: int
-    min_timestamp: int
-    max_timestamp: int
-    codec: int
-    created_ms: int
-    key: str
-    index_key: str
+    entry: SegmentEntry
 
-    @classmethod
-    def from_entry(
-        cls, namespace: str, topic: str, partition: int, entry: SegmentEntry
-    ) -> SegmentDescriptor:
-        return cls(
-            namespace=namespace,
-            topic=topic,
-            partition=partition,
-            base_offset=entry.base_offset,
-            last_offset=entry.last_offset,
-            record_count=entry.record_count,
-            size_bytes=entry.size_bytes,
-            index_size_bytes=entry.index_size_bytes,
-            min_timestamp=entry.min_timestamp,
-            max_timestamp=entry.max_timestamp,
-            codec=entry.codec,
-            created_ms=entry.created_ms,
-            key=entry.key,
-            index_key=entry.index_key,
-        )
+    @property
+    def base_offset(self) -> int:
+        return self.entry.base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.entry.last_offset
+
+    @property
+    def record_count(self) -> int:
+        return self.entry.record_count
+
+    @property
+    def size_bytes(self) -> int:
+        return self.entry.size_bytes
+
+    @property
+    def index_size_bytes(self) -> int:
+        return self.entry.index_size_bytes
+
+    @property
+    def min_timestamp(self) -> int:
+        return self.entry.min_timestamp
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.entry.max_timestamp
+
+    @property
+    def codec(self) -> int:
+        return self.entry.codec
+
+    @property
+    def created_ms(self) -> int:
+        return self.entry.created_ms
+
+    @property
+    def key(self) -> str:
+        return self.entry.key
+
+    @property
+    def index_key(self) -> str:
+        return self.entry.index_key
 
     @property
     def segment_object_key(self) -> str:
@@ -375,10 +391,16 @@ class SegmentDescriptor:
         return layout.join(self.namespace, layout.partition_dir(self.topic, self.partition)) + "/"
 
     def as_row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """A flat row in `DESCRIPTOR_SCHEMA`'s order: the partition, then the entry's fields."""
+        return {
+            "namespace": self.namespace,
+            "topic": self.topic,
+            "partition": self.partition,
+            **self.entry.model_dump(),
+        }
 
 
-#: Spark schema of `descriptors_dataframe` (the `SegmentDescriptor` fields, in order).
+#: Spark schema of `descriptors_dataframe` (`SegmentDescriptor.as_row`, in order).
 DESCRIPTOR_SCHEMA = (
     "namespace string, topic string, partition int, base_offset long, last_offset long, "
     "record_count long, size_bytes long, index_size_bytes long, min_timestamp long, "
@@ -432,7 +454,7 @@ def read_descriptors(
     if states is None:
         states = load_partitions(store, namespace, topics)
     return [
-        SegmentDescriptor.from_entry(namespace, s.topic, s.partition, entry)
+        SegmentDescriptor(namespace, s.topic, s.partition, entry)
         for s in states
         for entry in s.segments
     ]
@@ -442,7 +464,7 @@ def descriptors_dataframe(
     spark: SparkSession, descriptors: Sequence[SegmentDescriptor]
 ) -> DataFrame:
     """The descriptors as a DataFrame with `DESCRIPTOR_SCHEMA`."""
-    rows = [tuple(dataclasses.astuple(d)) for d in descriptors]
+    rows = [tuple(d.as_row().values()) for d in descriptors]
     return spark.createDataFrame(rows, DESCRIPTOR_SCHEMA)
 
 

@@ -629,7 +629,7 @@ def plan_partition(
 ) -> PartitionPlan:
     """Merge or key-compact one partition, by its topic's ``cleanup.policy``."""
     segments = [
-        SegmentDescriptor.from_entry(namespace, state.topic, state.partition, entry)
+        SegmentDescriptor(namespace, state.topic, state.partition, entry)
         for entry in state.segments
     ]
     if config.compacted:
@@ -970,22 +970,6 @@ class PartitionOutcome:
         return sum(getattr(r, name) for r in self.results)
 
 
-def _as_entry(d: SegmentDescriptor) -> SegmentEntry:
-    return SegmentEntry(
-        base_offset=d.base_offset,
-        last_offset=d.last_offset,
-        record_count=d.record_count,
-        size_bytes=d.size_bytes,
-        index_size_bytes=d.index_size_bytes,
-        min_timestamp=d.min_timestamp,
-        max_timestamp=d.max_timestamp,
-        codec=d.codec,
-        created_ms=d.created_ms,
-        key=d.key,
-        index_key=d.index_key,
-    )
-
-
 def _object_keys(namespace: str, entries: Iterable[SegmentEntry]) -> list[str]:
     return [layout.join(namespace, k) for e in entries for k in (e.key, e.index_key)]
 
@@ -1006,7 +990,7 @@ def commit_partition(
     outputs = outcome.outputs
     catalog = PartitionCatalog(store, namespace, plan.topic, plan.partition)
     try:
-        commit = catalog.replace([_as_entry(d) for d in plan.inputs], outputs)
+        commit = catalog.replace([d.entry for d in plan.inputs], outputs)
     except (ReplaceConflict, CatalogCommitConflict) as exc:
         outcome.status = CONFLICT
         outcome.message = (

@@ -198,10 +198,7 @@ def descriptor(
     base: int, count: int = 10, size: int = 1000, *, suffix: str = "", ts: int = BASE
 ) -> SegmentDescriptor:
     key = layout.segment_key("t", 0, base, suffix)
-    return SegmentDescriptor(
-        namespace=NS,
-        topic="t",
-        partition=0,
+    entry = SegmentEntry(
         base_offset=base,
         last_offset=base + count - 1,
         record_count=count,
@@ -214,6 +211,7 @@ def descriptor(
         key=key,
         index_key=layout.index_key_for(key),
     )
+    return SegmentDescriptor(NS, "t", 0, entry)
 
 
 def config(**overrides: Any) -> TopicConfig:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kfs_core.catalog import PartitionCatalog
+from kfs_core.catalog import PartitionCatalog, SegmentEntry, layout
 from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.storage import ObjectStore
 from spark_jobs import common, validation
@@ -299,9 +299,21 @@ def test_suite_table_is_the_results_dataframe(spark: Any, local_store: ObjectSto
 
 def test_scan_chunks_split_by_bytes_in_order() -> None:
     def seg(base: int, size: int) -> SegmentDescriptor:
-        return SegmentDescriptor(
-            NS, TOPIC, 0, base, base, 1, size, 16, 0, 0, 0, 0, f"k{base}", f"i{base}"
+        key = layout.segment_key(TOPIC, 0, base)
+        entry = SegmentEntry(
+            base_offset=base,
+            last_offset=base,
+            record_count=1,
+            size_bytes=size,
+            index_size_bytes=16,
+            min_timestamp=0,
+            max_timestamp=0,
+            codec=0,
+            created_ms=0,
+            key=key,
+            index_key=layout.index_key_for(key),
         )
+        return SegmentDescriptor(NS, TOPIC, 0, entry)
 
     segments = [seg(i, size) for i, size in enumerate([100, 1, 1, 1, 1, 100, 1, 5])]
     chunks = validation.scan_chunks(segments, slots=2, chunk_bytes=1 << 30)
