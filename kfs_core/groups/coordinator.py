@@ -658,16 +658,22 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
             raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}")
+        return group, self._member_of(group, member_id, instance_id, generation)
+
+    def _member_of(
+        self, group: _Group, member_id: str, instance_id: str | None, generation: int
+    ) -> _Member:
+        """The group's member, checked against fencing: instance id, member id, generation."""
         self._check_instance(group, member_id, instance_id)
         member = group.members.get(member_id)
         if member is None:
-            raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}")
+            raise UnknownMemberId(f"group {group.group_id!r} has no member {member_id!r}")
         if generation != group.generation:
             raise IllegalGeneration(
-                f"generation {generation} of group {group_id!r} is not the current "
+                f"generation {generation} of group {group.group_id!r} is not the current "
                 f"{group.generation}"
             )
-        return group, member
+        return member
 
     # --- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
 
@@ -792,15 +798,7 @@ class GroupCoordinator:
                 raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}")
             group = self._groups[group_id] = _Group(group_id)
         if not (generation < 0 and group.state == GroupState.EMPTY):
-            self._check_instance(group, member_id, instance_id)
-            member = group.members.get(member_id)
-            if member is None:
-                raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}")
-            if generation != group.generation:
-                raise IllegalGeneration(
-                    f"generation {generation} of group {group_id!r} is not the current "
-                    f"{group.generation}"
-                )
+            member = self._member_of(group, member_id, instance_id, generation)
             if group.state == GroupState.COMPLETING_REBALANCE:
                 raise RebalanceInProgress(f"group {group_id!r} is rebalancing")
             self._heartbeat_seen(group, member)
