@@ -4,13 +4,13 @@
 Merges small segments into `segment.bytes`-sized ones (recompressing into large
 batches) and key-compacts topics with `cleanup.policy=compact`, as Kafka's log
 cleaner does. Offsets are never renumbered; data newer than
-`min.compaction.lag.ms` is not touched. The job is `spark_jobs/compaction.py`.
+`min.compaction.lag.ms` is not touched. The job is the package `spark_jobs/compaction/`.
 
 **Tasks**
 
 1. `list_topics` - the topics of the `kfs_default` connection's namespace (or
    the `topics` param), one mapped task per topic (`KFS_TOPICS_PER_TASK`).
-2. `compact` - one `spark-submit spark_jobs/compaction.py --topics <topic>` per
+2. `compact` - one `spark-submit spark_jobs/compaction/__main__.py --topics <topic>` per
    topic, in the `kfs_spark` pool (at most as many Spark jobs at once as it has
    slots). Job flags: `KFS_JOB_ARGS_COMPACTION` (e.g. `--min-inputs 8`).
 3. `announce` - when any partition was rewritten, emits the asset event

@@ -47,7 +47,7 @@ def test_job_commands() -> None:
     ]  # fmt: skip
     launcher, app, *rest = job_command("compaction", ("--dry-run",), spark_submit=True)
     assert launcher == str(Path(sys.executable).parent / "spark-submit")
-    assert Path(app).name == "compaction.py" and Path(app).is_file()
+    assert Path(app).parts[-2:] == ("compaction", "__main__.py") and Path(app).is_file()
     assert rest == ["--dry-run"]
     assert available_jobs() == [
         "checkpoint",

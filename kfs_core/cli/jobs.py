@@ -26,7 +26,7 @@ import click
 from kfs_core.cli.common import CliError, cli_settings
 from kfs_core.config import Settings
 
-__all__ = ["job_command", "job_environment", "jobs"]
+__all__ = ["job_command", "job_environment", "job_file", "jobs"]
 
 # Modules of spark_jobs/ that are not jobs.
 _NOT_JOBS = frozenset({"__init__", "__main__", "common"})
@@ -41,13 +41,25 @@ def _package_dir(name: str) -> Path:
 
 
 def available_jobs() -> list[str]:
-    """The jobs, by the files of spark_jobs/ (importing them would start pyspark's imports)."""
+    """The jobs, by the files of spark_jobs/ (importing them would start pyspark's imports).
+
+    A job is a module with a ``main`` or a package with a ``__main__.py``.
+    """
     root = _package_dir("spark_jobs")
-    return sorted(
+    modules = [
         p.stem
         for p in root.glob("*.py")
         if p.stem not in _NOT_JOBS and not p.stem.startswith("_") and "def main(" in p.read_text()
-    )
+    ]
+    packages = [p.parent.name for p in root.glob("*/__main__.py")]
+    return sorted(modules + packages)
+
+
+def job_file(job: str) -> Path:
+    """The file spark-submit runs: ``spark_jobs/<job>.py``, or ``<job>/__main__.py`` for a package."""
+    root = _package_dir("spark_jobs")
+    package_main = root / job / "__main__.py"
+    return package_main if package_main.is_file() else root / f"{job}.py"
 
 
 def job_environment(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
@@ -78,7 +90,7 @@ def job_command(job: str, args: tuple[str, ...], *, spark_submit: bool) -> list[
         return [sys.executable, "-m", "spark_jobs", job, *args]
     spark_submit_bin = Path(sys.executable).parent / "spark-submit"
     launcher = str(spark_submit_bin) if spark_submit_bin.exists() else "spark-submit"
-    return [launcher, str(_package_dir("spark_jobs") / f"{job}.py"), *args]
+    return [launcher, str(job_file(job)), *args]
 
 
 @click.group()

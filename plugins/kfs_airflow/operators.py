@@ -89,14 +89,17 @@ _MAX_XCOM_LIST = 50
 
 
 def job_application(job: str) -> str:
-    """The path of ``spark_jobs/<job>.py`` (the application spark-submit runs)."""
+    """The application spark-submit runs: ``spark_jobs/<job>.py``, or ``<job>/__main__.py``
+    for a job that is a package (compaction)."""
     if job not in JOBS:
         raise ValueError(f"unknown KFS job {job!r}; jobs: {', '.join(JOBS)}")
     # Found, not imported: the plugin shares only kfs_core's contract with the jobs.
     spec = importlib.util.find_spec("spark_jobs")
     if spec is None or not spec.submodule_search_locations:
         raise ValueError("the spark_jobs package is not installed")
-    return str(Path(next(iter(spec.submodule_search_locations))) / f"{job}.py")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    package_main = root / job / "__main__.py"
+    return str(package_main if package_main.is_file() else root / f"{job}.py")
 
 
 def spark_submit_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

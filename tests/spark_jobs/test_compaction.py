@@ -35,6 +35,7 @@ from spark_jobs.common import SegmentDescriptor, UsageError
 from spark_jobs.compaction import (
     CompactionOptions,
     PartitionPlan,
+    ReadThrottle,
     TokenBucket,
     is_cleaned_key,
     map_key,
@@ -292,8 +293,9 @@ def test_token_bucket_paces_reads_without_sleeping() -> None:
     assert bucket.acquire(1000) == 0.0
     assert bucket.acquire(3000) == pytest.approx(3.0)
     assert slept == [pytest.approx(0.5), pytest.approx(3.0)]
-    assert compaction.worker_bucket(0) is None
-    assert compaction.worker_bucket(5.0) is compaction.worker_bucket(5.0)
+    throttle = ReadThrottle()
+    assert throttle.bucket(0) is None
+    assert throttle.bucket(5.0) is throttle.bucket(5.0)
 
 
 def test_options_are_checked() -> None:
@@ -877,7 +879,7 @@ def test_spark_submit_end_to_end(local_store: ObjectStore, tmp_path: Path) -> No
             "local[1]",
             "--conf",
             "spark.ui.enabled=false",
-            str(Path(compaction.__file__)),
+            str(Path(compaction.__file__).with_name("__main__.py")),
             "--store-url",
             store.url,
             "--namespace",

@@ -1,0 +1,83 @@
+"""kfs_core.records.rewrite: which batches are copied, merged or re-encoded, and what is dropped."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from kfs_core.records.batch import (
+    CONTROL_COMMIT,
+    LOG_APPEND_TIME,
+    Record,
+    decode_batch,
+    encode_batch,
+    encode_control_key,
+)
+from kfs_core.records.codecs import CODEC_NONE, CODEC_ZSTD
+from kfs_core.records.header import read_batch_header
+from kfs_core.records.rewrite import BatchRewriter, key_compactable, rebatchable
+
+pytestmark = pytest.mark.unit
+
+TS = 1_700_000_000_000
+TXN = {"producer_id": 7, "producer_epoch": 0, "is_transactional": True}
+
+
+def records(base: int, count: int) -> list[Record]:
+    return [Record(base + i, TS + i, b"k%d" % (base + i), b"v" * 20) for i in range(count)]
+
+
+def rewrite(
+    batches: list[bytes], drop: set[int], target: int = 1 << 20, codec: int = CODEC_ZSTD
+) -> tuple[list[bytes], list[bool]]:
+    out: list[bytes] = []
+    rewriter = BatchRewriter(codec, target, out.append)
+    copied = []
+    for batch in batches:
+        view = memoryview(batch)
+        copied.append(rewriter.add(view, 0, read_batch_header(view), drop, "<test>"))
+    rewriter.flush()
+    return out, copied
+
+
+def offsets(batch: bytes) -> list[int]:
+    return [r.offset for r in decode_batch(batch).records]
+
+
+def test_create_time_batches_merge_without_the_dropped_offsets() -> None:
+    batches = [encode_batch(records(0, 3)), encode_batch(records(3, 3), base_offset=3)]
+    out, copied = rewrite(batches, drop={1, 4})
+    assert copied == [False, False]
+    assert len(out) == 1 and offsets(out[0]) == [0, 2, 3, 5]
+    assert read_batch_header(memoryview(out[0])).codec == CODEC_ZSTD
+
+
+def test_a_small_target_starts_new_batches_between_sources() -> None:
+    batches = [encode_batch(records(b, 3), base_offset=b) for b in (0, 3, 6)]
+    out, _ = rewrite(batches, drop=set(), target=1)
+    assert [offsets(b) for b in out] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+
+
+def test_control_and_transactional_batches_are_copied_whole_in_order() -> None:
+    marker = Record(3, TS, encode_control_key(CONTROL_COMMIT), struct.pack(">hi", 0, 1))
+    txn = encode_batch(records(0, 3), **TXN)
+    control = encode_batch([marker], base_offset=3, is_control=True, **TXN)
+    plain = encode_batch(records(4, 2), base_offset=4)
+    out, copied = rewrite([txn, control, plain], drop={0, 1, 4})
+    assert copied == [True, True, False]
+    assert out[:2] == [txn, control]  # nothing dropped from them
+    assert offsets(out[2]) == [5]
+    header = read_batch_header(memoryview(txn))
+    assert not key_compactable(header) and not rebatchable(header)
+
+
+def test_log_append_time_batches_keep_their_boundaries_and_lose_dropped_records() -> None:
+    batches = [
+        encode_batch(records(0, 3), timestamp_type=LOG_APPEND_TIME, max_timestamp=TS + 9),
+        encode_batch(records(3, 2), base_offset=3, timestamp_type=LOG_APPEND_TIME),
+    ]
+    assert not rebatchable(read_batch_header(memoryview(batches[0])))
+    out, copied = rewrite(batches, drop={1, 3, 4}, codec=CODEC_NONE)
+    assert copied == [False, False]
+    assert [offsets(b) for b in out] == [[0, 2]]  # the second batch lost every record
