@@ -44,10 +44,10 @@ bench: install ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.maintenance
 	$(BIN)/python -m bench.groups
 
-lint: install ## ruff (lint + format check) and mypy (strict on kfs_core)
+lint: install ## ruff (lint + format check) and mypy (strict on kfs_core, spark_jobs, kfs_airflow)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy kfs_core
+	$(BIN)/mypy kfs_core spark_jobs plugins/kfs_airflow
 
 format: install ## Apply ruff's formatter and autofixes
 	$(BIN)/ruff format .

@@ -81,7 +81,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from kfs_core.catalog import PartitionCatalog, PartitionState, SegmentEntry, TopicRegistry, layout
 from kfs_core.errors import KfsError, UnknownTopic
@@ -596,7 +596,10 @@ class JobContext:
         if self._spark is None:
             return None
         context = self._spark.sparkContext
-        return SparkInfo(master=context.master, app_id=context.applicationId)
+        # pyspark types ``master`` Optional, but SparkContext raises MASTER_URL_NOT_SET
+        # unless spark.master is set, so a live context's master is always a str.
+        master = cast(str, context.master)
+        return SparkInfo(master=master, app_id=context.applicationId)
 
     def check_paused(self) -> bool:
         """True if the daemon's emergency pause flag is set (mutating jobs re-check it)."""

@@ -41,7 +41,7 @@ class _MemoryBytecodeCache(jinja2.BytecodeCache):
 _CACHE = _MemoryBytecodeCache()
 
 
-class CachedPageView(DefaultJinjaPageView):  # type: ignore[misc]
+class CachedPageView(DefaultJinjaPageView):
     """GX's page view (suite and validation result pages), templates from `_CACHE`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -49,7 +49,7 @@ class CachedPageView(DefaultJinjaPageView):  # type: ignore[misc]
         self.env.bytecode_cache = _CACHE
 
 
-class CachedIndexPageView(DefaultJinjaIndexPageView):  # type: ignore[misc]
+class CachedIndexPageView(DefaultJinjaIndexPageView):
     """GX's index page view, templates from `_CACHE`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

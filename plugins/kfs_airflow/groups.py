@@ -89,7 +89,7 @@ class GroupPartition(BaseModel):
     client_id: str | None = None
     error: str | None = None
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy: no decorators over @property; pydantic's documented ignore
     @property
     def lag(self) -> int | None:
         """Records not yet committed; None without a commit or a log end (Kafka shows "-")."""
@@ -110,7 +110,7 @@ class ConsumerGroup(BaseModel):
     partitions: list[GroupPartition] = Field(default_factory=list)
     error: str | None = None
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy: no decorators over @property; pydantic's documented ignore
     @property
     def total_lag(self) -> int | None:
         lags = [p.lag for p in self.partitions if p.lag is not None]

@@ -256,6 +256,7 @@ class KfsSparkJobOperator(SparkSubmitOperator):
 
     # --- the run ----------------------------------------------------------------
 
+    # SparkSubmitOperator.execute returns None; this one returns the run summary (the XCom).
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         kfs = KfsHook(kfs_conn_id=self.kfs_conn_id)
         ti = context["ti"]

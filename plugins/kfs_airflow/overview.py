@@ -89,17 +89,17 @@ class TopicSummary(BaseModel):
     partitions: list[PartitionSummary] = Field(default_factory=list)
     error: str | None = None
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy: no decorators over @property; pydantic's documented ignore
     @property
     def segments(self) -> int:
         return sum(p.segments for p in self.partitions)
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy: no decorators over @property; pydantic's documented ignore
     @property
     def size_bytes(self) -> int:
         return sum(p.size_bytes for p in self.partitions)
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy: no decorators over @property; pydantic's documented ignore
     @property
     def record_count(self) -> int:
         return sum(p.record_count for p in self.partitions)
@@ -161,7 +161,7 @@ class ValidationRun(BaseModel):
     data_docs_index: str | None = None
     error: str | None = None
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy: no decorators over @property; pydantic's documented ignore
     @property
     def unsuccessful(self) -> int:
         return self.evaluated - self.successful

@@ -197,7 +197,7 @@ class KfsNewSegmentsTrigger(BaseTrigger):
         min_segments: int = 1,
         poll_interval: float = 60.0,
     ) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger.__init__ is unannotated
         self.kfs_conn_id = kfs_conn_id
         self.topics = topics
         self.since_versions = since_versions
@@ -237,6 +237,7 @@ class KfsNewSegmentsTrigger(BaseTrigger):
                 found = await asyncio.to_thread(self._check)
             except Exception as exc:  # noqa: BLE001 - the task reports it
                 message = f"{type(exc).__name__}: {exc}"
+                # Airflow's TriggerEvent.__init__ is unannotated
                 yield TriggerEvent({"status": "error", "message": message})  # type: ignore[no-untyped-call]
                 return
             if found is not None:
