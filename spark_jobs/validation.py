@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as _dt
 import math
 import os
 import sys
@@ -578,9 +579,11 @@ class PreparedExpectations:
         """Run the suite over ``pdf``; one result dict per check, in suite order."""
         from great_expectations.core.run_identifier import RunIdentifier
 
-        result = self._checkpoint.run(
-            batch_parameters={"dataframe": pdf}, run_id=RunIdentifier(run_name=self.run_id)
-        )
+        # The run time is given, because without one GX parses the run name as a
+        # date: a KFS run id such as 20261124T103000Z-9146ad reads as an offset of
+        # -91:46 and fails the whole run ("offset must be a timedelta ...").
+        run_id = RunIdentifier(run_name=self.run_id, run_time=_dt.datetime.now(_dt.UTC))
+        result = self._checkpoint.run(batch_parameters={"dataframe": pdf}, run_id=run_id)
         by_id = {check.id: check for check in self.checks}
         outcomes: list[dict[str, Any]] = []
         for validation in result.run_results.values():
