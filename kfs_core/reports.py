@@ -28,11 +28,13 @@ a killed run left behind still reads; fields a newer writer adds are kept
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import json
 import re
 import secrets
 import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,6 +68,7 @@ __all__ = [
     "data_docs_prefix",
     "exit_code_for",
     "is_run_id",
+    "job_application",
     "new_run_id",
     "redact_url",
     "report_key",
@@ -84,6 +87,23 @@ RETENTION_JOB = "retention"
 VALIDATION_JOB = "validation"
 #: The maintenance jobs, as named in ``spark_jobs/<job>.py`` and in report keys.
 JOBS = (CHECKPOINT_JOB, COMPACTION_JOB, INDEX_REBUILD_JOB, RETENTION_JOB, VALIDATION_JOB)
+
+
+def job_application(job: str) -> Path:
+    """The file spark-submit runs for ``job``: ``spark_jobs/<job>.py``, or
+    ``spark_jobs/<job>/__main__.py`` for a job that is a package (compaction).
+
+    Found, not imported: the scheduler side (the Airflow plugin, ``kfs jobs``)
+    shares only this contract with the jobs.  `ValueError` when spark_jobs is
+    not installed.
+    """
+    spec = importlib.util.find_spec("spark_jobs")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("the spark_jobs package is not installed")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    package_main = root / job / "__main__.py"
+    return package_main if package_main.is_file() else root / f"{job}.py"
+
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"

@@ -25,6 +25,7 @@ import click
 
 from kfs_core.cli.common import CliError, cli_settings
 from kfs_core.config import Settings
+from kfs_core.reports import job_application
 
 __all__ = ["job_command", "job_environment", "job_file", "jobs"]
 
@@ -56,10 +57,9 @@ def available_jobs() -> list[str]:
 
 
 def job_file(job: str) -> Path:
-    """The file spark-submit runs: ``spark_jobs/<job>.py``, or ``<job>/__main__.py`` for a package."""
-    root = _package_dir("spark_jobs")
-    package_main = root / job / "__main__.py"
-    return package_main if package_main.is_file() else root / f"{job}.py"
+    """The file spark-submit runs (`kfs_core.reports.job_application`)."""
+    _package_dir("spark_jobs")  # a one-line CliError when it is missing
+    return job_application(job)
 
 
 def job_environment(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import importlib.util
 import logging
 import os
 import re
@@ -52,7 +51,15 @@ from airflow.sdk import Asset, BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from kfs_airflow.hooks import KfsHook
-from kfs_core.reports import EXIT_USAGE, JOBS, STATUS_FAILED, STATUS_OK, RunSummary, report_key
+from kfs_core.reports import (
+    EXIT_USAGE,
+    JOBS,
+    STATUS_FAILED,
+    STATUS_OK,
+    RunSummary,
+    report_key,
+)
+from kfs_core.reports import job_application as _job_application
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -89,17 +96,10 @@ _MAX_XCOM_LIST = 50
 
 
 def job_application(job: str) -> str:
-    """The application spark-submit runs: ``spark_jobs/<job>.py``, or ``<job>/__main__.py``
-    for a job that is a package (compaction)."""
+    """The application spark-submit runs for ``job`` (`kfs_core.reports.job_application`)."""
     if job not in JOBS:
         raise ValueError(f"unknown KFS job {job!r}; jobs: {', '.join(JOBS)}")
-    # Found, not imported: the plugin shares only kfs_core's contract with the jobs.
-    spec = importlib.util.find_spec("spark_jobs")
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError("the spark_jobs package is not installed")
-    root = Path(next(iter(spec.submodule_search_locations)))
-    package_main = root / job / "__main__.py"
-    return str(package_main if package_main.is_file() else root / f"{job}.py")
+    return str(_job_application(job))
 
 
 def spark_submit_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
