@@ -1,8 +1,8 @@
-"""WAL manager throughput in cautious mode against a plain write+fdatasync loop, same disk.
+"""WAL writer throughput in cautious mode against a plain write+fdatasync loop, same disk.
 
     .venv/bin/python -m bench.wal [--dir DIR] [--seconds S]
 
-For 1 KiB and 1 MiB batches: `WalManager` (cautious, group commit) with 1 and
+For 1 KiB and 1 MiB batches: `WalWriter` (cautious, group commit) with 1 and
 8 concurrent writer threads, and two baselines that fsync every write on one
 thread -- ``pwrite`` into a preallocated file (what the WAL does without the
 framing and the thread hop) and ``write`` appending to a growing file (what a
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kfs_core.formats.wal import encode_record_frame
-from kfs_core.log.wal_manager import WalManager
+from kfs_core.log.wal_writer import WalWriter
 from tests.log.batches import make_batch
 
 BASE_OFFSET = struct.Struct(">q")  # the first field of a RecordBatch
@@ -51,17 +51,17 @@ class Result:
 def _batch_buffer(partition: int, batch_bytes: int) -> bytearray:
     """One batch of about ``batch_bytes``; its base offset is rewritten in place per append.
 
-    Safe because `WalManager.append` copies the batch into its frame before it
+    Safe because `WalWriter.append` copies the batch into its frame before it
     returns, and the base offset lies outside the batch CRC.
     """
     return bytearray(make_batch(partition, 0, size=batch_bytes - 80))
 
 
-def bench_manager(directory: str, batch_bytes: int, writers: int, seconds: float) -> Result:
+def bench_writer(directory: str, batch_bytes: int, writers: int, seconds: float) -> Result:
     wal_dir = tempfile.mkdtemp(prefix="wal-", dir=directory)
     try:
-        manager = WalManager(wal_dir, durability="cautious")
-        manager.recover()
+        wal = WalWriter(wal_dir, durability="cautious")
+        wal.recover()
         buffers = [_batch_buffer(w, batch_bytes) for w in range(writers)]
         counts = [0] * writers
         start = threading.Barrier(writers + 1)
@@ -73,7 +73,7 @@ def bench_manager(directory: str, batch_bytes: int, writers: int, seconds: float
             offset = 0
             while time.perf_counter() < deadline[0]:
                 BASE_OFFSET.pack_into(batch, 0, offset)
-                manager.append("bench", writer, offset, batch)
+                wal.append("bench", writer, offset, batch)
                 offset += 1
             counts[writer] = offset
 
@@ -86,9 +86,9 @@ def bench_manager(directory: str, batch_bytes: int, writers: int, seconds: float
         for thread in threads:
             thread.join()
         elapsed = time.perf_counter() - began
-        fsyncs = manager.metrics.fsyncs
-        manager.close()
-        return Result("WalManager cautious", batch_bytes, writers, sum(counts), elapsed, fsyncs)
+        fsyncs = wal.metrics.fsyncs
+        wal.close()
+        return Result("WalWriter cautious", batch_bytes, writers, sum(counts), elapsed, fsyncs)
     finally:
         shutil.rmtree(wal_dir, ignore_errors=True)
 
@@ -164,7 +164,7 @@ def run(directory: str, seconds: float) -> list[Result]:
         results.append(bench_pwrite_preallocated(directory, batch_bytes, seconds))
         results.append(bench_append_growing(directory, batch_bytes, seconds))
         for writers in (1, 8):
-            results.append(bench_manager(directory, batch_bytes, writers, seconds))
+            results.append(bench_writer(directory, batch_bytes, writers, seconds))
     return results
 
 

@@ -1,24 +1,64 @@
-"""KFS settings: every `KFS_*` environment variable, typed, with defaults (docs/architecture.md).
+"""KFS settings: every daemon setting declared once, typed, with its default, bounds and help.
 
-`Settings.from_env()` reads the environment; the `kfs` command lets flags
-override any field.  Sizes accept plain bytes or a suffix (``512MiB``, ``4MB``,
-``1GB``; both decimal and binary suffixes mean powers of 1024, as KafScale's
+`Settings` is the one declaration.  Each field is made with `setting()` or
+`tuning()`, which record a `SettingSpec` in the field's metadata; everything
+else is derived from those specs:
+
+- the environment: field ``x_y`` is variable ``KFS_X_Y`` (`Settings.from_env`);
+- the ``kfs serve`` flags: ``--x-y``, with the spec's help, choices and default
+  (`kfs_core.cli.serve` builds them from `operator_settings`);
+- validation: minimums and choices, checked when a `Settings` is built, so a
+  bad value is a one-line error naming the variable;
+- the broker's configs in DescribeConfigs: fields whose spec names a
+  ``broker_config`` (Kafka's own name where Kafka has one);
+- the partition log and the WAL read their fields straight from `Settings`.
+
+`tuning()` fields are the partition log's internal knobs (concurrency,
+refresh periods, retry backoff).  They are not environment variables or
+flags: tests and benchmarks set them by constructing `Settings`.
+
+Sizes accept plain bytes or a suffix (``512MiB``, ``4MB``, ``1GB``; both
+decimal and binary suffixes mean powers of 1024, as KafScale's
 ``KAFSCALE_*`` variables do).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from kfs_core.records.codecs import CODEC_NAMES
+
+__all__ = [
+    "DAEMON_CODECS",
+    "DURABILITY_MODES",
+    "LOG_LEVELS",
+    "SettingSpec",
+    "Settings",
+    "default_home",
+    "env_name",
+    "format_size",
+    "operator_settings",
+    "parse_bool",
+    "parse_size",
+]
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 DURABILITY_MODES = ("cautious", "normal", "emergency")
+#: The values of ``KFS_COMPRESSION_CODEC``, Kafka's producer spelling.
+DAEMON_CODECS: tuple[str, ...] = tuple(CODEC_NAMES.values())  # none gzip snappy lz4 zstd
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+Kind = Literal["str", "int", "size", "bool", "float", "choice"]
 
 
 def parse_size(text: str | int) -> int:
@@ -32,44 +72,235 @@ def parse_size(text: str | int) -> int:
     return int(number) * _UNITS[(unit or "")[:1].lower()]
 
 
+def format_size(size: int) -> str:
+    """536870912 → ``"512MiB"``: the largest binary unit that divides ``size``."""
+    for suffix, unit in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size and size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)
+
+
+def parse_bool(text: str | bool) -> bool:
+    """``true``/``false``, ``1``/``0``, ``yes``/``no``, ``on``/``off`` (as click reads them)."""
+    if isinstance(text, bool):
+        return text
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"not a boolean: {text!r} (use true or false)")
+
+
 def default_home() -> Path:
     return Path(os.environ.get("KFS_HOME", Path.cwd() / ".kfs")).absolute()
+
+
+def env_name(name: str) -> str:
+    """The environment variable of field ``name``: ``segment_bytes`` → ``KFS_SEGMENT_BYTES``."""
+    return f"KFS_{name.upper()}"
+
+
+@dataclass(frozen=True, slots=True)
+class SettingSpec:
+    """What the declaration says about one setting beyond its type and default."""
+
+    help: str
+    kind: Kind
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None  # the smallest value allowed (inclusive)
+    broker_config: str | None = None  # its name among the broker's DescribeConfigs
+    operator: bool = True  # a KFS_* variable and a kfs serve flag (False: `tuning`)
+    default_help: str | None = None  # how --help shows a default computed at run time
+
+
+def _kind_of(default: object, size: bool, choices: tuple[str, ...]) -> Kind:
+    if choices:
+        return "choice"
+    if size:
+        return "size"
+    if isinstance(default, bool):
+        return "bool"
+    if isinstance(default, int):
+        return "int"
+    if isinstance(default, float):
+        return "float"
+    return "str"
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    size: bool = False,
+    choices: tuple[str, ...] = (),
+    minimum: int | None = None,
+    broker_config: str | None = None,
+    default_help: str | None = None,
+) -> Any:
+    """A ``KFS_*`` setting: an environment variable and a ``kfs serve`` flag."""
+    spec = SettingSpec(
+        help,
+        _kind_of(default, size, choices),
+        choices,
+        minimum,
+        broker_config,
+        True,
+        default_help,
+    )
+    return dataclasses.field(default=default, metadata={"kfs": spec})
+
+
+def tuning(default: Any, help: str, *, minimum: int | None = None) -> Any:
+    """An internal knob of the partition log: set by constructing `Settings`, not by operators."""
+    spec = SettingSpec(help, _kind_of(default, False, ()), minimum=minimum, operator=False)
+    return dataclasses.field(default=default, metadata={"kfs": spec})
 
 
 @dataclass(frozen=True)
 class Settings:
     """Daemon and tool settings; field ``x_y`` is environment variable ``KFS_X_Y``."""
 
-    store_url: str = ""  # default: file://{home}/store
-    namespace: str = "default"
-    data_dir: str = ""  # default: {home}/data (the WAL lives here)
-    listen: str = "127.0.0.1:9092"
-    advertised_host: str = ""
-    metrics_listen: str = "127.0.0.1:9644"
-    durability: str = "cautious"
-    segment_bytes: int = 4 << 20
-    flush_interval_ms: int = 500
-    pool_bytes: int = 512 << 20
-    cache_size: int = 1 << 30
-    index_cache_size: int = 256 << 20
-    readahead_segments: int = 2
-    compression_codec: str = "none"
-    s3_endpoint_url: str = ""
-    # Kafka's producer.id.expiration.ms: forget an idempotent producer idle this long.
-    producer_id_expiration_ms: int = 86_400_000
-    # The group coordinator, under Kafka's broker config names (group.*, offsets.*).
-    # Kafka waits 3 s for more members before a new group's first rebalance.
-    group_initial_rebalance_delay_ms: int = 300
-    group_min_session_timeout_ms: int = 6_000
-    group_max_session_timeout_ms: int = 1_800_000
-    offsets_retention_minutes: int = 7 * 24 * 60
-    offsets_retention_check_interval_ms: int = 600_000
-    offsets_topic_num_partitions: int = 4
+    # --- where things are ------------------------------------------------------
+    store_url: str = setting(
+        "", "file:///dir or s3://bucket/prefix", default_help="file://$KFS_HOME/store"
+    )
+    namespace: str = setting("default", "namespace inside the store", broker_config="kfs.namespace")
+    data_dir: str = setting("", "local directory of the WAL", default_help="$KFS_HOME/data")
+    s3_endpoint_url: str = setting("", "S3 endpoint, e.g. MinIO")
+
+    # --- the broker ----------------------------------------------------------------
+    listen: str = setting("127.0.0.1:9092", "Kafka listener host:port")
+    advertised_host: str = setting("", "host named in Metadata", default_help="the listen host")
+    metrics_listen: str = setting("127.0.0.1:9644", "ops HTTP host:port (/metrics, /readyz)")
+    auto_create_topics: bool = setting(
+        True,
+        "create unknown topics on Metadata and Produce",
+        broker_config="auto.create.topics.enable",
+    )
+    default_partitions: int = setting(
+        1, "partitions of auto-created topics", minimum=1, broker_config="num.partitions"
+    )
+    log_level: str = setting("info", "daemon log level", choices=LOG_LEVELS)
+
+    # --- durability and the partition log ------------------------------------------
+    durability: str = setting(
+        "cautious",
+        "WAL mode: fsync before the ack (cautious), every 50 frames or 10 ms (normal), "
+        "cautious plus the maintenance pause (emergency)",
+        choices=DURABILITY_MODES,
+        broker_config="kfs.durability",
+    )
+    segment_bytes: int = setting(
+        4 << 20,
+        "seal a partition buffer into a segment at this size",
+        size=True,
+        minimum=1,
+        broker_config="kfs.segment.bytes",
+    )
+    flush_interval_ms: int = setting(
+        500,
+        "seal a partition buffer when its oldest batch is this old",
+        minimum=1,
+        broker_config="kfs.flush.interval.ms",
+    )
+    pool_bytes: int = setting(
+        512 << 20, "memory for all unflushed partition buffers", size=True, minimum=1
+    )
+    cache_size: int = setting(1 << 30, "L1 cache of whole segments", size=True, minimum=0)
+    index_cache_size: int = setting(256 << 20, "L2 cache of parsed indexes", size=True, minimum=0)
+    readahead_segments: int = setting(
+        2, "whole segments prefetched for sequential consumers", minimum=0
+    )
+    compression_codec: str = setting(
+        "none",
+        "recompress batches producers left uncompressed at flush (compression.type=producer)",
+        choices=DAEMON_CODECS,
+        broker_config="kfs.compression.codec",
+    )
+    producer_id_expiration_ms: int = setting(
+        86_400_000,
+        "forget an idempotent producer idle this long",
+        minimum=1,
+        broker_config="producer.id.expiration.ms",
+    )
+
+    # --- the group coordinator (Kafka's group.* and offsets.* broker configs) ------
+    group_initial_rebalance_delay_ms: int = setting(
+        300,  # Kafka waits 3 s for more members before a new group's first rebalance
+        "wait for more members before a new group's first rebalance",
+        minimum=0,
+        broker_config="group.initial.rebalance.delay.ms",
+    )
+    group_min_session_timeout_ms: int = setting(
+        6_000,
+        "shortest session timeout a member may ask for",
+        minimum=1,
+        broker_config="group.min.session.timeout.ms",
+    )
+    group_max_session_timeout_ms: int = setting(
+        1_800_000,
+        "longest session timeout a member may ask for",
+        minimum=1,
+        broker_config="group.max.session.timeout.ms",
+    )
+    offsets_retention_minutes: int = setting(
+        7 * 24 * 60,
+        "expire an empty group's committed offsets after this long",
+        minimum=1,
+        broker_config="offsets.retention.minutes",
+    )
+    offsets_retention_check_interval_ms: int = setting(
+        600_000,
+        "how often expired committed offsets are looked for",
+        minimum=1,
+        broker_config="offsets.retention.check.interval.ms",
+    )
+    offsets_topic_num_partitions: int = setting(
+        4,
+        "partitions of __consumer_offsets when it is created",
+        minimum=1,
+        broker_config="offsets.topic.num.partitions",
+    )
+
+    # --- tuning of the partition log (not KFS_* variables) -------------------------
+    pressure_ratio: float = tuning(0.75, "pool fill that starts an emergency flush")
+    flush_concurrency: int = tuning(8, "partitions flushing at once", minimum=1)
+    upload_concurrency: int = tuning(
+        4, "segments of one partition's flush uploaded at once", minimum=1
+    )
+    readahead_concurrency: int = tuning(4, "segments prefetched at once", minimum=1)
+    io_threads: int = tuning(32, "the thread pool for store requests and commits", minimum=1)
+    index_interval: int = tuning(100, "messages between index entries", minimum=1)
+    catalog_refresh_ms: int = tuning(
+        1000, "catalog refresh period of partitions being read", minimum=1
+    )
+    idle_refresh_ms: int = tuning(30_000, "catalog refresh period of idle partitions", minimum=1)
+    topic_refresh_ms: int = tuning(5000, "how long a topic's config is cached", minimum=1)
+    retry_base_ms: int = tuning(50, "first backoff of a failed upload or commit", minimum=1)
+    retry_max_ms: int = tuning(5000, "longest backoff", minimum=1)
+    cache_flushed_segments: bool = tuning(True, "put freshly flushed segments into L1")
+    decode_records: bool = tuning(False, "decode every produced record (Kafka does; slow here)")
+    producer_rebuild_bytes: int = tuning(
+        16 << 20,
+        "without a producer-state snapshot, rebuild from at most this much of the newest segments",
+        minimum=0,
+    )
 
     def __post_init__(self) -> None:
-        if self.durability not in DURABILITY_MODES:
+        for field, spec in _specs():
+            value = getattr(self, field.name)
+            where = env_name(field.name) if spec.operator else field.name
+            if spec.choices and value not in spec.choices:
+                raise ValueError(f"{where}={value!r}: expected one of {', '.join(spec.choices)}")
+            if spec.minimum is not None and value < spec.minimum:
+                least = "positive" if spec.minimum == 1 else f"at least {spec.minimum}"
+                raise ValueError(f"{where} must be {least}, got {value}")
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError(
-                f"KFS_DURABILITY={self.durability!r}: expected one of {', '.join(DURABILITY_MODES)}"
+                "KFS_GROUP_MIN_SESSION_TIMEOUT_MS must be at most "
+                f"KFS_GROUP_MAX_SESSION_TIMEOUT_MS, got {self.group_min_session_timeout_ms} "
+                f"and {self.group_max_session_timeout_ms}"
             )
         home = default_home()
         if not self.store_url:
@@ -79,21 +310,50 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """The ``KFS_*`` variables of ``env`` (default: the process's), then ``overrides``."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        for field in fields(cls):
-            raw = env.get(f"KFS_{field.name.upper()}")
+        for field, spec in operator_settings():
+            raw = env.get(env_name(field.name))
             if raw is None or raw == "":
                 continue
             try:
-                if field.type == "int":
-                    values[field.name] = parse_size(raw)
-                else:
-                    values[field.name] = raw
+                values[field.name] = _parse(spec, raw)
             except ValueError as exc:
-                raise ValueError(f"KFS_{field.name.upper()}: {exc}") from None
+                raise ValueError(f"{env_name(field.name)}: {exc}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
     def with_overrides(self, **overrides: Any) -> Settings:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+    def broker_configs(self) -> dict[str, str]:
+        """The settings the broker shows in DescribeConfigs, by their config names."""
+        configs: dict[str, str] = {}
+        for field, spec in _specs():
+            if spec.broker_config is not None:
+                value = getattr(self, field.name)
+                configs[spec.broker_config] = (
+                    str(value).lower() if isinstance(value, bool) else str(value)
+                )
+        return configs
+
+
+def _parse(spec: SettingSpec, raw: str) -> object:
+    if spec.kind in ("int", "size"):
+        return parse_size(raw)
+    if spec.kind == "bool":
+        return parse_bool(raw)
+    if spec.kind == "float":
+        return float(raw)
+    return raw
+
+
+def _specs() -> Iterator[tuple[dataclasses.Field[Any], SettingSpec]]:
+    for field in fields(Settings):
+        yield field, field.metadata["kfs"]
+
+
+def operator_settings() -> Iterator[tuple[dataclasses.Field[Any], SettingSpec]]:
+    """The ``KFS_*`` settings (not the tuning), in declaration order, with their specs."""
+    return ((field, spec) for field, spec in _specs() if spec.operator)

@@ -170,15 +170,15 @@ class InvalidPartitions(CatalogError):
 
 
 class WalError(KfsError):
-    """The WAL manager refused or could not perform an operation."""
+    """The WAL refused or could not perform an operation."""
 
 
 class WalNotRecovered(WalError):
-    """An append or checkpoint before `WalManager.recover()` scanned the WAL directory."""
+    """An append or checkpoint before `WalWriter.recover()` scanned the WAL directory."""
 
 
 class WalClosed(WalError):
-    """An append or checkpoint after `WalManager.close()`."""
+    """An append or checkpoint after `WalWriter.close()`."""
 
 
 class WalWriteFailed(WalError):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kfs_core.errors import TopicAlreadyExists, UnknownTopicOrPartition
-from kfs_core.log.manager import LogManager
+from kfs_core.log.log_manager import LogManager
 from kfs_core.records.batch import Record, encode_batch, iter_batches
 
 __all__ = [

@@ -1,19 +1,36 @@
 """The partition log of the ``kfs serve`` daemon: WAL, buffers, flush, read path, caches.
 
-- `manager`     — `LogManager`: append, read, list offsets, topics (and
-  `forget_topic` for deleted ones), flush, recovery, the failed state after a
-  WAL failure; `LogSettings`, `AppendResult`, `ReadResult`, `OffsetLookup`.
-- `wal_manager` — `WalManager`: the write-ahead log (files, group commit,
-  checkpoints, recovery).
-- `validate`    — the produce-side batch checks and their Kafka error codes.
-- `buffer`      — `PartitionBuffer`: a partition's batches not yet committed.
-- `pool`        — `MemoryPool`: the byte budget of all buffers, backpressure.
-- `reader`      — `SegmentFetcher`: committed segments through L1, L2 and range GETs,
-  read-ahead.
-- `segments`    — sealing buffers into segments (re-encoding batches per
-  `compression.type` / ``KFS_COMPRESSION_CODEC``), planning range reads.
-- `cache`       — `LruCache`, `CachedSegment`: the L1 segment and L2 index caches.
-- `metrics`     — `LogMetrics`: counters and gauges for the server to export.
+The rooms, in the order a produced batch meets them:
+
+- `log_manager`  — `LogManager`: the lifecycle (start-up replay, close), the
+  partition table, the append path (offsets assigned in one step with no
+  await), `forget_topic`, DeleteRecords, the failed state; `AppendResult`.
+- `partition`    — `Partition`: one partition's state, shared by the parts below.
+- `validate`     — the produce-side batch checks and their Kafka error codes.
+- `producer_state` — idempotent producers: sequence checks and their snapshots.
+- `pool`         — `MemoryPool`: the byte budget of all buffers, backpressure.
+- `buffer`       — `PartitionBuffer`: a partition's batches not yet committed.
+- `wal_writer`   — `WalWriter`: the write-ahead log (files, group commit,
+  durability modes, checkpoints).
+- `wal_recovery` — `recover_wal`, `WalRecovery`: the WAL's start-up scan.
+- `wal_files`    — what both share: file names, `WalPosition`, `WalFile`.
+- `failure`      — `LogFailure`: the failed state after the WAL failed.
+- `flusher`      — `Flusher`: seal, upload, commit, cache, checkpoint the WAL.
+- `sealing`      — cutting batches into segment files, re-encoding them per
+  `compression.type` / ``KFS_COMPRESSION_CODEC`` (no I/O).
+- `catalog_refresh` — `CatalogRefresher`: others' catalog commits (compaction,
+  retention) and the one way a partition's catalog state changes.
+- `topic_cache`  — `TopicCache`, `TopicInfo`: the topic registry, cached.
+- `reader`       — `PartitionReader`: Fetch and ListOffsets of a partition;
+  `ReadResult`, `OffsetLookup`.
+- `segment_fetcher` — `SegmentFetcher`: committed segments through L1, L2 and
+  range GETs, read-ahead.
+- `range_reads`  — planning a range GET of a segment from its index (no I/O).
+- `cache`        — `LruCache`, `CachedSegment`: the L1 segment and L2 index caches.
+- `metrics`      — `LogMetrics`: counters and gauges for the server to export.
+
+The settings all of them read are `kfs_core.config.Settings` (one declaration
+of every ``KFS_*`` setting and the log's tuning).
 
 The errors the server maps to Kafka codes (``kafka_error_code``) live in
 `kfs_core.errors`: `OffsetOutOfRange`, `CorruptMessage`,
@@ -32,10 +49,10 @@ on its own.
   from the moment it is readable.
 - A batch leaves its buffer only when the catalog commit that makes its
   segment live has landed, in the same loop step that adopts the new catalog
-  state (`LogManager._flush_partition`).  So every readable offset is in a
+  state (`Flusher._flush_partition`).  So every readable offset is in a
   buffer or in the catalog, never in neither; the pool makes producers wait
   rather than evict anything uncommitted.
-- The WAL is read only by `WalManager.recover`, and `LogManager.start` puts
+- The WAL is read only by `WalWriter.recover`, and `LogManager.start` puts
   everything the catalog lacks back into the buffers (and flushes it) before
   the first fetch is served.
 
@@ -47,18 +64,10 @@ evicted before their commit (to bound memory without making producers
 wait); then reads would need an index from offset to WAL position.
 """
 
-from kfs_core.log.manager import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    AppendResult,
-    LogManager,
-    LogSettings,
-    OffsetLookup,
-    ReadResult,
-    StartReport,
-    TopicInfo,
-)
+from kfs_core.log.log_manager import AppendResult, LogManager, StartReport
 from kfs_core.log.metrics import LogMetrics
+from kfs_core.log.reader import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetLookup, ReadResult
+from kfs_core.log.topic_cache import TopicInfo
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -66,7 +75,6 @@ __all__ = [
     "AppendResult",
     "LogManager",
     "LogMetrics",
-    "LogSettings",
     "OffsetLookup",
     "ReadResult",
     "StartReport",

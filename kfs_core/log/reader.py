@@ -1,248 +1,229 @@
-"""`SegmentFetcher`: reads committed segments -- L1, L2, range GETs, read-ahead.
+"""`PartitionReader`: the read side of a partition -- Fetch and ListOffsets.
 
-Cheapest first:
+Fetch, cheapest first: the partition buffer (offsets not yet committed),
+then the committed segments through `SegmentFetcher` (L1 whole segments, L2
+indexes, then at most two GETs -- index and one range -- for an uncached
+fetch, one with the index cached).  The catalog state in memory names the
+segment; nothing is listed.  A segment that vanished under a fetch
+(compaction or retention removed it after the last refresh) makes the reader
+refresh the partition's catalog state and read again, once.
 
-1. L1, whole segments (`CachedSegment`), bounded by ``cache_size`` bytes:
-   filled by flushes (`remember`), read-ahead, whole-segment reads.
-2. L2, parsed indexes, bounded by ``index_cache_size`` bytes of estimated memory.
-3. The object store.  The catalog entry gives the segment's size, so the
-   body ends 16 bytes (the footer) before it; the index (one GET, then
-   cached) gives the position of the entry at or below the offset and the
-   next entry's position (`index_window`); ONE range GET fetches from the
-   first to the second plus ``max_bytes``; `select_batches` keeps whole
-   batches from the one holding the offset.  An uncached fetch costs two
-   GETs, one with the index cached.  A third happens only when the wanted
-   batch alone runs past that range (KIP-74 returns it whole).
+A consumer whose fetch starts where its previous one ended is sequential:
+the next ``readahead_segments`` segments are fetched whole into L1 in the
+background.
 
-An index that is missing, damaged or does not fit its segment (the index
-rebuild job has not run yet) costs no fetch its answer: the whole segment is
-read instead, once, into L1.
-
-Whatever the fetcher caches, it caches only while the segment is live
-(``is_live``, asked after the GET returns, since the catalog may have changed
-meanwhile); `forget` drops segments that left the catalog.  Store requests
-run on the caller's thread pool and are counted in the shared `LogMetrics`.
+ListOffsets: -2 is the log start offset, -1 the high watermark; a
+timestamp is looked up through the catalog's per-segment max timestamp, then
+the batch headers, then the records of one batch.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import logging
-from collections.abc import Callable, Iterable
+import bisect
+import time
 from concurrent.futures import Executor
-from typing import Any, TypeVar
+from dataclasses import dataclass
 
-from kfs_core.catalog import layout
 from kfs_core.catalog.actions import SegmentEntry
-from kfs_core.errors import CorruptIndex, CorruptionError, KfsError, ObjectNotFound
-from kfs_core.formats.index import IndexReader
-from kfs_core.formats.segment import SEGMENT_HEADER_SIZE
-from kfs_core.log.cache import CachedSegment, LruCache, index_weight
+from kfs_core.errors import (
+    CorruptionError,
+    LogStorageError,
+    ObjectNotFound,
+    ObjectStoreError,
+    OffsetOutOfRange,
+)
+from kfs_core.log.cache import CachedSegment
+from kfs_core.log.catalog_refresh import CatalogRefresher
 from kfs_core.log.metrics import LogMetrics
-from kfs_core.log.segments import body_end, index_window, select_batches
-from kfs_core.storage.base import ByteRange, ObjectStore
+from kfs_core.log.partition import Partition
+from kfs_core.log.segment_fetcher import SegmentFetcher, run_in
+from kfs_core.records.batch import decode_batch
+from kfs_core.records.header import read_batch_header
 
-__all__ = ["IsLive", "SegmentFetcher", "run_in"]
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "OffsetLookup",
+    "PartitionReader",
+    "ReadResult",
+]
 
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-#: Whether a catalog segment key is still live (asked when something would be cached).
-IsLive = Callable[[str], bool]
-
-
-async def run_in(executor: Executor, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` on ``executor``, awaited without blocking the loop."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor, functools.partial(fn, *args))
-
-
-def _segment_weight(segment: CachedSegment) -> int:
-    return segment.size
+#: ListOffsets timestamps with a special meaning (Kafka's ``ListOffsetsRequest``).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
 
 
-class SegmentFetcher:
-    """Fetches from committed segments of one namespace through the L1 and L2 caches."""
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """What a fetch response carries for one partition.
+
+    ``records`` holds whole batches only: the one holding the requested
+    offset (even when it is larger than ``max_bytes``) and as many following
+    ones as fit.  Empty at the high watermark.
+    """
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetLookup:
+    """A ListOffsets answer: the offset, and the record's timestamp (-1 for earliest/latest).
+
+    ``offset`` is -1 when no record has a timestamp at or after the one asked for.
+    """
+
+    offset: int
+    timestamp: int
+
+
+class PartitionReader:
+    """Reads of open partitions: the buffer first, then committed segments."""
 
     def __init__(
         self,
-        store: ObjectStore,
-        namespace: str,
+        fetcher: SegmentFetcher,
+        refresher: CatalogRefresher,
         executor: Executor,
         metrics: LogMetrics,
         *,
-        cache_size: int,
-        index_cache_size: int,
-        readahead_concurrency: int = 4,
+        readahead_segments: int,
     ) -> None:
-        self.store = store
-        self.namespace = namespace
+        self._fetcher = fetcher
+        self._refresher = refresher
         self._executor = executor
         self._metrics = metrics
-        self.l1: LruCache[str, CachedSegment] = LruCache(cache_size, _segment_weight)
-        self.l2: LruCache[str, IndexReader] = LruCache(index_cache_size, index_weight)
-        self._readahead_slots = asyncio.Semaphore(readahead_concurrency)
-        self._prefetching: dict[str, asyncio.Task[None]] = {}
+        self._readahead_segments = readahead_segments
 
-    def object_key(self, key: str) -> str:
-        """The store key of a catalog segment or index key (those are relative to the namespace)."""
-        return layout.join(self.namespace, key)
+    async def read(self, p: Partition, offset: int, max_bytes: int) -> ReadResult:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one).
 
-    # --- fetches -------------------------------------------------------------
-
-    async def read(
-        self, segment: SegmentEntry, offset: int, max_bytes: int, is_live: IsLive
-    ) -> tuple[bytes, int]:
-        """Whole batches of ``segment`` from the one holding ``offset``: at least one, then up to ``max_bytes``.
-
-        Returns the bytes and the offset after the last batch (empty bytes
-        and ``offset`` when the segment holds nothing at or past it).
-        Raises `ObjectNotFound` when the segment object is gone.
+        Raises `OffsetOutOfRange` (below the log start offset or above the
+        high watermark) or `LogStorageError` (the store failed or holds a
+        damaged object).
         """
-        cached = self.l1.get(segment.key)
-        if cached is not None:
-            self._metrics.fetch_from_cache += 1
-            return cached.read(offset, max_bytes)
-        index = await self._index(segment, is_live)
-        if index is not None:
+        p.last_read_at = time.monotonic()
+        for attempt in range(2):
+            high_watermark = p.high_watermark
+            log_start = p.state.log_start_offset
+            if offset == high_watermark:
+                return ReadResult(b"", high_watermark, log_start)
+            if not log_start <= offset < high_watermark:
+                raise OffsetOutOfRange(
+                    f"{p.name}: offset {offset} is outside [{log_start}, {high_watermark}]",
+                    topic=p.topic,
+                    partition=p.partition,
+                    offset=offset,
+                    log_start_offset=log_start,
+                    high_watermark=high_watermark,
+                )
             try:
-                return await self._read_range(segment, index, offset, max_bytes)
-            except CorruptionError as exc:  # the index points beside the batches
-                log.warning("%s; reading the whole segment", exc)
-                self.l2.pop(segment.index_key)
-        cached = await self.fetch(segment, is_live)
-        self._metrics.fetch_from_cache += 1
-        return cached.read(offset, max_bytes)
+                records = await self._read_at(p, offset, max_bytes)
+            except ObjectNotFound as exc:
+                # Compaction or retention removed the segment after our last
+                # refresh: learn what replaced it and read again.
+                if attempt:
+                    raise LogStorageError(f"{p.name}: offset {offset}: {exc}") from exc
+                await self._refresher.refresh(p)
+                continue
+            except (ObjectStoreError, CorruptionError) as exc:
+                raise LogStorageError(f"{p.name}: reading offset {offset}: {exc}") from exc
+            self._metrics.fetch_requests += 1
+            self._metrics.fetch_bytes += len(records)
+            return ReadResult(records, p.high_watermark, p.state.log_start_offset)
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _read_range(
-        self, segment: SegmentEntry, index: IndexReader, offset: int, max_bytes: int
-    ) -> tuple[bytes, int]:
-        key = self.object_key(segment.key)
-        end = body_end(segment)
-        start, bound = index_window(index, offset, end)
-        data = await self.get(key, ByteRange(start, min(end, bound + max_bytes) - start))
-        selection = select_batches(data, start, offset, max_bytes, end=end, object_name=key)
-        while selection.empty and selection.resume_length > 0:
-            start = selection.resume_at
-            data = await self.get(key, ByteRange(start, selection.resume_length))
-            selection = select_batches(data, start, offset, max_bytes, end=end, object_name=key)
-        if selection.empty:
-            return b"", offset
-        self._metrics.fetch_from_store += 1
-        return data[selection.start : selection.stop], selection.next_offset
+    async def _read_at(self, p: Partition, offset: int, max_bytes: int) -> bytes:
+        memory_first = p.buffer.first_offset
+        if memory_first is None or offset < memory_first:
+            for segment in p.state.segments_from(offset):
+                if memory_first is not None and segment.base_offset >= memory_first:
+                    break  # committed, but still buffered: memory is cheaper
+                records, next_offset = await self._fetcher.read(
+                    segment, offset, max_bytes, p.is_live
+                )
+                if records:
+                    sequential = offset == p.next_sequential_read
+                    p.next_sequential_read = next_offset
+                    if sequential:
+                        self._read_ahead(p, segment)
+                    return records
+        records, next_offset = p.buffer.read(offset, max_bytes, p.high_watermark)
+        if records:
+            self._metrics.fetch_from_memory += 1
+            p.next_sequential_read = next_offset
+        return records
 
-    async def _index(self, segment: SegmentEntry, is_live: IsLive) -> IndexReader | None:
-        """The segment's index (L2 or one GET); None when it is unusable."""
-        index = self.l2.get(segment.index_key)
-        if index is not None:
-            return index
-        key = self.object_key(segment.index_key)
+    def _read_ahead(self, p: Partition, segment: SegmentEntry) -> None:
+        """Prefetch the ``readahead_segments`` segments after ``segment`` into L1."""
+        count = self._readahead_segments
+        if count > 0:
+            segments = p.state.segments
+            i = bisect.bisect_right(segments, segment.base_offset, key=_base_offset)
+            self._fetcher.read_ahead(segments[i : i + count], p.is_live)
+
+    async def list_offsets(self, p: Partition, timestamp: int) -> OffsetLookup:
+        """ListOffsets: -2 the log start offset, -1 the high watermark, else by timestamp.
+
+        For a timestamp >= 0: the first offset (at or above the log start)
+        whose record timestamp is at or after it, and that timestamp; the
+        catalog's per-segment max timestamp picks the segment, batch headers
+        the batch.  ``OffsetLookup(-1, -1)`` when there is none.
+        """
+        p.last_read_at = time.monotonic()
+        if timestamp == LATEST_TIMESTAMP:
+            return OffsetLookup(p.high_watermark, -1)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return OffsetLookup(p.state.log_start_offset, -1)
+        if timestamp < 0:
+            raise ValueError(f"timestamp {timestamp}: expected -1, -2 or a time in ms")
+        log_start = p.state.log_start_offset
+        memory_first = p.buffer.first_offset
         try:
-            index = IndexReader(await self.get(key), key)
-        except ObjectNotFound:
-            if not is_live(segment.key):
-                raise  # the segment went with it: the caller refreshes its catalog
-            log.warning("index %s is missing; reading the whole segment", key)
-            return None
-        except CorruptIndex as exc:
-            log.warning("%s; reading the whole segment", exc)
-            return None
-        first, last = index.entries[0].position, index.entries[-1].position
-        if first < SEGMENT_HEADER_SIZE or last >= body_end(segment):
-            log.warning(
-                "index %s names positions %d..%d outside the segment's batches; "
-                "reading the whole segment",
-                key,
-                first,
-                last,
-            )
-            return None
-        if is_live(segment.key):
-            self.l2.put(segment.index_key, index)
-        return index
+            for segment in p.state.segments:
+                if memory_first is not None and segment.base_offset >= memory_first:
+                    break
+                if segment.last_offset < log_start or segment.max_timestamp < timestamp:
+                    continue
+                cached = await self._fetcher.load(segment, p.is_live)
+                found = await run_in(self._executor, _find_in_segment, cached, timestamp, log_start)
+                if found is not None:
+                    return found
+        except (ObjectStoreError, CorruptionError) as exc:
+            raise LogStorageError(f"{p.name}: looking up timestamp {timestamp}: {exc}") from exc
+        for batch in p.buffer.visible(p.high_watermark):
+            if batch.max_timestamp >= timestamp and batch.last_offset >= log_start:
+                found = _find_in_batch(batch.data, 0, timestamp, log_start)
+                if found is not None:
+                    return found
+        return OffsetLookup(-1, -1)
 
-    async def load(self, segment: SegmentEntry, is_live: IsLive) -> CachedSegment:
-        """The whole segment: from L1, or one GET (then into L1 while it is live)."""
-        cached = self.l1.get(segment.key)
-        if cached is None:
-            cached = await self.fetch(segment, is_live)
-        return cached
 
-    async def fetch(self, segment: SegmentEntry, is_live: IsLive) -> CachedSegment:
-        """GET the whole segment, check it (body CRC) and index its batches; into L1 if live."""
-        key = self.object_key(segment.key)
-        data = await self.get(key)
-        cached = await run_in(self._executor, CachedSegment.load, key, data)
-        if is_live(segment.key):
-            self.l1.put(segment.key, cached)
-        return cached
+def _base_offset(segment: SegmentEntry) -> int:
+    return segment.base_offset
 
-    async def get(self, key: str, byte_range: ByteRange | None = None) -> bytes:
-        m = self._metrics
-        m.store_gets += 1
-        try:
-            data = await run_in(self._executor, self.store.get, key, byte_range)
-        except ObjectNotFound:
-            raise
-        except Exception:
-            m.store_errors += 1
-            raise
-        m.store_get_bytes += len(data)
-        return data
 
-    # --- read-ahead ----------------------------------------------------------------
+def _find_in_segment(
+    segment: CachedSegment, timestamp: int, min_offset: int
+) -> OffsetLookup | None:
+    for position, last_offset in zip(segment.positions, segment.last_offsets, strict=False):
+        if last_offset < min_offset:
+            continue
+        header = read_batch_header(segment.data, position, object_name=segment.key)
+        if header.max_timestamp >= timestamp:
+            found = _find_in_batch(segment.data, position, timestamp, min_offset)
+            if found is not None:
+                return found
+    return None
 
-    def read_ahead(self, segments: Iterable[SegmentEntry], is_live: IsLive) -> None:
-        """Fetch ``segments`` whole into L1 in the background (those not there or on their way)."""
-        loop = asyncio.get_running_loop()
-        for segment in segments:
-            key = segment.key
-            if (
-                key in self.l1
-                or key in self._prefetching
-                or segment.size_bytes > self.l1.capacity // 2
-            ):
-                continue  # a segment over half the cache would push out more than it brings
-            task = loop.create_task(self._prefetch(segment, is_live))
-            self._prefetching[key] = task
-            task.add_done_callback(functools.partial(self._prefetched, key))
 
-    def _prefetched(self, key: str, task: asyncio.Task[None]) -> None:
-        self._prefetching.pop(key, None)
-
-    async def _prefetch(self, segment: SegmentEntry, is_live: IsLive) -> None:
-        async with self._readahead_slots:
-            if segment.key in self.l1 or not is_live(segment.key):
-                return
-            try:
-                await self.fetch(segment, is_live)
-            except (KfsError, OSError) as exc:
-                log.info("read-ahead of %s failed: %s", segment.key, exc)
-                return
-            self._metrics.readahead_segments += 1
-
-    async def wait_readahead(self) -> None:
-        """Wait until the read-ahead fetches under way have finished."""
-        while self._prefetching:
-            await asyncio.wait(list(self._prefetching.values()))
-
-    def prefetch_tasks(self) -> list[asyncio.Task[None]]:
-        return list(self._prefetching.values())
-
-    # --- cache upkeep ----------------------------------------------------------------
-
-    def remember(
-        self, entry: SegmentEntry, segment: CachedSegment | None, index: IndexReader
-    ) -> None:
-        """Cache a segment this daemon just committed (its index, and the segment if given)."""
-        self.l2.put(entry.index_key, index)
-        if segment is not None:
-            self.l1.put(entry.key, segment)
-
-    def forget(self, segments: Iterable[SegmentEntry]) -> None:
-        """Drop segments that left the catalog: they are never served again."""
-        for segment in segments:
-            self.l1.pop(segment.key)
-            self.l2.pop(segment.index_key)
+def _find_in_batch(
+    buf: bytes | memoryview, pos: int, timestamp: int, min_offset: int
+) -> OffsetLookup | None:
+    batch = decode_batch(buf, pos, verify_crc=False)
+    for record in batch.records:
+        record_timestamp = batch.effective_timestamp(record)
+        if record.offset >= min_offset and record_timestamp >= timestamp:
+            return OffsetLookup(record.offset, record_timestamp)
+    return None

@@ -56,9 +56,8 @@ from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.config import Settings
 from kfs_core.errors import KfsError
 from kfs_core.groups.coordinator import GroupSettings
-from kfs_core.log.manager import LogManager
-from kfs_core.log.segments import DAEMON_CODECS
-from kfs_core.log.wal_manager import WalManager
+from kfs_core.log.log_manager import LogManager
+from kfs_core.log.wal_writer import WalWriter
 from kfs_core.server.broker import (
     CLIENT_HOST,
     Broker,
@@ -88,7 +87,7 @@ from kfs_core.server.protocol import (
 from kfs_core.server.protocol_framing import FrameStream
 from kfs_core.storage import open_store
 
-__all__ = ["KfsServer", "ServeOptions", "parse_host_port", "serve"]
+__all__ = ["KfsServer", "check_addresses", "parse_host_port", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -122,39 +121,13 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 
 
-@dataclass(frozen=True)
-class ServeOptions:
-    """Everything `kfs serve` takes: the `Settings` plus the broker-only options."""
+def check_addresses(settings: Settings) -> None:
+    """The daemon's addresses: bad ones fail here, as one-line errors, not after WAL recovery.
 
-    settings: Settings
-    auto_create_topics: bool = True
-    default_partitions: int = 1
-
-    def __post_init__(self) -> None:
-        # Bad addresses fail here, as one-line errors, not after WAL recovery.
-        parse_host_port(self.settings.listen, KAFKA_PORT)
-        parse_host_port(self.settings.metrics_listen, METRICS_PORT)
-        if self.default_partitions < 1:
-            raise ValueError(
-                f"--default-partitions must be at least 1, got {self.default_partitions}"
-            )
-        s = self.settings
-        if not 0 < s.group_min_session_timeout_ms <= s.group_max_session_timeout_ms:
-            raise ValueError(
-                "KFS_GROUP_MIN_SESSION_TIMEOUT_MS must be positive and at most "
-                f"KFS_GROUP_MAX_SESSION_TIMEOUT_MS, got {s.group_min_session_timeout_ms} and "
-                f"{s.group_max_session_timeout_ms}"
-            )
-        if s.offsets_topic_num_partitions < 1 or s.offsets_retention_minutes < 1:
-            raise ValueError(
-                "KFS_OFFSETS_TOPIC_NUM_PARTITIONS and KFS_OFFSETS_RETENTION_MINUTES must be "
-                "at least 1"
-            )
-        if self.settings.compression_codec not in DAEMON_CODECS:
-            raise ValueError(
-                f"KFS_COMPRESSION_CODEC={self.settings.compression_codec!r}: expected one of "
-                f"{', '.join(DAEMON_CODECS)}"
-            )
+    Every other setting is checked where it is declared (`Settings`).
+    """
+    parse_host_port(settings.listen, KAFKA_PORT)
+    parse_host_port(settings.metrics_listen, METRICS_PORT)
 
 
 def group_settings(settings: Settings) -> GroupSettings:
@@ -198,31 +171,21 @@ def _advertised_host(settings: Settings, listen_host: str) -> str:
     return listen_host
 
 
-def _broker_configs(options: ServeOptions, advertised: str) -> dict[str, str]:
-    """Read-only broker configs for DescribeConfigs: Kafka names where Kafka has one."""
-    s = options.settings
+def _broker_configs(settings: Settings, advertised: str) -> dict[str, str]:
+    """Read-only broker configs for DescribeConfigs: Kafka names where Kafka has one.
+
+    The daemon's own settings come from their declaration (`Settings.broker_configs`);
+    the rest are what a single broker without replication always answers.
+    """
     return {
         "broker.id": "0",
         "node.id": "0",
         "advertised.listeners": f"PLAINTEXT://{advertised}",
-        "auto.create.topics.enable": "true" if options.auto_create_topics else "false",
-        "num.partitions": str(options.default_partitions),
         "default.replication.factor": "1",
         "socket.request.max.bytes": str(MAX_REQUEST_BYTES),
         "message.max.bytes": DEFAULT_CONFIGS["max.message.bytes"],
         "compression.type": DEFAULT_CONFIGS["compression.type"],
-        "group.initial.rebalance.delay.ms": str(s.group_initial_rebalance_delay_ms),
-        "group.min.session.timeout.ms": str(s.group_min_session_timeout_ms),
-        "group.max.session.timeout.ms": str(s.group_max_session_timeout_ms),
-        "offsets.retention.minutes": str(s.offsets_retention_minutes),
-        "offsets.retention.check.interval.ms": str(s.offsets_retention_check_interval_ms),
-        "offsets.topic.num.partitions": str(s.offsets_topic_num_partitions),
-        "producer.id.expiration.ms": str(s.producer_id_expiration_ms),
-        "kfs.durability": s.durability,
-        "kfs.compression.codec": s.compression_codec,
-        "kfs.segment.bytes": str(s.segment_bytes),
-        "kfs.flush.interval.ms": str(s.flush_interval_ms),
-        "kfs.namespace": s.namespace,
+        **settings.broker_configs(),
         "kfs.version": __version__,
     }
 
@@ -230,9 +193,9 @@ def _broker_configs(options: ServeOptions, advertised: str) -> dict[str, str]:
 class KfsServer:
     """One daemon: ops endpoint, store, WAL, log manager and the Kafka listener."""
 
-    def __init__(self, options: ServeOptions) -> None:
-        self.options = options
-        self.settings = options.settings
+    def __init__(self, settings: Settings) -> None:
+        check_addresses(settings)
+        self.settings = settings
         self.metrics = ServerMetrics()
         self.broker: Broker | None = None
         self.kafka_port = 0
@@ -244,7 +207,7 @@ class KfsServer:
         self._kafka_server: asyncio.Server | None = None
         self._ops = OpsHttpServer(self.metrics, lambda: self._ready)
         self._store: InstrumentedStore | None = None
-        self._wal: WalManager | None = None
+        self._wal: WalWriter | None = None
         self._log: LogManager | None = None
 
     @property
@@ -343,7 +306,7 @@ class KfsServer:
         store = open_store(s.store_url, endpoint_url=s.s3_endpoint_url or None)
         self._store = InstrumentedStore(store, self.metrics)
         registry = TopicRegistry(self._store, s.namespace)
-        self._wal = WalManager.from_settings(
+        self._wal = WalWriter.from_settings(
             s, fsync_observer=self.metrics.observe_fsync, control_store=self._store
         )
         self._log = LogManager(
@@ -398,7 +361,7 @@ class KfsServer:
         )
         self.request_stop()
 
-    def _add_counters(self, wal: WalManager, partition_log: LogManager) -> None:
+    def _add_counters(self, wal: WalWriter, partition_log: LogManager) -> None:
         self.metrics.add_collector(
             CountersCollector(
                 "kfs_wal",
@@ -425,9 +388,9 @@ class KfsServer:
             advertised_host=advertised,
             advertised_port=self.kafka_port,
             cluster_id=cluster_id_for(s.store_url, s.namespace),
-            auto_create_topics=self.options.auto_create_topics,
-            default_partitions=self.options.default_partitions,
-            broker_configs=_broker_configs(self.options, f"{advertised}:{self.kafka_port}"),
+            auto_create_topics=s.auto_create_topics,
+            default_partitions=s.default_partitions,
+            broker_configs=_broker_configs(s, f"{advertised}:{self.kafka_port}"),
             groups=group_settings(s),
             offsets_topic_partitions=s.offsets_topic_num_partitions,
         )
@@ -737,7 +700,7 @@ def _produce_failed(body: Any) -> bool:
 # --- entry point ----------------------------------------------------------------
 
 
-def serve(options: ServeOptions) -> int:
+def serve(settings: Settings) -> int:
     """Run the daemon until SIGTERM/SIGINT; return the exit code.  Uses uvloop when installed."""
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     try:
@@ -746,6 +709,6 @@ def serve(options: ServeOptions) -> int:
         loop_factory = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a dependency on every POSIX platform
         pass
-    server = KfsServer(options)
+    server = KfsServer(settings)
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(server.run())

@@ -22,7 +22,7 @@ from typing import Any
 from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
 from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OffsetLog
-from kfs_core.log.manager import LogManager
+from kfs_core.log.log_manager import LogManager
 from kfs_core.server.apis import REGISTRY
 from kfs_core.server.apis.base import CLIENT_HOST
 from kfs_core.server.apis.producer_ids import ProducerIds

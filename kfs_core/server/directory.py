@@ -24,8 +24,8 @@ from kfs_core.errors import (
     UnknownTopic,
     UnknownTopicOrPartition,
 )
-from kfs_core.log.manager import LogManager
-from kfs_core.log.manager import TopicInfo as LogTopicInfo
+from kfs_core.log.log_manager import LogManager
+from kfs_core.log.topic_cache import TopicInfo as LogTopicInfo
 
 __all__ = ["TopicDirectory", "topic_uuid"]
 

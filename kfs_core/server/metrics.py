@@ -5,7 +5,7 @@ global one, so two daemons in one process, or a test, never share series):
 
 * request counters and latency histograms per API, produce/fetch bytes,
   per-partition error codes, connections and refused frames;
-* the WAL fsync latency histogram, fed by `WalManager`'s ``fsync_observer``
+* the WAL fsync latency histogram, fed by `WalWriter`'s ``fsync_observer``
   from its writer thread (prometheus_client metrics are thread-safe);
 * object-store requests, errors, bytes and latency, counted by
   `InstrumentedStore`, a wrapper the daemon hands to everything that talks to
@@ -177,7 +177,7 @@ class ServerMetrics:
         self.info.labels(__version__).set(1)
 
     def observe_fsync(self, seconds: float, frames: int) -> None:
-        """`WalManager`'s ``fsync_observer``: runs on the WAL writer thread."""
+        """`WalWriter`'s ``fsync_observer``: runs on the WAL writer thread."""
         self.wal_fsync_seconds.observe(seconds)
         self.wal_fsync_frames.observe(frames)
 

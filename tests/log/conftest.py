@@ -1,4 +1,4 @@
-"""WAL-manager test fixtures and tier markers.
+"""WAL test fixtures and tier markers.
 
 Tests here are ``unit`` unless they say otherwise (the kill -9 test is
 ``integration``, the benchmark ``bench``).  The fsync gate lets a test hold the
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kfs_core.log import wal_manager
-from kfs_core.log.wal_manager import WalManager
+from kfs_core.log import wal_writer
+from kfs_core.log.wal_writer import WalWriter
 
 _HERE = Path(__file__).parent
 _TIERS = ("integration", "slow", "bench", "spark", "airflow")
@@ -35,7 +35,7 @@ class FsyncGate:
     """Stands in for ``fdatasync``: blocks the first ``hold`` calls until released.
 
     ``entered`` is set when a held call is waiting; ``frames`` is filled by the
-    manager's fsync observer when the test wires it up.
+    writer's fsync observer when the test wires it up.
     """
 
     def __init__(self, hold: int = 1, fail: OSError | None = None) -> None:
@@ -62,7 +62,7 @@ class FsyncGate:
 @pytest.fixture
 def fsync_gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[FsyncGate]:
     gate = FsyncGate()
-    monkeypatch.setattr(wal_manager, "_fdatasync", gate)
+    monkeypatch.setattr(wal_writer, "_fdatasync", gate)
     yield gate
     gate.release.set()  # never leave a writer thread stuck
 
@@ -73,13 +73,13 @@ def wal_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def open_wal(wal_dir: Path) -> Iterator[Callable[..., WalManager]]:
+def open_wal(wal_dir: Path) -> Iterator[Callable[..., WalWriter]]:
     """Open (construct + recover) managers on ``wal_dir``; every one is closed afterwards."""
-    opened: list[WalManager] = []
+    opened: list[WalWriter] = []
 
-    def open_(**options: object) -> WalManager:
+    def open_(**options: object) -> WalWriter:
         directory = options.pop("directory", wal_dir)
-        manager = WalManager(directory, **options)  # type: ignore[arg-type]
+        manager = WalWriter(directory, **options)  # type: ignore[arg-type]
         opened.append(manager)
         manager.recover()
         return manager

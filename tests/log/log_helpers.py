@@ -3,7 +3,7 @@
 `InstrumentedStore` wraps a real store (local or S3 on moto): it records every
 GET of a segment or index object (so tests count the GETs of a fetch), can
 fail the next PUTs, and can hold PUTs at a gate (a stuck store) until the
-test opens it.  `Harness` opens `LogManager`s with real `WalManager`s in a
+test opens it.  `Harness` opens `LogManager`s with real `WalWriter`s in a
 temporary directory and "crashes" them (no flush, WAL closed) or shuts them
 down cleanly.
 """
@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from kfs_core.config import Settings
 from kfs_core.errors import TransientStoreError
-from kfs_core.log import LogManager, LogSettings, ReadResult, StartReport
-from kfs_core.log.wal_manager import WalManager
+from kfs_core.log import LogManager, ReadResult, StartReport
+from kfs_core.log.wal_writer import WalWriter
 from kfs_core.records.batch import Record, RecordBatch, encode_batch, iter_batches
 from kfs_core.storage.base import ByteRange, ObjectInfo, ObjectStore
 
@@ -230,9 +231,9 @@ class Harness:
 
     async def open(self, *, clock: Callable[[], int] | None = None, **settings: Any) -> LogManager:
         """Start a log manager (WAL recovery, replay, flush) with the harness settings."""
-        wal = WalManager(self.wal_dir, file_size=WAL_FILE_SIZE)
+        wal = WalWriter(self.wal_dir, file_size=WAL_FILE_SIZE)
         logs = LogManager(
-            self.store, NS, wal, LogSettings(**{**self.settings, **settings}), clock=clock
+            self.store, NS, wal, Settings(**{**self.settings, **settings}), clock=clock
         )
         self.open_managers.append(logs)
         self.last_report = await logs.start()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from kfs_core.errors import CorruptMessage, UnknownTopicOrPartition
 from kfs_core.log import LogManager
-from kfs_core.log.manager import AppendResult
-from kfs_core.log.wal_manager import WalManager
+from kfs_core.log.log_manager import AppendResult
+from kfs_core.log.wal_writer import WalWriter
 from kfs_core.records.batch import iter_batch_headers
 from kfs_core.storage.base import ObjectStore
 from tests.log.log_helpers import (
@@ -89,7 +89,7 @@ def test_one_partition_twice_in_a_request_gets_consecutive_offsets(
         values = [v for _, v in offsets_and_values(await read_all(logs, TOPIC, 0))]
         assert [v[:1] for v in values if v] == [b"a"] * 2 + [b"b"] * 3
         await h.crash(logs)  # the WAL holds them in offset order too
-        wal = WalManager(h.wal_dir, file_size=WAL_FILE_SIZE)
+        wal = WalWriter(h.wal_dir, file_size=WAL_FILE_SIZE)
         recovered = [(r.base_offset, r.last_offset) for r in wal.recover()]
         wal.close()
         assert recovered == [(0, 1), (2, 4)]

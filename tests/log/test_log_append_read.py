@@ -20,8 +20,8 @@ from kfs_core.errors import (
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
-from kfs_core.log import LogManager, wal_manager
-from kfs_core.log.wal_manager import WalManager
+from kfs_core.log import LogManager, wal_writer
+from kfs_core.log.wal_writer import WalWriter
 from kfs_core.records.batch import LOG_APPEND_TIME, decode_batch
 from kfs_core.storage.base import ObjectStore
 from tests.log.log_helpers import (
@@ -147,7 +147,7 @@ def test_concurrent_producers_get_offsets_in_wal_order(
 
     bases = run_harness(local_store, tmp_path, body)
     # The WAL holds the frames in exactly offset order.
-    wal = WalManager(tmp_path / "wal", file_size=WAL_FILE_SIZE)
+    wal = WalWriter(tmp_path / "wal", file_size=WAL_FILE_SIZE)
     recovered = [r.base_offset for r in wal.recover()]
     wal.close()
     assert recovered == bases
@@ -276,7 +276,7 @@ def test_stamped_batches_keep_valid_crcs_in_the_wal(
         await h.crash(logs)
 
     run_harness(local_store, tmp_path, body)
-    wal = WalManager(tmp_path / "wal", file_size=WAL_FILE_SIZE)
+    wal = WalWriter(tmp_path / "wal", file_size=WAL_FILE_SIZE)
     (record,) = wal.recover()
     wal.close()
     batch = decode_batch(record.batch)  # verifies the CRC
@@ -294,7 +294,7 @@ def test_a_failed_wal_refuses_appends_but_keeps_serving_reads(
         def broken_disk(fd: int) -> None:
             raise OSError(5, "Input/output error")
 
-        monkeypatch.setattr(wal_manager, "_fdatasync", broken_disk)
+        monkeypatch.setattr(wal_writer, "_fdatasync", broken_disk)
         for _ in range(2):
             with pytest.raises(LogStorageError) as caught:
                 await logs.append(TOPIC, 0, GOOD, timeout_s=10)
@@ -317,7 +317,7 @@ def test_a_produce_that_times_out_in_the_wal_may_still_become_visible(
     async def body(h: Harness) -> None:
         logs = await h.open()
         await logs.create_topic(TOPIC)
-        monkeypatch.setattr(wal_manager, "_fdatasync", slow_disk)
+        monkeypatch.setattr(wal_writer, "_fdatasync", slow_disk)
         with pytest.raises(RequestTimedOut):
             await logs.append(TOPIC, 0, GOOD, timeout_s=0.05)
         assert await logs.high_watermark(TOPIC, 0) == 0

@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 
 from kfs_core.catalog import PartitionCatalog
+from kfs_core.config import Settings
 from kfs_core.formats.segment import SegmentReader
-from kfs_core.log import LogManager, LogSettings
+from kfs_core.log import LogManager
 from kfs_core.log.buffer import BufferedBatch
-from kfs_core.log.segments import Recompression, seal_segments
+from kfs_core.log.sealing import Recompression, seal_segments
 from kfs_core.records import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -241,7 +242,7 @@ def test_which_codec_a_batch_is_stored_in(
 
 def test_an_unknown_compression_codec_is_refused() -> None:
     with pytest.raises(ValueError, match="brotli.*none, gzip, snappy, lz4, zstd"):
-        LogSettings(compression_codec="brotli")
+        Settings(compression_codec="brotli")
 
 
 def split(data: bytes) -> list[bytes]:

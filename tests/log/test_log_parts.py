@@ -8,10 +8,10 @@ from kfs_core.config import Settings
 from kfs_core.errors import CorruptSegment, InvalidRecord
 from kfs_core.formats.index import IndexReader
 from kfs_core.formats.segment import SegmentWriter
-from kfs_core.log import LogSettings
 from kfs_core.log.buffer import BufferedBatch, PartitionBuffer
 from kfs_core.log.cache import CachedSegment, LruCache, take_batches
-from kfs_core.log.segments import index_window, seal_segments, select_batches
+from kfs_core.log.range_reads import index_window, select_batches
+from kfs_core.log.sealing import seal_segments
 from kfs_core.log.validate import validate_produce
 from kfs_core.records.batch import rewrite_base_offset
 from kfs_core.records.header import CRC_OFFSET, batch_crc
@@ -115,10 +115,11 @@ def test_validation_decodes_records_when_asked() -> None:
         validate_produce(batch, max_message_bytes=1 << 20, decode_records=True)
 
 
-def test_log_settings_come_from_the_daemon_settings() -> None:
-    settings = Settings(segment_bytes=1 << 20, pool_bytes=64 << 20, readahead_segments=0)
-    log_settings = LogSettings.from_settings(settings, flush_concurrency=2)
-    assert (log_settings.segment_bytes, log_settings.pool_bytes) == (1 << 20, 64 << 20)
-    assert (log_settings.readahead_segments, log_settings.flush_concurrency) == (0, 2)
-    with pytest.raises(ValueError):
-        LogSettings(pool_bytes=0)
+def test_the_log_reads_the_one_settings_declaration() -> None:
+    settings = Settings(segment_bytes=1 << 20, pool_bytes=64 << 20, flush_concurrency=2)
+    assert (settings.segment_bytes, settings.pool_bytes) == (1 << 20, 64 << 20)
+    assert (settings.readahead_segments, settings.flush_concurrency) == (2, 2)
+    with pytest.raises(ValueError, match="KFS_POOL_BYTES must be positive, got 0"):
+        Settings(pool_bytes=0)
+    with pytest.raises(ValueError, match="flush_concurrency must be positive, got 0"):
+        Settings(flush_concurrency=0)

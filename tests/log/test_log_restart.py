@@ -13,7 +13,7 @@ import pytest
 
 from kfs_core.catalog import PartitionCatalog, PartitionState
 from kfs_core.log import LogManager
-from kfs_core.log.wal_manager import WalPosition
+from kfs_core.log.wal_writer import WalPosition
 from kfs_core.storage.base import ObjectStore
 from tests.log.log_helpers import (
     NS,

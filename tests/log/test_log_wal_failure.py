@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
+from kfs_core.config import Settings
 from kfs_core.errors import LogStorageError, WalWriteFailed
-from kfs_core.log import LogManager, LogSettings
-from kfs_core.log.wal_manager import WalManager
+from kfs_core.log import LogManager
+from kfs_core.log.wal_writer import WalWriter
 from kfs_core.storage.base import ObjectStore
 from tests.log.log_helpers import (
     MANUAL_FLUSH,
@@ -45,7 +46,7 @@ SETTINGS: dict[str, Any] = dict(MANUAL_FLUSH)
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 
 
-def break_the_disk(wal: WalManager) -> None:
+def break_the_disk(wal: WalWriter) -> None:
     """From now on the WAL's file is ``/dev/full``: writes fail with ENOSPC, fsyncs with EINVAL."""
     full = os.open("/dev/full", os.O_WRONLY)
     try:
@@ -71,8 +72,8 @@ class Failures:
 
 
 @pytest.fixture
-def opened() -> Iterator[list[tuple[LogManager, WalManager]]]:
-    managers: list[tuple[LogManager, WalManager]] = []
+def opened() -> Iterator[list[tuple[LogManager, WalWriter]]]:
+    managers: list[tuple[LogManager, WalWriter]] = []
     yield managers
     for _, wal in managers:
         wal.close()
@@ -81,19 +82,19 @@ def opened() -> Iterator[list[tuple[LogManager, WalManager]]]:
 async def open_log(
     store: ObjectStore,
     directory: Path,
-    opened: list[tuple[LogManager, WalManager]],
+    opened: list[tuple[LogManager, WalWriter]],
     failures: Any = None,
     **wal_options: Any,
 ) -> LogManager:
-    wal = WalManager(directory / "wal", file_size=WAL_FILE_SIZE, **wal_options)
-    logs = LogManager(store, NS, wal, LogSettings(**SETTINGS), on_failure=failures)
+    wal = WalWriter(directory / "wal", file_size=WAL_FILE_SIZE, **wal_options)
+    logs = LogManager(store, NS, wal, Settings(**SETTINGS), on_failure=failures)
     opened.append((logs, wal))
     await logs.start()
     return logs
 
 
 def test_a_failed_wal_write_fails_the_log_and_in_flight_producers_get_56(
-    local_store: ObjectStore, tmp_path: Path, opened: list[tuple[LogManager, WalManager]]
+    local_store: ObjectStore, tmp_path: Path, opened: list[tuple[LogManager, WalWriter]]
 ) -> None:
     failures = Failures()
 
@@ -130,8 +131,8 @@ def test_a_failed_wal_write_fails_the_log_and_in_flight_producers_get_56(
     run(body())
 
     async def restart() -> None:
-        wal = WalManager(tmp_path / "wal", file_size=WAL_FILE_SIZE)
-        logs = LogManager(local_store, NS, wal, LogSettings(**SETTINGS))
+        wal = WalWriter(tmp_path / "wal", file_size=WAL_FILE_SIZE)
+        logs = LogManager(local_store, NS, wal, Settings(**SETTINGS))
         opened.append((logs, wal))
         report = await logs.start()
         assert (report.replayed_batches, report.skipped_batches) == (1, 0)
@@ -144,7 +145,7 @@ def test_a_failed_wal_write_fails_the_log_and_in_flight_producers_get_56(
 
 
 def test_a_failed_checkpoint_fails_the_log_though_no_producer_waits(
-    local_store: ObjectStore, tmp_path: Path, opened: list[tuple[LogManager, WalManager]]
+    local_store: ObjectStore, tmp_path: Path, opened: list[tuple[LogManager, WalWriter]]
 ) -> None:
     failures = Failures()
 
@@ -165,7 +166,7 @@ def test_a_failed_checkpoint_fails_the_log_though_no_producer_waits(
 
 
 def test_a_failed_background_fsync_reaches_the_log_through_the_wal_listener(
-    local_store: ObjectStore, tmp_path: Path, opened: list[tuple[LogManager, WalManager]]
+    local_store: ObjectStore, tmp_path: Path, opened: list[tuple[LogManager, WalWriter]]
 ) -> None:
     """``normal`` mode acknowledges before the fsync; the timed fsync fails with nobody waiting."""
     failures = Failures()

@@ -1,4 +1,4 @@
-"""Fixtures for the daemon tests: `kfs serve` as a real subprocess, and client helpers.
+"""Fixtures for the daemon tests: `kfs serve` as a subprocess or in-process, and client helpers.
 
 `DaemonFactory` starts ``python -m kfs_core.cli serve`` on free loopback
 ports with its own data directory and store (a local directory, or S3 on
@@ -6,10 +6,16 @@ the moto server of tests/conftest.py), waits for /readyz with a deadline,
 and kills every process it started at teardown.  `Daemon.stop` sends SIGTERM
 and returns the exit code; `Daemon.kill` is ``kill -9``; `Daemon.restart`
 starts a new process on the same ports, data directory and store.
+
+`ThreadedServer` runs `KfsServer.run` on a thread of the test process (where a
+test can monkeypatch the daemon); the `inprocess` fixture is one over a local
+store in ``tmp_path``, built from `inprocess_settings`.  `create_topic` creates
+a topic through confluent-kafka's admin client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import signal
@@ -17,6 +23,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +36,8 @@ from typing import Any
 
 import pytest
 
+from kfs_core.config import Settings
+from kfs_core.server.app import KfsServer
 from tests.conftest import _free_port, wait_for
 
 # kafka-python can warn that importlib.resources.read_text is deprecated when
@@ -38,6 +47,7 @@ with warnings.catch_warnings():
         "ignore", message=r"(read_text|open_text) is deprecated", category=DeprecationWarning
     )
     import confluent_kafka
+    import confluent_kafka.admin
     import kafka
     from kafka.structs import TopicPartition as KafkaPythonTopicPartition
 
@@ -223,9 +233,75 @@ def daemon(request: pytest.FixtureRequest) -> Daemon:
     return value
 
 
+# --- in process ------------------------------------------------------------------------
+
+
+class ThreadedServer:
+    """`KfsServer.run` on an event loop in a thread of this process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.server = KfsServer(settings.with_overrides(default_partitions=1))
+        self.exit_code: int | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="kfs-serve", daemon=True)
+
+    def _run(self) -> None:
+        self.exit_code = self._loop.run_until_complete(
+            self.server.run(install_signal_handlers=False)
+        )
+        self._loop.close()
+
+    def __enter__(self) -> ThreadedServer:
+        self._thread.start()
+        wait_for(lambda: self.server.ready or self.exit_code is not None, what="ready")
+        assert self.server.ready, f"exited with {self.exit_code}"
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._loop.call_soon_threadsafe(self.server.request_stop)
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.server.kafka_port}"
+
+
+def inprocess_settings(tmp_path: Path) -> Settings:
+    """A local store and data directory under ``tmp_path``, on free loopback ports."""
+    return Settings(
+        store_url=(tmp_path / "store").as_uri(),
+        data_dir=str(tmp_path / "data"),
+        listen="127.0.0.1:0",
+        metrics_listen="127.0.0.1:0",
+    )
+
+
+@pytest.fixture
+def inprocess(tmp_path: Path) -> Iterator[ThreadedServer]:
+    """The daemon in this process over `inprocess_settings`; it must stop with exit code 0."""
+    with ThreadedServer(inprocess_settings(tmp_path)) as running:
+        yield running
+    assert running.exit_code == 0
+
+
 # --- clients -------------------------------------------------------------------------
 
 Delivered = list[tuple[int, int, bytes]]  # (partition, offset, value)
+
+
+def create_topic(
+    bootstrap: str, partitions: int, topic: str | None = None, *, prefix: str = "topic"
+) -> str:
+    """Create ``topic`` (default: a fresh ``<prefix>-<8 hex digits>``) with confluent-kafka's
+    admin client, replication factor 1; its name.  Raises if the broker refused it."""
+    topic = topic or f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics(
+        [confluent_kafka.admin.NewTopic(topic, partitions, 1)]
+    ).values():
+        future.result(30)
+    return topic
 
 
 def produce_confluent(

@@ -27,12 +27,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_for
-from tests.server.conftest import Daemon, DaemonFactory
+from tests.server.conftest import Daemon, DaemonFactory, create_topic
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import confluent_kafka
-    import confluent_kafka.admin
     import kafka
     from kafka.structs import OffsetAndMetadata
     from kafka.structs import TopicPartition as KPTopicPartition
@@ -41,16 +40,6 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 6
 SESSION_MS = 6000  # the coordinator's minimum: a crashed member expires soon
-
-
-def create_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
-    topic = f"groups-{uuid.uuid4().hex[:8]}"
-    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics(
-        [confluent_kafka.admin.NewTopic(topic, partitions, 1)]
-    ).values():
-        future.result(30)
-    return topic
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -236,7 +225,7 @@ def test_three_confluent_members_consume_every_record_once_across_rebalances(
     daemon: Daemon,
 ) -> None:
     bootstrap = daemon.bootstrap
-    topic = create_topic(bootstrap)
+    topic = create_topic(bootstrap, PARTITIONS, prefix="groups")
     group = f"g-{uuid.uuid4().hex[:6]}"
     consumed = Consumed()
     produced: list[bytes] = []
@@ -300,7 +289,7 @@ def test_three_confluent_members_consume_every_record_once_across_rebalances(
 
 def test_cooperative_sticky_moves_only_the_partitions_it_must(local_daemon: Daemon) -> None:
     bootstrap = local_daemon.bootstrap
-    topic = create_topic(bootstrap)
+    topic = create_topic(bootstrap, PARTITIONS, prefix="groups")
     group = f"coop-{uuid.uuid4().hex[:6]}"
     consumed = Consumed()
     config = {"partition.assignment.strategy": "cooperative-sticky"}
@@ -353,7 +342,7 @@ def test_a_static_member_restarts_within_its_session_without_a_rebalance(
     local_daemon: Daemon,
 ) -> None:
     bootstrap = local_daemon.bootstrap
-    topic = create_topic(bootstrap)
+    topic = create_topic(bootstrap, PARTITIONS, prefix="groups")
     group = f"static-{uuid.uuid4().hex[:6]}"
     consumed = Consumed()
     static = {"group.instance.id": "host-1", "session.timeout.ms": 30000}
@@ -433,7 +422,7 @@ class KafkaPythonMember(threading.Thread):
 
 def test_kafka_python_and_confluent_members_share_a_group(local_daemon: Daemon) -> None:
     bootstrap = local_daemon.bootstrap
-    topic = create_topic(bootstrap)
+    topic = create_topic(bootstrap, PARTITIONS, prefix="groups")
     group = f"mixed-{uuid.uuid4().hex[:6]}"
     consumed = Consumed()
     python_member = KafkaPythonMember(bootstrap, group, topic, consumed)
@@ -470,7 +459,7 @@ def test_committed_offsets_survive_kill_9(
             "s3_endpoint_url": request.getfixturevalue("moto_server"),
         }
     daemon = daemons.start(name=f"offsets-{backend}", **store)
-    topic = create_topic(daemon.bootstrap)
+    topic = create_topic(daemon.bootstrap, PARTITIONS, prefix="groups")
     group = "durable"
     consumed = Consumed()
     produce(daemon.bootstrap, topic, [f"d{i}".encode() for i in range(60)])

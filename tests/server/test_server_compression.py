@@ -18,7 +18,6 @@ from kfs_core.catalog import PartitionCatalog
 from kfs_core.config import Settings
 from kfs_core.formats.segment import SegmentReader
 from kfs_core.records import CODEC_ZSTD, decode_batch
-from kfs_core.server.app import ServeOptions
 from kfs_core.storage import open_store
 from tests.conftest import wait_for
 from tests.server.conftest import (
@@ -80,4 +79,4 @@ def test_uncompressed_produce_is_stored_as_zstd_and_consumed_back(daemons: Daemo
 @pytest.mark.unit
 def test_an_unknown_compression_codec_is_refused_before_start() -> None:
     with pytest.raises(ValueError, match="KFS_COMPRESSION_CODEC='brotli'.*none, gzip"):
-        ServeOptions(Settings(compression_codec="brotli"))
+        Settings(compression_codec="brotli")

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from kfs_core.catalog.topics import TopicRegistry
-from kfs_core.config import Settings
 from kfs_core.server.protocol import ErrorCode
 from kfs_core.storage import open_store
-from tests.server.conftest import RawClient
-from tests.server.test_server_inprocess import ThreadedServer, produce_request
+from tests.server.conftest import RawClient, ThreadedServer
+from tests.server.test_server_inprocess import produce_request
 from tests.server.test_server_ops import creatable, fetch_request
 
 with warnings.catch_warnings():
@@ -35,19 +32,6 @@ with warnings.catch_warnings():
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 UNKNOWN = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[ThreadedServer]:
-    settings = Settings(
-        store_url=(tmp_path / "store").as_uri(),
-        data_dir=str(tmp_path / "data"),
-        listen="127.0.0.1:0",
-        metrics_listen="127.0.0.1:0",
-    )
-    with ThreadedServer(settings) as running:
-        yield running
-    assert running.exit_code == 0
 
 
 def produce_code(client: RawClient, topic: str) -> tuple[int, int]:
@@ -91,10 +75,10 @@ def create(client: RawClient, topic: str) -> tuple[int, str | None]:
 
 
 def test_a_deleted_topic_is_unknown_at_once_and_its_name_stays_taken(
-    daemon: ThreadedServer,
+    inprocess: ThreadedServer,
 ) -> None:
     topic = "doomed"
-    with RawClient(daemon.bootstrap) as client:
+    with RawClient(inprocess.bootstrap) as client:
         for offset in range(3):
             assert produce_code(client, topic) == (0, offset)  # auto-created
         assert list_offsets_code(client, topic) == 0
@@ -116,7 +100,7 @@ def test_a_deleted_topic_is_unknown_at_once_and_its_name_stays_taken(
         assert message is not None and "marked for deletion" in message
 
         # Once retention has removed the data and purged the name, it is free again.
-        settings = daemon.server.settings
+        settings = inprocess.server.settings
         with contextlib.closing(open_store(settings.store_url)) as store:
             TopicRegistry(store, settings.namespace).purge_topic(topic)
         assert create(client, topic) == (0, None)

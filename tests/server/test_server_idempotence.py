@@ -21,19 +21,15 @@ import struct
 import threading
 import time
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka
 import pytest
 
-from kfs_core.config import Settings
 from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server.protocol import ErrorCode
 from tests.conftest import wait_for
-from tests.server.conftest import DaemonFactory, RawClient
-from tests.server.test_server_inprocess import ThreadedServer
+from tests.server.conftest import DaemonFactory, RawClient, ThreadedServer
 
 with warnings.catch_warnings():
     warnings.filterwarnings(
@@ -121,19 +117,6 @@ def high_watermark(client: RawClient, topic: str) -> int:
     [partition] = response.topics[0].partitions
     assert partition.error_code == 0
     return int(partition.offset)
-
-
-@pytest.fixture
-def inprocess(tmp_path: Path) -> Iterator[ThreadedServer]:
-    settings = Settings(
-        store_url=(tmp_path / "store").as_uri(),
-        data_dir=str(tmp_path / "data"),
-        listen="127.0.0.1:0",
-        metrics_listen="127.0.0.1:0",
-    )
-    with ThreadedServer(settings) as running:
-        yield running
-    assert running.exit_code == 0
 
 
 # --- sequence rules on the wire ------------------------------------------------------------

@@ -11,31 +11,25 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import random
-import threading
 import time
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from kfs_core.config import Settings
 from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server import broker as broker_module
 from kfs_core.server.apis.fetch import trim_to_batches
-from kfs_core.server.app import KfsServer, ServeOptions, parse_host_port
+from kfs_core.server.app import parse_host_port
 from kfs_core.server.broker import BrokerOptions, cluster_id_for, error_response
 from kfs_core.server.metrics import CountersCollector
 from kfs_core.server.protocol import MESSAGES, ApiKey, ErrorCode, decode_request, encode_response
-from tests.conftest import wait_for
-from tests.server.conftest import RawClient
+from tests.server.conftest import RawClient, ThreadedServer
 from tests.server.test_protocol import ALL_VERSIONS, client_frame, sample_message
 
 with warnings.catch_warnings():
@@ -45,50 +39,6 @@ with warnings.catch_warnings():
     from kafka.protocol.consumer import ListOffsetsRequest
     from kafka.protocol.metadata import ApiVersionsRequest
     from kafka.protocol.producer import ProduceRequest
-
-
-class ThreadedServer:
-    """`KfsServer.run` on an event loop in a thread of this process."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.server = KfsServer(ServeOptions(settings, default_partitions=1))
-        self.exit_code: int | None = None
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="kfs-serve", daemon=True)
-
-    def _run(self) -> None:
-        self.exit_code = self._loop.run_until_complete(
-            self.server.run(install_signal_handlers=False)
-        )
-        self._loop.close()
-
-    def __enter__(self) -> ThreadedServer:
-        self._thread.start()
-        wait_for(lambda: self.server.ready or self.exit_code is not None, what="ready")
-        assert self.server.ready, f"exited with {self.exit_code}"
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._loop.call_soon_threadsafe(self.server.request_stop)
-        self._thread.join(30)
-        assert not self._thread.is_alive()
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.server.kafka_port}"
-
-
-@pytest.fixture
-def inprocess(tmp_path: Path) -> Iterator[ThreadedServer]:
-    settings = Settings(
-        store_url=(tmp_path / "store").as_uri(),
-        data_dir=str(tmp_path / "data"),
-        listen="127.0.0.1:0",
-        metrics_listen="127.0.0.1:0",
-    )
-    with ThreadedServer(settings) as running:
-        yield running
-    assert running.exit_code == 0
 
 
 def produce_request(topic: str, values: list[bytes]) -> Any:

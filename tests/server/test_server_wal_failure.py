@@ -23,14 +23,13 @@ from typing import Any
 
 import pytest
 
-from kfs_core.config import Settings
 from kfs_core.errors import WalWriteFailed
-from kfs_core.log.manager import LogManager
+from kfs_core.log.log_manager import LogManager
 from kfs_core.server.app import EXIT_FAILED
 from kfs_core.server.protocol import ErrorCode
 from tests.conftest import wait_for
-from tests.server.conftest import RawClient, consume_confluent
-from tests.server.test_server_inprocess import ThreadedServer, produce_request
+from tests.server.conftest import RawClient, ThreadedServer, consume_confluent, inprocess_settings
+from tests.server.test_server_inprocess import produce_request
 
 pytestmark = [
     pytest.mark.integration,
@@ -60,12 +59,7 @@ def readyz(server: ThreadedServer) -> int:
 def test_a_wal_failure_answers_56_turns_unready_and_exits_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = Settings(
-        store_url=(tmp_path / "store").as_uri(),
-        data_dir=str(tmp_path / "data"),
-        listen="127.0.0.1:0",
-        metrics_listen="127.0.0.1:0",
-    )
+    settings = inprocess_settings(tmp_path)
     # Hold the shutdown at the log's close, so the test can see the daemon between
     # "failed" and "gone" (/readyz must already say 503 there).
     closing = threading.Event()

@@ -15,7 +15,7 @@ from kfs_core.records import decode_batch
 from kfs_core.storage import open_store
 from spark_jobs import compaction
 from tests.conftest import wait_for
-from tests.server.conftest import DaemonFactory
+from tests.server.conftest import DaemonFactory, create_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -50,16 +50,12 @@ def _committed(bootstrap: str, topic: str) -> dict[int, int]:
 
 def test_compaction_keeps_the_newest_commit_per_key(tmp_path: Path, spark: Any) -> None:
     import confluent_kafka
-    import confluent_kafka.admin
 
     factory = DaemonFactory(tmp_path)
     try:
         daemon = factory.start(extra_args=["--offsets-topic-num-partitions", "1"])
         store = open_store(daemon.store_url)
-        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": daemon.bootstrap})
-        admin.create_topics([confluent_kafka.admin.NewTopic("events", PARTITIONS)])[
-            "events"
-        ].result(30)
+        create_topic(daemon.bootstrap, PARTITIONS, "events")
         consumer = confluent_kafka.Consumer(
             {"bootstrap.servers": daemon.bootstrap, "group.id": "compacted"}
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.log.manager import TopicInfo as LogTopicInfo
+from kfs_core.log.topic_cache import TopicInfo as LogTopicInfo
 from kfs_core.server.apis.base import (
     LEADER_EPOCH,
     NODE_ID,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.log.manager import AppendResult
+from kfs_core.log.log_manager import AppendResult
 from kfs_core.server.apis.base import Api, error_code_for, log_failure, message_of
 from kfs_core.server.protocol_errors import ErrorCode
 from kfs_core.server.protocol_messages import ApiKey, ProduceRequest, ProduceResponse

@@ -1,17 +1,16 @@
-"""`WalManager`: the daemon's write-ahead log -- files, group commit, checkpoints, recovery.
+"""`WalWriter`: the daemon's write-ahead log -- appends, group commit, durability, checkpoints.
 
 Every produced batch is framed (`kfs_core.formats.wal`) and appended here
-before the producer is acknowledged.  The WAL lives in one directory
-(``{data_dir}/wal/``) as fixed-size files named by a zero-padded sequence
-number, ``00000000000000000007.wal``.  Each file is created under a temporary
-name, preallocated (``posix_fallocate``; ``ftruncate`` where unsupported) so
-appends never change the file size, fsynced, renamed into place and the
-directory fsynced: a ``*.wal`` file is always complete and zero-filled.  The
-next file is prepared (created, preallocated, fsynced) on a helper thread
-while the current one fills, and keeps its temporary name until the roll, so
-rolling costs the writer a rename and a directory fsync.  A frame never
-spans two files; when the next frame does not fit, the manager fsyncs the
-current file (sealing it) and rolls to a new one.  A frame larger
+before the producer is acknowledged.  The WAL is a directory of fixed-size
+files (names and positions: `kfs_core.log.wal_files`).  Each file is created
+under a temporary name, preallocated (``posix_fallocate``; ``ftruncate``
+where unsupported) so appends never change the file size, fsynced, renamed
+into place and the directory fsynced: a ``*.wal`` file is always complete and
+zero-filled.  The next file is prepared (created, preallocated, fsynced) on a
+helper thread while the current one fills, and keeps its temporary name
+until the roll, so rolling costs the writer a rename and a directory fsync.
+A frame never spans two files; when the next frame does not fit, the WAL
+fsyncs the current file (sealing it) and rolls to a new one.  A frame larger
 than the file size gets a file of its own, sized to fit, instead of being
 refused: the file size is a disk-layout knob and must not quietly cap
 ``max.message.bytes``.
@@ -42,44 +41,37 @@ recovery and torn-tail handling do not change.  Durability modes
     The writer thread runs the fsync itself, so an append that arrives
     during one waits for it before its write.
 ``emergency``
-    As ``cautious`` for the WAL.  In addition the manager writes the pause flag
+    As ``cautious`` for the WAL.  In addition the WAL writes the pause flag
     ``{ns}/_control/emergency-pause`` into the object store (when it is given
     one) so maintenance jobs stop (`kfs_core.maintenance_pause`); starting in
     another mode clears it.
 
-A failed write or fsync stops the manager (`WalWriteFailed`): the waiters of
+A failed write or fsync stops the WAL (`WalWriteFailed`): the waiters of
 the failed group and every later append get the error, because after a failed
 fsync the kernel may have dropped the dirty pages and a retry could report
 durability that does not exist.  The daemon restarts and recovers.  The
-error is also `WalManager.failure`, and the writer thread hands it to every
-callback registered with `WalManager.add_failure_listener` -- a failure of a
+error is also `WalWriter.failure`, and the writer thread hands it to every
+callback registered with `WalWriter.add_failure_listener` -- a failure of a
 timed fsync in ``normal`` mode or of a checkpoint reaches the owner even when
 no producer is waiting.
 
-Checkpoints.  `WalManager.checkpoint` records that a partition is in the
+Checkpoints.  `WalWriter.checkpoint` records that a partition is in the
 object store up to an offset: a CHECKPOINT frame whose base offset is the
 next offset still to flush (``flushed_offset + 1``, as `FrameType.CHECKPOINT`
-defines it).  The manager keeps, per WAL file, the highest last offset of each
+defines it).  The WAL keeps, per WAL file, the highest last offset of each
 partition's RECORD frames; a file whose every partition is at or below its
 flushed offset is deleted -- never the active file.  A new file starts with a
 copy of the checkpoints of the partitions that still have records in live
 files, so deleting the file that held a checkpoint never makes recovery replay
 more than it must.
 
-Recovery.  `WalManager.recover` runs once, before the first append.  It scans
-every file in sequence order.  In a sealed (non-last) file any invalid frame
-is corruption: `CorruptWal` names the file and the byte offset and the daemon
-must refuse to start.  The last file may end in a torn tail -- the write a
-crash interrupted, never acknowledged -- which is zeroed and fsynced (its
-position and size are reported in `WalRecovery.torn_tail` and logged), and
-appends continue from there.  Recovery returns every RECORD frame whose last
-offset is above its partition's highest checkpoint, in WAL order.  Replay is
-idempotent by construction: a batch flushed before its checkpoint frame
-reached the disk is returned again, with its topic, partition, base and last
-offset, so the daemon can skip offsets below the catalog's high watermark.
+Recovery.  `WalWriter.recover` runs once, before the first append: the scan,
+the torn-tail repair and what is replayed are `kfs_core.log.wal_recovery`'s;
+the writer takes over the files it found (or creates the first one), sets or
+clears the pause flag and starts the writer thread.
 
 This module is library code: no server imports, no Prometheus.  Metrics are
-counters (`WalManager.metrics`) and an optional ``fsync_observer`` callback
+counters (`WalWriter.metrics`) and an optional ``fsync_observer`` callback
 the daemon's metrics layer turns into a histogram.
 """
 
@@ -91,11 +83,10 @@ import enum
 import errno
 import logging
 import os
-import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -103,8 +94,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from kfs_core.config import DURABILITY_MODES
 from kfs_core.errors import (
-    CorruptionError,
-    CorruptWal,
     WalClosed,
     WalError,
     WalNotRecovered,
@@ -116,10 +105,18 @@ from kfs_core.formats.wal import (
     FrameType,
     encode_record_frame,
     record_frame_parts,
-    scan_wal,
 )
+from kfs_core.log.wal_files import (
+    TEMP_SUFFIX,
+    WalFile,
+    WalPosition,
+    batch_last_offset,
+    fdatasync,
+    preallocate,
+    wal_file_name,
+)
+from kfs_core.log.wal_recovery import RecoveredWal, WalRecovery, recover_wal
 from kfs_core.maintenance_pause import set_emergency_flag
-from kfs_core.records.batch import iter_batch_headers
 
 if TYPE_CHECKING:
     from kfs_core.config import Settings
@@ -130,13 +127,10 @@ __all__ = [
     "Durability",
     "FailureListener",
     "FsyncObserver",
-    "RecoveredBatch",
-    "TornTail",
     "WalAppend",
-    "WalManager",
     "WalMetrics",
     "WalPosition",
-    "WalRecovery",
+    "WalWriter",
     "wal_file_name",
 ]
 
@@ -145,67 +139,30 @@ log = logging.getLogger(__name__)
 Durability = Literal["cautious", "normal", "emergency"]
 #: Called by the writer thread after every data fsync: (seconds it took, frames it covered).
 FsyncObserver = Callable[[float, int], None]
-#: Called once when a write or fsync fails and the manager stops (see `add_failure_listener`).
+#: Called once when a write or fsync fails and the WAL stops (see `add_failure_listener`).
 FailureListener = Callable[[WalWriteFailed], None]
 
 DEFAULT_FILE_SIZE = WAL_FILE_SIZE  # 16 MiB
 MIN_FILE_SIZE = 1024  # small files are for tests; anything smaller is a mistake
-WAL_SUFFIX = ".wal"
-TEMP_SUFFIX = ".tmp"  # a file being created: never holds an acknowledged frame
-_WAL_NAME = re.compile(r"^(\d{20})\.wal$")
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
-_ZERO_CHUNK = bytes(1 << 20)
 
-# Looked up at call time so tests can slow down or fail the fsync.
-_fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
-
-
-def wal_file_name(seq: int) -> str:
-    """``00000000000000000007.wal``: 20 digits, so name order is sequence order."""
-    return f"{seq:020d}{WAL_SUFFIX}"
+# Looked up at call time so tests can slow down or fail the writer's fsyncs
+# (recovery's torn-tail repair calls `wal_files.fdatasync` itself).
+_fdatasync: Callable[[int], None] = fdatasync
 
 
 # --- public values ---------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class WalPosition:
-    """Where a frame was written: file sequence number, byte position, frame size."""
-
-    file_seq: int
-    position: int
-    size: int
-
-    @property
-    def file_name(self) -> str:
-        return wal_file_name(self.file_seq)
-
-    @property
-    def end(self) -> int:
-        return self.position + self.size
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveredBatch:
-    """A RECORD frame recovery hands back for replay: not yet known to be in the store."""
-
-    topic: str
-    partition: int
-    base_offset: int
-    last_offset: int  # from the last batch header: what a catalog high-watermark check needs
-    batch: bytes  # the RecordBatch v2 bytes exactly as appended
-    position: WalPosition
-
-
-@dataclass(frozen=True, slots=True)
 class WalAppend:
-    """One partition's batches for `WalManager.append_group`: one RECORD frame.
+    """One partition's batches for `WalWriter.append_group`: one RECORD frame.
 
     ``batch`` is one or more whole RecordBatch v2, offsets assigned, the first
     at ``base_offset``; it is written from the caller's buffer, so it must not
     change until the append returns.  ``last_offset`` is the last batch's last
     offset when the caller has validated the batches already; None makes the
-    manager read it from the batch headers (checking the base offset).
+    WAL read it from the batch headers (checking the base offset).
     """
 
     topic: str
@@ -216,36 +173,8 @@ class WalAppend:
 
 
 @dataclass(frozen=True, slots=True)
-class TornTail:
-    """The incomplete frame recovery found at the end of the last file, and zeroed."""
-
-    path: str
-    position: int  # where valid data ends; appends continue here
-    discarded_bytes: int  # nonzero bytes from ``position`` on that were zeroed
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class WalRecovery:
-    """What `WalManager.recover` found.  Iterating yields the batches to replay."""
-
-    records: list[RecoveredBatch]
-    flushed_offsets: dict[tuple[str, int], int]  # highest checkpoint per (topic, partition)
-    files: list[str]  # the WAL files scanned, in order
-    frames_scanned: int
-    torn_tail: TornTail | None
-    removed_temp_files: list[str]
-
-    def __iter__(self) -> Iterator[RecoveredBatch]:
-        return iter(self.records)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-
-@dataclass(frozen=True, slots=True)
 class WalMetrics:
-    """Counters since the manager was created; `WalManager.metrics` returns a snapshot."""
+    """Counters since the writer was created; `WalWriter.metrics` returns a snapshot."""
 
     frames: int = 0  # frames written, checkpoints included
     bytes: int = 0  # frame bytes written
@@ -302,21 +231,12 @@ class _WriteGroup:
 
 @dataclass(slots=True)
 class _Spare:
-    """The next WAL file, being prepared under its temporary name (`WalManager._prepare_spare`)."""
+    """The next WAL file, being prepared under its temporary name (`WalWriter._prepare_spare`)."""
 
     seq: int
     path: str  # the temporary name
     thread: threading.Thread = field(init=False)
     error: OSError | None = None
-
-
-@dataclass(slots=True)
-class _WalFile:
-    seq: int
-    path: str
-    size: int
-    # Highest last offset of each partition's RECORD frames in this file.
-    max_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def _resolve(item: _Pending) -> None:
@@ -362,20 +282,11 @@ def _pwrite_all(fd: int, buffers: Sequence[Buffer], offset: int) -> None:
                 n = 0
 
 
-def _preallocate(fd: int, size: int) -> None:
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
-        os.ftruncate(fd, size)  # a sparse file: still zero-filled, still a fixed size
-
-
 def _create_temp_file(path: str, size: int) -> None:
     """A zero-filled, preallocated file of ``size`` bytes at ``path``, fsynced."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
-        _preallocate(fd, size)
+        preallocate(fd, size)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -389,34 +300,10 @@ def _fsync_directory(path: str) -> None:
         os.close(fd)
 
 
-def _zero_range(fd: int, start: int, stop: int) -> None:
-    while start < stop:
-        n = os.pwrite(fd, memoryview(_ZERO_CHUNK)[: min(len(_ZERO_CHUNK), stop - start)], start)
-        start += n
+# --- the writer ------------------------------------------------------------
 
 
-def _batch_last_offset(batch: Buffer, base_offset: int, object_name: str) -> int:
-    """Last offset of one or more concatenated RecordBatch v2; checks the base offset.
-
-    Raises `CorruptRecordBatch` for bytes that are not whole batches and
-    ValueError when the first batch does not start at ``base_offset``.
-    """
-    last: int | None = None
-    for pos, header in iter_batch_headers(batch, verify_crc=False, object_name=object_name):
-        if pos == 0 and header.base_offset != base_offset:
-            raise ValueError(
-                f"base_offset {base_offset} differs from the batch's own {header.base_offset}"
-            )
-        last = header.last_offset
-    if last is None:
-        raise ValueError("a WAL record needs at least one record batch")
-    return last
-
-
-# --- the manager -----------------------------------------------------------
-
-
-class WalManager:
+class WalWriter:
     """The WAL of one daemon: append (per durability mode), checkpoint, recover, close.
 
     Lifecycle: construct, `recover` (once; scans, repairs a torn tail, starts
@@ -467,8 +354,8 @@ class WalManager:
 
         # Files and flushed offsets: the writer rolls, checkpoint() deletes.
         self._files_lock = threading.Lock()
-        self._files: dict[int, _WalFile] = {}
-        self._active: _WalFile | None = None
+        self._files: dict[int, WalFile] = {}
+        self._active: WalFile | None = None
         self._flushed: dict[tuple[str, int], int] = {}
 
         # Owned by the writer thread once it runs.
@@ -482,8 +369,8 @@ class WalManager:
         self._stats = WalMetrics()
 
     @classmethod
-    def from_settings(cls, settings: Settings, **options: Any) -> WalManager:
-        """The manager for ``{settings.data_dir}/wal`` in ``settings.durability`` mode."""
+    def from_settings(cls, settings: Settings, **options: Any) -> WalWriter:
+        """The WAL for ``{settings.data_dir}/wal`` in ``settings.durability`` mode."""
         return cls(
             Path(settings.data_dir) / "wal",
             durability=settings.durability,
@@ -512,7 +399,7 @@ class WalManager:
 
     @property
     def failure(self) -> WalWriteFailed | None:
-        """The write or fsync failure that stopped the manager; None while it is healthy."""
+        """The write or fsync failure that stopped the WAL; None while it is healthy."""
         with self._cond:
             return self._failure
 
@@ -520,7 +407,7 @@ class WalManager:
         """Call ``listener`` with the `WalWriteFailed` when a write or fsync fails.
 
         It runs once, on the writer thread (at once, on this thread, if the
-        manager has failed already); keep it short and thread-safe, e.g.
+        WAL has failed already); keep it short and thread-safe, e.g.
         ``loop.call_soon_threadsafe``.  An exception it raises is logged.
         """
         with self._cond:
@@ -556,14 +443,14 @@ class WalManager:
         with self._files_lock:
             return [os.path.basename(f.path) for f in sorted(self._files.values(), key=_seq)]
 
-    def __enter__(self) -> WalManager:
+    def __enter__(self) -> WalWriter:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return f"WalManager({self._directory!r}, durability={self._durability!r})"
+        return f"WalWriter({self._directory!r}, durability={self._durability!r})"
 
     # --- appends ----------------------------------------------------------------
 
@@ -662,7 +549,7 @@ class WalManager:
         )
         last_offset = append.last_offset
         if last_offset is None:
-            last_offset = _batch_last_offset(batch, base_offset, f"{topic}-{partition}")
+            last_offset = batch_last_offset(batch, base_offset, f"{topic}-{partition}")
         elif not len(batch):
             raise ValueError("a WAL record needs at least one record batch")
         buffers = record_frame_parts(topic, partition, batch, base_offset=base_offset)
@@ -852,7 +739,7 @@ class WalManager:
             for (topic, partition), offset in flushed
         ]
 
-    def _create_file(self, seq: int, size: int) -> _WalFile:
+    def _create_file(self, seq: int, size: int) -> WalFile:
         """Put WAL file ``seq`` in place: the spare prepared for it, or a new one.
 
         The spare (`_prepare_spare`) spares the writer the preallocation and
@@ -876,7 +763,7 @@ class WalManager:
         self._count(files_created=1)
         if self._state is not _State.RECOVERING:
             self._prepare_spare(seq + 1)
-        return _WalFile(seq, path, size)
+        return WalFile(seq, path, size)
 
     def _prepare_spare(self, seq: int) -> None:
         """Create the next file (``{seq}.wal.tmp``, preallocated, fsynced) on a helper thread.
@@ -943,7 +830,7 @@ class WalManager:
                 raise WalError(f"WAL {self._directory}: recover() runs once, before appending")
             self._state = _State.RECOVERING
         try:
-            recovery = self._recover()
+            recovery = self._resume(recover_wal(self._directory, self._file_size))
         except BaseException:
             with self._cond:
                 self._state = _State.NEW
@@ -954,69 +841,13 @@ class WalManager:
         self._thread.start()
         return recovery
 
-    def _recover(self) -> WalRecovery:
-        os.makedirs(self._directory, exist_ok=True)
-        removed = self._remove_temp_files()
-        found = sorted(
-            (int(m.group(1)), m.group(0))
-            for m in map(_WAL_NAME.match, os.listdir(self._directory))
-            if m is not None
-        )
-        candidates: list[RecoveredBatch] = []
-        flushed: dict[tuple[str, int], int] = {}
-        files: dict[int, _WalFile] = {}
-        frames_scanned = 0
-        torn: TornTail | None = None
-        end = 0
-        for i, (seq, name) in enumerate(found):
-            path = os.path.join(self._directory, name)
-            last = i == len(found) - 1
-            data = Path(path).read_bytes()
-            scan = scan_wal(data, path, sealed=not last)
-            wal_file = _WalFile(seq, path, len(data))
-            frames_scanned += len(scan.frames)
-            for frame in scan.frames:
-                record = frame.record(path)
-                key = (record.topic, record.partition)
-                if record.frame_type is FrameType.CHECKPOINT:
-                    flushed[key] = max(flushed.get(key, -1), record.base_offset - 1)
-                    continue
-                try:
-                    last_offset = _batch_last_offset(record.batch, record.base_offset, path)
-                except (CorruptionError, ValueError) as exc:
-                    raise CorruptWal(
-                        f"RECORD frame holds no valid batch header: {exc}",
-                        object_name=path,
-                        offset=frame.position,
-                    ) from None
-                if last_offset > wal_file.max_offsets.get(key, -1):
-                    wal_file.max_offsets[key] = last_offset
-                # Flushed offsets only grow: what is flushed already never comes back.
-                if last_offset > flushed.get(key, -1):
-                    candidates.append(
-                        RecoveredBatch(
-                            record.topic,
-                            record.partition,
-                            record.base_offset,
-                            last_offset,
-                            record.batch,
-                            WalPosition(seq, frame.position, frame.size),
-                        )
-                    )
-            files[seq] = wal_file
-            if last:
-                end = scan.end
-                if scan.torn:
-                    torn = self._repair_torn_tail(path, data, scan.end, scan.reason)
-                if wal_file.size < self._file_size:  # cut short outside KFS: refill it
-                    self._extend(path, self._file_size)
-                    wal_file.size = self._file_size
-            del data
-        records = [r for r in candidates if r.last_offset > flushed.get((r.topic, r.partition), -1)]
-
+    def _resume(self, found: RecoveredWal) -> WalRecovery:
+        """Adopt what recovery found: the live files, the flushed offsets, where appends go."""
+        recovery = found.recovery
+        files = dict(found.files)
+        end = found.end
         if not files:
-            first = self._create_file(0, self._file_size)
-            files[0] = first
+            files[0] = self._create_file(0, self._file_size)
             end = 0
         if self._control_store is not None:
             set_emergency_flag(
@@ -1028,64 +859,20 @@ class WalManager:
         with self._files_lock:
             self._files = files
             self._active = active
-            self._flushed = dict(flushed)
+            self._flushed = dict(recovery.flushed_offsets)
         self._prepare_spare(active.seq + 1)
+        torn = recovery.torn_tail
         log.info(
             "WAL %s recovered: %d files, %d frames, %d batches to replay%s",
             self._directory,
-            len(found),
-            frames_scanned,
-            len(records),
+            len(recovery.files),
+            recovery.frames_scanned,
+            len(recovery.records),
             f", torn tail of {torn.discarded_bytes} bytes at {torn.path}:{torn.position}"
             if torn
             else "",
         )
-        return WalRecovery(
-            records=records,
-            flushed_offsets=flushed,
-            files=[name for _, name in found],
-            frames_scanned=frames_scanned,
-            torn_tail=torn,
-            removed_temp_files=removed,
-        )
-
-    def _remove_temp_files(self) -> list[str]:
-        """A ``*.wal.tmp`` is a spare or a file whose creation a crash interrupted: no frames."""
-        removed = sorted(
-            n for n in os.listdir(self._directory) if n.endswith(WAL_SUFFIX + TEMP_SUFFIX)
-        )
-        for name in removed:
-            os.unlink(os.path.join(self._directory, name))
-            log.info("removed %s, a WAL file prepared but not yet in use", name)
-        return removed
-
-    def _repair_torn_tail(self, path: str, data: bytes, end: int, reason: str) -> TornTail:
-        """Zero the torn frame so a later scan of the (then sealed) file finds only padding."""
-        garbage_end = max(len(data.rstrip(b"\0")), end)
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-        try:
-            _zero_range(fd, end, garbage_end)
-            _fdatasync(fd)
-        finally:
-            os.close(fd)
-        torn = TornTail(path, end, garbage_end - end, reason)
-        log.warning(
-            "WAL %s: torn tail at byte %d (%s): zeroed %d bytes of an unacknowledged write",
-            path,
-            end,
-            reason,
-            torn.discarded_bytes,
-        )
-        return torn
-
-    @staticmethod
-    def _extend(path: str, size: int) -> None:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-        try:
-            _preallocate(fd, size)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        return recovery
 
     # --- shutdown ---------------------------------------------------------------
 
@@ -1111,5 +898,5 @@ class WalManager:
             raise WalWriteFailed(failure.message, **failure.fields)
 
 
-def _seq(wal_file: _WalFile) -> int:
+def _seq(wal_file: WalFile) -> int:
     return wal_file.seq

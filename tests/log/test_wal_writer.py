@@ -1,4 +1,7 @@
-"""WalManager: rolls, group commit, durability modes, torn tails, corruption, checkpoints, kill -9."""
+"""WalWriter: rolls, group commit, durability modes, checkpoints, kill -9.
+
+Torn tails, corruption and leftover temp files: test_wal_recovery.py.
+"""
 
 from __future__ import annotations
 
@@ -22,19 +25,17 @@ import pytest
 from kfs_core.config import Settings
 from kfs_core.errors import (
     CorruptRecordBatch,
-    CorruptWal,
     WalClosed,
     WalError,
     WalNotRecovered,
     WalWriteFailed,
 )
 from kfs_core.formats.wal import FRAME_OVERHEAD, FrameType, scan_wal
-from kfs_core.log import wal_manager
-from kfs_core.log.wal_manager import (
+from kfs_core.log import wal_writer
+from kfs_core.log.wal_writer import (
     WalAppend,
-    WalManager,
     WalPosition,
-    WalRecovery,
+    WalWriter,
     wal_file_name,
 )
 from kfs_core.maintenance_pause import is_paused
@@ -42,29 +43,11 @@ from kfs_core.storage.local import LocalObjectStore
 from tests.conftest import wait_for
 from tests.log.batches import make_batch
 from tests.log.conftest import FsyncGate
+from tests.log.wal_helpers import SMALL, recovered, recovered_map, reopen, wal_paths
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = 4096  # a WAL file of a few frames, so tests roll often
 
-OpenWal = Callable[..., WalManager]
-
-
-def reopen(wal_dir: Path, **options: object) -> tuple[WalManager, WalRecovery]:
-    """A fresh manager on ``wal_dir`` after a restart, and what it recovered."""
-    manager = WalManager(wal_dir, **options)  # type: ignore[arg-type]
-    recovery = manager.recover()
-    return manager, recovery
-
-
-def recovered(wal_dir: Path, **options: object) -> WalRecovery:
-    """What a restart on ``wal_dir`` recovers; the manager is closed again."""
-    manager, recovery = reopen(wal_dir, **options)
-    manager.close()
-    return recovery
-
-
-def recovered_map(records) -> dict[tuple[str, int, int], bytes]:
-    return {(r.topic, r.partition, r.base_offset): r.batch for r in records}
+OpenWal = Callable[..., WalWriter]
 
 
 def join_all(threads: list[threading.Thread], timeout: float = 60) -> None:
@@ -78,10 +61,6 @@ def join_all(threads: list[threading.Thread], timeout: float = 60) -> None:
         thread.join(max(0.0, deadline - time.monotonic()))
     stuck = [t.name for t in threads if t.is_alive()]
     assert not stuck, f"appends never returned: {stuck}"
-
-
-def wal_paths(wal_dir: Path) -> list[Path]:
-    return sorted(wal_dir.glob("*.wal"))
 
 
 # --- append / recover -------------------------------------------------------
@@ -226,42 +205,24 @@ def test_the_next_file_is_prepared_ahead_and_removed_on_close(
     assert sorted(p.name for p in wal_dir.iterdir()) == [wal_file_name(0), wal_file_name(1)]
 
 
-def test_a_spare_left_by_a_crash_is_removed_and_the_active_file_stays_last(
-    wal_dir: Path,
-) -> None:
-    wal, _ = reopen(wal_dir)
-    wal.append("t", 0, 0, make_batch(0, 0))
-    wait_for(lambda: (wal_dir / (wal_file_name(1) + ".tmp")).exists(), timeout=10, what="spare")
-    # A crash now leaves the spare; restart on a copy of the directory as it is.
-    crashed = wal_dir.parent / "crashed"
-    crashed.mkdir()
-    for path in wal_dir.iterdir():
-        (crashed / path.name).write_bytes(path.read_bytes())
-    wal.close()
-    restarted, recovery = reopen(crashed)
-    restarted.close()
-    assert recovery.removed_temp_files == [wal_file_name(1) + ".tmp"]
-    assert [r.base_offset for r in recovery] == [0]
-
-
 def test_constructor_rejects_bad_settings(wal_dir: Path) -> None:
     with pytest.raises(ValueError, match="durability"):
-        WalManager(wal_dir, durability="reckless")
+        WalWriter(wal_dir, durability="reckless")
     with pytest.raises(ValueError, match="minimum"):
-        WalManager(wal_dir, file_size=100)
+        WalWriter(wal_dir, file_size=100)
     with pytest.raises(ValueError, match="normal_sync_frames"):
-        WalManager(wal_dir, normal_sync_frames=0)
+        WalWriter(wal_dir, normal_sync_frames=0)
 
 
 def test_from_settings_uses_data_dir_wal_and_durability(tmp_path: Path) -> None:
     settings = Settings(data_dir=str(tmp_path / "data"), durability="normal")
-    manager = WalManager.from_settings(settings, file_size=SMALL)
+    manager = WalWriter.from_settings(settings, file_size=SMALL)
     assert manager.directory == str(tmp_path / "data" / "wal")
     assert (manager.durability, manager.file_size) == ("normal", SMALL)
 
 
 def test_lifecycle_errors(wal_dir: Path) -> None:
-    manager = WalManager(wal_dir)
+    manager = WalWriter(wal_dir)
     with pytest.raises(WalNotRecovered, match="recover"):
         manager.append("t", 0, 0, make_batch(0, 0))
     manager.recover()
@@ -276,15 +237,6 @@ def test_lifecycle_errors(wal_dir: Path) -> None:
         manager.checkpoint("t", 0, 0)
     with pytest.raises(WalClosed):
         asyncio.run(manager.append_async("t", 0, 1, make_batch(0, 1)))
-
-
-def test_leftover_temp_files_are_removed(wal_dir: Path) -> None:
-    wal_dir.mkdir(parents=True)
-    (wal_dir / (wal_file_name(3) + ".tmp")).write_bytes(b"\x01" * 64)
-    manager, recovery = reopen(wal_dir)
-    manager.close()
-    assert recovery.removed_temp_files == [wal_file_name(3) + ".tmp"]
-    assert [p.name for p in wal_dir.iterdir()] == [wal_file_name(0)]
 
 
 # --- group commit (cautious, emergency) ------------------------------------
@@ -520,140 +472,6 @@ def test_a_cancelled_append_async_is_still_written(
     assert recovered_map(recovery) == {("t", 0, 0): make_batch(0, 0)}
 
 
-# --- torn tails ----------------------------------------------------------------
-
-
-def _write_frames(wal_dir: Path, count: int) -> list[WalPosition]:
-    """``count`` frames over a few small files, closed cleanly; returns their positions."""
-    manager = WalManager(wal_dir, file_size=SMALL)
-    manager.recover()
-    positions = [manager.append("t", 0, o, make_batch(0, o, size=300)) for o in range(count)]
-    manager.close()
-    return positions
-
-
-CUTS = [0, 1, 3, 4, 7, 8, 9, 20, 100, -9, -5, -4, -1]  # bytes of the last frame that reached disk
-
-
-@pytest.mark.parametrize("how", ["zeros", "truncated"])
-@pytest.mark.parametrize("cut", CUTS)
-def test_torn_tail_of_the_last_file_is_cut_and_appends_continue(
-    wal_dir: Path, cut: int, how: str
-) -> None:
-    positions = _write_frames(wal_dir, 30)
-    last = positions[-1]
-    cut = cut % last.size  # negative: that many bytes short of the whole frame
-    path = wal_dir / last.file_name
-    assert path == wal_paths(wal_dir)[-1] and last.file_seq > 0
-    original = path.read_bytes()
-    written = original[last.position : last.position + cut]
-    if how == "zeros":  # the crash left the preallocated zeros after the written part
-        data = bytearray(original)
-        data[last.position + cut : last.end] = bytes(last.size - cut)
-        path.write_bytes(bytes(data))
-    else:  # a file cut short (copied off a dying disk, say)
-        os.truncate(path, last.position + cut)
-
-    manager, recovery = reopen(wal_dir, file_size=SMALL)
-    try:
-        assert [r.base_offset for r in recovery] == list(range(29))
-        if any(written):  # a nonzero byte of the torn frame made it to disk
-            torn = recovery.torn_tail
-            assert torn is not None
-            assert (torn.path, torn.position) == (str(path), last.position)
-            assert 0 < torn.discarded_bytes <= cut
-        else:
-            assert recovery.torn_tail is None
-        repaired = path.read_bytes()
-        assert len(repaired) == SMALL
-        assert repaired[: last.position] == original[: last.position]
-        assert not any(repaired[last.position :])
-
-        # The file is reused from the cut; enough appends to seal it and roll on.
-        new_positions = [
-            manager.append("t", 0, o, make_batch(0, o, size=300)) for o in range(29, 60)
-        ]
-        assert new_positions[0] == WalPosition(last.file_seq, last.position, last.size)
-        assert new_positions[-1].file_seq > last.file_seq
-    finally:
-        manager.close()
-    again, recovery = reopen(wal_dir, file_size=SMALL)
-    again.close()
-    assert recovery.torn_tail is None
-    assert recovered_map(recovery) == {("t", 0, o): make_batch(0, o, size=300) for o in range(60)}
-
-
-def test_garbage_after_the_last_frame_is_zeroed_and_reported(wal_dir: Path) -> None:
-    positions = _write_frames(wal_dir, 10)
-    last = positions[-1]
-    path = wal_dir / last.file_name
-    with open(path, "r+b") as f:
-        f.seek(last.end)
-        f.write(b"\xab" * 30)  # a header whose CRC is wrong, and nothing valid after it
-    manager, recovery = reopen(wal_dir, file_size=SMALL)
-    manager.close()
-    assert recovery.torn_tail is not None
-    assert last.end + 30 <= SMALL
-    assert (recovery.torn_tail.position, recovery.torn_tail.discarded_bytes) == (last.end, 30)
-    assert "header CRC" in recovery.torn_tail.reason
-    assert not any(path.read_bytes()[last.end :])
-    assert len(recovery) == 10
-
-
-# --- corruption ----------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("frame_index", "byte_in_frame", "what"),
-    [
-        (2, 1, "length field"),
-        (2, 5, "header CRC"),
-        (2, 40, "payload"),
-        (2, -6, "data CRC"),
-        (2, -2, "trailer"),
-        (-1, 40, "payload of the last frame of a sealed file"),
-    ],
-)
-def test_a_flipped_bit_in_a_sealed_file_refuses_to_start(
-    wal_dir: Path, frame_index: int, byte_in_frame: int, what: str
-) -> None:
-    positions = _write_frames(wal_dir, 30)
-    first_file = [p for p in positions if p.file_seq == 0]
-    assert positions[-1].file_seq > 0, "the damaged file must not be the last one"
-    frame = first_file[frame_index]
-    path = wal_dir / frame.file_name
-    data = bytearray(path.read_bytes())
-    data[frame.position + byte_in_frame % frame.size] ^= 0x10
-    path.write_bytes(bytes(data))
-
-    manager = WalManager(wal_dir, file_size=SMALL)
-    with pytest.raises(CorruptWal) as info:
-        manager.recover()
-    assert info.value.object_name == str(path)
-    assert info.value.offset == frame.position
-    assert str(path) in str(info.value) and f"byte {frame.position}" in str(info.value)
-    # Nothing was repaired or started: the damaged bytes are still there for the operator.
-    assert path.read_bytes() == bytes(data)
-    with pytest.raises(WalNotRecovered):
-        manager.append("t", 0, 99, make_batch(0, 99))
-    restored = pickle.loads(pickle.dumps(info.value))
-    assert (restored.object_name, restored.offset) == (str(path), frame.position)
-
-
-def test_corruption_in_the_middle_of_the_last_file_is_not_a_torn_tail(wal_dir: Path) -> None:
-    positions = _write_frames(wal_dir, 30)
-    last_file = [p for p in positions if p.file_seq == positions[-1].file_seq]
-    assert len(last_file) >= 2
-    victim = last_file[0]
-    path = wal_dir / victim.file_name
-    data = bytearray(path.read_bytes())
-    data[victim.position + 30] ^= 0x01
-    path.write_bytes(bytes(data))
-    with pytest.raises(CorruptWal) as info:
-        WalManager(wal_dir, file_size=SMALL).recover()
-    assert (info.value.object_name, info.value.offset) == (str(path), victim.position)
-
-
 # --- checkpoints and file deletion ------------------------------------------
 
 
@@ -769,7 +587,7 @@ def test_a_failed_fsync_fails_every_waiter_and_stops_the_wal(
     wal = open_wal()
     wal.append("t", 0, 0, make_batch(0, 0))
     gate = FsyncGate(hold=1, fail=OSError(errno.EIO, "Input/output error"))
-    monkeypatch.setattr(wal_manager, "_fdatasync", gate)
+    monkeypatch.setattr(wal_writer, "_fdatasync", gate)
     outcomes: dict[int, BaseException | WalPosition] = {}
 
     def produce(offset: int) -> None:
@@ -845,20 +663,20 @@ def test_the_manager_sets_the_flag_in_emergency_mode_and_clears_it_otherwise(
 CHILD = textwrap.dedent(
     """
     import sys, threading, time
-    from kfs_core.log import wal_manager
-    from kfs_core.log.wal_manager import WalManager
+    from kfs_core.log import wal_writer
+    from kfs_core.log.wal_writer import WalWriter
     from tests.log.batches import make_batch
 
     if sys.argv[2] == "slow":  # a slow disk: the kill lands while writes are in flight
-        write = wal_manager._pwrite_all
+        write = wal_writer._pwrite_all
 
         def slow_write(fd, buffers, offset):
             time.sleep(0.001)
             write(fd, buffers, offset)
 
-        wal_manager._pwrite_all = slow_write
+        wal_writer._pwrite_all = slow_write
 
-    wal = WalManager(sys.argv[1], durability="cautious", file_size=64 * 1024)
+    wal = WalWriter(sys.argv[1], durability="cautious", file_size=64 * 1024)
     next_offset = {p: 0 for p in range(4)}
     for r in wal.recover():
         next_offset[r.partition] = max(next_offset[r.partition], r.last_offset + 1)

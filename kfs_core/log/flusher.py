@@ -1,0 +1,366 @@
+"""`Flusher`: seals acknowledged batches into segments, uploads them, commits, checkpoints the WAL.
+
+When.  A background loop (`Flusher.run`) starts a partition's flush when its
+acknowledged batches reach ``segment_bytes``, when the oldest is older than
+``flush_interval_ms``, when the memory pool is 75 % full (the pool calls
+`Flusher.wake`), and `flush_until` runs one on demand (`LogManager.flush`,
+`close`, DeleteRecords, start-up replay).  At most one flush per partition
+runs at a time (``Partition.flush_task``) and at most ``flush_concurrency``
+partitions flush at once.
+
+One cycle of one partition (`_flush_partition`):
+
+1. seal the acknowledged batches into segments (`seal_segments`, on the I/O
+   threads), re-encoding them as the topic's ``compression.type`` or
+   ``KFS_COMPRESSION_CODEC`` says;
+2. PUT each segment, then its index -- the segments of a cycle side by side
+   (``upload_concurrency``), since nothing is visible before the commit;
+3. ONE catalog commit for all segments of the cycle;
+4. in one loop step: adopt the new catalog state, drop the batches from the
+   buffer and release their pool bytes -- so a fetch finds every offset in
+   the buffer or in the catalog, never in neither;
+5. cache the new segments in L1 (lagging tail consumers read them next);
+6. write the producer-state snapshot, then checkpoint the WAL past the batches.
+
+Failed uploads and commits are retried with backoff for as long as it takes;
+nothing leaves memory before its commit landed.  A commit whose outcome was
+unknown and did land is recognised on the retry (`_commit_segments`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
+from typing import TypeVar
+
+from kfs_core.catalog.actions import SegmentEntry
+from kfs_core.catalog.partition import PartitionCatalog
+from kfs_core.catalog.state import PartitionState
+from kfs_core.config import Settings
+from kfs_core.errors import (
+    InvalidCatalogAction,
+    LogError,
+    SegmentOverlap,
+    WalError,
+    WalWriteFailed,
+)
+from kfs_core.formats.index import IndexReader
+from kfs_core.log.cache import CachedSegment
+from kfs_core.log.catalog_refresh import CatalogRefresher
+from kfs_core.log.failure import LogFailure
+from kfs_core.log.metrics import FlushObserver, LogMetrics
+from kfs_core.log.partition import Partition
+from kfs_core.log.pool import MemoryPool
+from kfs_core.log.producer_state import SnapshotStore
+from kfs_core.log.range_reads import body_end
+from kfs_core.log.sealing import Recompression, Sealed, seal_segments
+from kfs_core.log.segment_fetcher import SegmentFetcher, run_in
+from kfs_core.log.topic_cache import TopicCache
+from kfs_core.log.wal_writer import WalWriter
+from kfs_core.storage.base import ObjectStore
+
+__all__ = ["Flusher"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Flusher:
+    """Moves acknowledged batches from the partition buffers into committed segments."""
+
+    def __init__(
+        self,
+        partitions: Mapping[tuple[str, int], Partition],
+        *,
+        settings: Settings,
+        store: ObjectStore,
+        wal: WalWriter,
+        pool: MemoryPool,
+        fetcher: SegmentFetcher,
+        refresher: CatalogRefresher,
+        topics: TopicCache,
+        snapshots: SnapshotStore,
+        failure: LogFailure,
+        executor: Executor,
+        metrics: LogMetrics,
+        clock: Callable[[], int],
+        observer: FlushObserver | None = None,
+    ) -> None:
+        self._partitions = partitions
+        self.settings = settings
+        self._store = store
+        self._wal = wal
+        self._pool = pool
+        self._fetcher = fetcher
+        self._refresher = refresher
+        self._topics = topics
+        self._snapshots = snapshots
+        self._failure = failure
+        self._executor = executor
+        self._metrics = metrics
+        self._clock = clock
+        self._observer = observer
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(settings.flush_concurrency)
+        self._rng = random.Random()
+
+    # --- when ------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Look for due flushes now (a buffer filled up, the pool is under pressure)."""
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """Start the flushes that become due, forever."""
+        # Ticks find buffers that grew old; size, pressure and flush ends wake it early.
+        tick = max(0.005, min(0.1, self.settings.flush_interval_ms / 4000))
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(tick):
+                    await self._wakeup.wait()
+            self._wakeup.clear()
+            self._schedule()
+
+    async def flush_all(self, partitions: Iterable[Partition]) -> None:
+        """Commit everything acknowledged so far in ``partitions``, and wait."""
+        await asyncio.gather(*(self.flush_until(p, p.high_watermark) for p in partitions))
+
+    async def flush_until(self, p: Partition, target: int) -> None:
+        """Flush ``p`` until every offset below ``target`` is committed."""
+        while (first := p.buffer.first_offset) is not None and first < target:
+            task = p.flush_task if p.flush_task is not None else self._start(p)
+            await asyncio.wait([task])  # waiting, not owning: cancelling us leaves it running
+            if task.cancelled():
+                if p.deleted:
+                    return  # dropped with its topic
+                raise asyncio.CancelledError
+            if (error := task.exception()) is not None:
+                raise error
+
+    def _schedule(self) -> None:
+        now = time.monotonic()
+        urgent = self._pool.under_pressure
+        for p in self._partitions.values():
+            if p.flush_task is None and self._due(p, now, urgent):
+                self._start(p)
+
+    def _due(self, p: Partition, now: float, urgent: bool) -> bool:
+        visible = p.buffer.visible_bytes(p.high_watermark)
+        if visible == 0:
+            return False
+        if urgent or visible >= self.settings.segment_bytes:
+            return True
+        oldest = next(iter(p.buffer))
+        return now - oldest.appended_at >= self.settings.flush_interval_ms / 1000
+
+    def _start(self, p: Partition) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(self._flush_partition(p))
+        p.flush_task = task
+        task.add_done_callback(functools.partial(self._done, p))
+        return task
+
+    def _done(self, p: Partition, task: asyncio.Task[None]) -> None:
+        p.flush_task = None
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("%s: flush failed unexpectedly", p.name, exc_info=exc)
+        self.wake()  # more may have become due while it ran
+
+    # --- one cycle -------------------------------------------------------------------
+
+    async def _flush_partition(self, p: Partition) -> None:
+        """Seal, upload, commit once, release, checkpoint: one flush cycle of one partition."""
+        async with self._slots:
+            batches = p.buffer.visible(p.high_watermark)
+            if not batches:
+                return
+            started = time.monotonic()
+            created_ms = self._clock()
+            recompression = await self._recompression(p.topic)
+            sealed = await self._retry(
+                f"{p.name}: sealing {len(batches)} batches",
+                lambda: run_in(
+                    self._executor,
+                    functools.partial(
+                        seal_segments,
+                        p.topic,
+                        p.partition,
+                        batches,
+                        segment_bytes=self.settings.segment_bytes,
+                        index_interval=self.settings.index_interval,
+                        created_ms=created_ms,
+                        recompression=recompression,
+                    ),
+                ),
+            )
+            _share_segment_bytes(sealed)
+            # Nothing is visible before the commit, so the segments of a cycle
+            # upload side by side (each before its index): one partition that
+            # takes hundreds of MB/s must not wait for one PUT after another.
+            slots = asyncio.Semaphore(self.settings.upload_concurrency)
+            await asyncio.gather(*(self._upload(p, s, slots) for s in sealed))
+            entries = [s.entry for s in sealed]
+            state = await self._retry(
+                f"{p.name}: committing {len(entries)} segment(s)",
+                lambda: run_in(self._executor, _commit_segments, p.catalog, entries),
+            )
+            self._metrics.catalog_commits += 1
+            last_offset = entries[-1].last_offset
+            # One loop step from here to the release: a fetch sees the batches in
+            # the buffer or in the catalog state, never in neither.
+            self._refresher.adopt(p, state)
+            self._pool.release(p.buffer.drop_through(last_offset))
+            if not p.deleted:
+                self._cache_sealed(p, sealed)
+            self._count(sealed, time.monotonic() - started)
+        if not p.deleted:
+            await self._snapshot_producers(p, last_offset + 1)
+        if self._failure.error is not None or p.deleted:
+            return  # a failed WAL takes no frames; forget_topic checkpointed a deleted topic
+        try:
+            await self._wal.checkpoint_async(p.topic, p.partition, last_offset)
+            self._metrics.wal_checkpoints += 1
+        except WalError as exc:
+            if isinstance(exc, WalWriteFailed):
+                self._failure.fail(exc)
+            # The commit stands; the next start replays a little more and skips it.
+            log.warning("%s: WAL checkpoint at %d failed: %s", p.name, last_offset, exc)
+
+    def _count(self, sealed: Sequence[Sealed], seconds: float) -> None:
+        size = sum(s.entry.size_bytes for s in sealed)
+        m = self._metrics
+        m.flushes += 1
+        m.flush_segments += len(sealed)
+        m.flush_bytes += size
+        m.flush_recompressed_batches += sum(s.recoded_batches for s in sealed)
+        m.flush_seconds_total += seconds
+        m.flush_seconds_max = max(m.flush_seconds_max, seconds)
+        if self._observer is not None:
+            try:
+                self._observer(seconds, size, len(sealed))
+            except Exception:  # a metrics bug must not stop flushing
+                log.exception("flush observer failed")
+
+    async def _recompression(self, topic: str) -> Recompression:
+        """How a flush stores the topic's batches: its compression.type, then KFS_COMPRESSION_CODEC."""
+        try:
+            compression_type = (await self._topics.get(topic)).config.compression_type
+        except LogError as exc:
+            # The bytes are valid either way; store them as produced.
+            log.debug("%s: no topic config for this flush (%s); storing as produced", topic, exc)
+            compression_type = "producer"
+        return Recompression.for_topic(compression_type, self.settings.compression_codec)
+
+    async def _upload(self, p: Partition, sealed: Sealed, slots: asyncio.Semaphore) -> None:
+        """PUT one sealed segment, then its index, retrying until they land."""
+        segment_key = self._fetcher.object_key(sealed.entry.key)
+        index_key = self._fetcher.object_key(sealed.entry.index_key)
+        async with slots:
+            await self._retry(
+                f"{p.name}: uploading {segment_key}",
+                functools.partial(self._put, segment_key, sealed.segment.data),
+            )
+            await self._retry(
+                f"{p.name}: uploading {index_key}",
+                functools.partial(self._put, index_key, sealed.segment.index),
+            )
+
+    async def _put(self, key: str, data: bytes) -> None:
+        try:
+            await run_in(self._executor, self._store.put, key, data)
+        except Exception:
+            self._metrics.store_errors += 1
+            raise
+        self._metrics.store_puts += 1
+        self._metrics.store_put_bytes += len(data)
+
+    def _cache_sealed(self, p: Partition, sealed: Sequence[Sealed]) -> None:
+        """Segments just committed are what lagging tail consumers read next: cache them."""
+        for s in sealed:
+            if not p.is_live(s.entry.key):
+                continue
+            cached = None
+            if self.settings.cache_flushed_segments:
+                cached = CachedSegment(
+                    self._fetcher.object_key(s.entry.key),
+                    s.segment.data,
+                    (*s.positions, body_end(s.entry)),
+                    tuple(b.last_offset for b in s.batches),
+                )
+            index = IndexReader(s.segment.index, self._fetcher.object_key(s.entry.index_key))
+            self._fetcher.remember(s.entry, cached, index)
+
+    async def _snapshot_producers(self, p: Partition, through: int) -> None:
+        """Write the producer state of the offsets below ``through`` (all committed), if it changed."""
+        producers = p.producers
+        now = self._clock()
+        producers.expire(now)
+        producers.drop_below(p.state.log_start_offset)
+        if not producers.changed:
+            return
+        snapshot = producers.snapshot(through, now)
+        # Batches above ``through`` still need a snapshot once they are flushed.
+        producers.changed = any(e.last_offset >= through for e in producers.entries())
+        try:
+            await run_in(self._executor, self._snapshots.write, p.topic, p.partition, snapshot)
+        except OSError as exc:
+            producers.changed = True
+            log.warning("%s: writing the producer-state snapshot: %s", p.name, exc)
+
+    async def _retry(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run ``attempt`` until it succeeds, backing off: a flush never drops data."""
+        failures = 0
+        while True:
+            try:
+                return await attempt()
+            except Exception as exc:  # every failure is retried; cancellation is not caught
+                failures += 1
+                self._metrics.flush_retries += 1
+                cap = min(self.settings.retry_max_ms, self.settings.retry_base_ms * 2**failures)
+                delay = self._rng.uniform(cap / 2, cap) / 1000
+                level = logging.WARNING if failures < 10 else logging.ERROR
+                log.log(
+                    level,
+                    "%s failed (attempt %d, retrying in %.2fs): %s",
+                    what,
+                    failures,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+
+
+def _share_segment_bytes(sealed: Sequence[Sealed]) -> None:
+    """Point the buffered batches at their bytes inside the sealed segments.
+
+    Until the commit lands the batches stay readable from the buffer; after
+    this each is held once (in the segment) rather than twice.  A re-encoded
+    batch keeps its own bytes: its size in the segment differs, and the
+    buffer and the pool count the size it was produced with.
+    """
+    for s in sealed:
+        view = memoryview(s.segment.data)
+        for batch, position, recoded in zip(s.batches, s.positions, s.recoded, strict=True):
+            if not recoded:
+                batch.data = view[position : position + batch.size]
+
+
+def _commit_segments(catalog: PartitionCatalog, entries: list[SegmentEntry]) -> PartitionState:
+    """Add ``entries`` in one commit; idempotent when an earlier attempt's outcome was unknown."""
+    try:
+        catalog.add_segments(entries)
+    except (SegmentOverlap, InvalidCatalogAction):
+        # If an attempt whose outcome was unknown did land, our keys are there
+        # now (or, compacted meanwhile, already tombstones): that is success.
+        state = catalog.refresh()
+        known = {s.key for s in state.segments} | {t.key for t in state.tombstones}
+        if all(entry.key in known for entry in entries):
+            return state
+        raise
+    return catalog.state

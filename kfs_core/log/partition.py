@@ -1,0 +1,77 @@
+"""`Partition`: everything the daemon keeps for one partition, shared by the log's parts.
+
+One `Partition` per open ``(topic, partition)``, in `LogManager`'s partition
+table.  Each part of the log owns some of its fields:
+
+- the append path (`kfs_core.log.log_manager`): ``next_offset``,
+  ``high_watermark``, ``pending``, ``producers``, and appends to ``buffer``;
+- the flusher (`kfs_core.log.flusher`): ``flush_task``, and drops committed
+  batches from ``buffer``;
+- the catalog refresher (`kfs_core.log.catalog_refresh`): ``state``,
+  ``live_keys``, ``refreshed_at`` -- the catalog state reads go by;
+- the reader (`kfs_core.log.reader`): ``next_sequential_read``, ``last_read_at``.
+
+All of them run on the one event loop, so none needs a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from kfs_core.catalog.partition import PartitionCatalog
+from kfs_core.catalog.state import PartitionState
+from kfs_core.errors import UnknownTopicOrPartition
+from kfs_core.log.buffer import PartitionBuffer
+from kfs_core.log.producer_state import ProducerStateTable
+
+__all__ = ["Partition", "PendingAppend", "deleted_error"]
+
+
+@dataclass(eq=False, slots=True)
+class PendingAppend:
+    """An append queued in the WAL, in offset order; visible once it and all before it are acked."""
+
+    last_offset: int
+    visible: asyncio.Future[None]
+    acked: bool = False
+
+
+class Partition:
+    """One partition's offsets, unflushed batches, catalog state and idempotent producers."""
+
+    def __init__(
+        self, topic: str, partition: int, catalog: PartitionCatalog, state: PartitionState
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.name = f"{topic}-{partition}"
+        self.catalog = catalog
+        self.state = state
+        self.live_keys = frozenset(s.key for s in state.segments)
+        self.next_offset = state.high_watermark  # the next offset to assign
+        self.high_watermark = state.high_watermark  # everything below is acknowledged
+        self.buffer = PartitionBuffer()
+        self.pending: deque[PendingAppend] = deque()
+        self.flush_task: asyncio.Task[None] | None = None
+        self.next_sequential_read = -1  # where a consumer continuing its last fetch starts
+        self.last_read_at = 0.0
+        self.refreshed_at = time.monotonic()
+        self.deleted = False  # its topic was deleted (`LogManager.forget_topic`)
+        self.producers = ProducerStateTable(self.name)  # replaced when the partition opens
+
+    def __repr__(self) -> str:
+        return f"Partition({self.name!r}, next_offset={self.next_offset})"
+
+    def is_live(self, key: str) -> bool:
+        """Whether the catalog state reads go by lists the segment ``key``."""
+        return key in self.live_keys
+
+
+def deleted_error(p: Partition) -> UnknownTopicOrPartition:
+    """What appends and reads of a partition of a deleted topic get."""
+    return UnknownTopicOrPartition(
+        f"topic {p.topic!r} was deleted", topic=p.topic, partition=p.partition
+    )

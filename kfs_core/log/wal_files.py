@@ -1,0 +1,105 @@
+"""The WAL directory as both `wal_writer` and `wal_recovery` see it: names, positions, files.
+
+The WAL lives in one directory (``{data_dir}/wal/``) as files named by a
+zero-padded sequence number, ``00000000000000000007.wal`` (`wal_file_name`),
+so name order is sequence order.  A ``*.wal.tmp`` file is one being created;
+it never holds an acknowledged frame.  Here too: `WalPosition` (where a frame
+is), `WalFile` (a live file and the highest offset each partition has in it,
+which decides when the file may be deleted), the last offset of a RECORD
+frame's batches, and the two syscalls both sides need.
+
+Why a module of its own: the writer imports `kfs_core.log.wal_recovery` to
+resume from what it found, so recovery must not import the writer; what both
+need lives below the two of them, here.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kfs_core.formats.wal import Buffer
+from kfs_core.records.batch import iter_batch_headers
+
+__all__ = [
+    "TEMP_SUFFIX",
+    "WAL_NAME",
+    "WAL_SUFFIX",
+    "WalFile",
+    "WalPosition",
+    "batch_last_offset",
+    "fdatasync",
+    "preallocate",
+    "wal_file_name",
+]
+
+WAL_SUFFIX = ".wal"
+TEMP_SUFFIX = ".tmp"  # a file being created: never holds an acknowledged frame
+WAL_NAME = re.compile(r"^(\d{20})\.wal$")
+
+#: ``fdatasync`` where the platform has it: the file size never changes, so the
+#: metadata ``fsync`` would also write is not needed for durability.
+fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
+def wal_file_name(seq: int) -> str:
+    """``00000000000000000007.wal``: 20 digits, so name order is sequence order."""
+    return f"{seq:020d}{WAL_SUFFIX}"
+
+
+@dataclass(frozen=True, slots=True)
+class WalPosition:
+    """Where a frame was written: file sequence number, byte position, frame size."""
+
+    file_seq: int
+    position: int
+    size: int
+
+    @property
+    def file_name(self) -> str:
+        return wal_file_name(self.file_seq)
+
+    @property
+    def end(self) -> int:
+        return self.position + self.size
+
+
+@dataclass(slots=True)
+class WalFile:
+    """A live WAL file: recovery finds it, the writer appends to it and deletes it."""
+
+    seq: int
+    path: str
+    size: int
+    # Highest last offset of each partition's RECORD frames in this file.
+    max_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def batch_last_offset(batch: Buffer, base_offset: int, object_name: str) -> int:
+    """Last offset of one or more concatenated RecordBatch v2; checks the base offset.
+
+    Raises `CorruptRecordBatch` for bytes that are not whole batches and
+    ValueError when the first batch does not start at ``base_offset``.
+    """
+    last: int | None = None
+    for pos, header in iter_batch_headers(batch, verify_crc=False, object_name=object_name):
+        if pos == 0 and header.base_offset != base_offset:
+            raise ValueError(
+                f"base_offset {base_offset} differs from the batch's own {header.base_offset}"
+            )
+        last = header.last_offset
+    if last is None:
+        raise ValueError("a WAL record needs at least one record batch")
+    return last
+
+
+def preallocate(fd: int, size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, size)  # a sparse file: still zero-filled, still a fixed size

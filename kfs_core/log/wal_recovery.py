@@ -1,0 +1,230 @@
+"""WAL recovery: the scan of the WAL directory at start-up, and what it found.
+
+`recover_wal` runs once, before the first append (`WalWriter.recover` calls
+it and resumes from its result).  It removes the ``*.wal.tmp`` files a crash
+left -- a file being created or the writer's spare, never holding a frame --
+and scans every ``*.wal`` file in sequence order, validating each frame
+(`kfs_core.formats.wal`).  In a sealed (non-last) file any invalid frame is
+corruption: `CorruptWal` names the file and the byte offset and the daemon
+must refuse to start.  The last file may end in a torn tail -- the write a
+crash interrupted, never acknowledged -- which is zeroed and fsynced (its
+position and size are reported in `WalRecovery.torn_tail` and logged), and
+appends continue from there; a last file cut short outside KFS is extended
+back to the file size, so appends never change a file's size.
+
+Recovery returns every RECORD frame whose last offset is above its
+partition's highest checkpoint, in WAL order.  Replay is idempotent by
+construction: a batch flushed before its checkpoint frame reached the disk
+is returned again, with its topic, partition, base and last offset, so the
+daemon can skip offsets below the catalog's high watermark.
+
+Public values: `WalRecovery` (what the daemon replays, and a report of the
+scan), `RecoveredBatch`, `TornTail`; `RecoveredWal` adds what the writer
+needs to resume (the live files and where appends continue).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kfs_core.errors import CorruptionError, CorruptWal
+from kfs_core.formats.wal import FrameType, scan_wal
+from kfs_core.log.wal_files import (
+    TEMP_SUFFIX,
+    WAL_NAME,
+    WAL_SUFFIX,
+    WalFile,
+    WalPosition,
+    batch_last_offset,
+    fdatasync,
+    preallocate,
+)
+
+__all__ = [
+    "RecoveredBatch",
+    "RecoveredWal",
+    "TornTail",
+    "WalRecovery",
+    "recover_wal",
+]
+
+log = logging.getLogger(__name__)
+
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredBatch:
+    """A RECORD frame recovery hands back for replay: not yet known to be in the store."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int  # from the last batch header: what a catalog high-watermark check needs
+    batch: bytes  # the RecordBatch v2 bytes exactly as appended
+    position: WalPosition
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """The incomplete frame recovery found at the end of the last file, and zeroed."""
+
+    path: str
+    position: int  # where valid data ends; appends continue here
+    discarded_bytes: int  # nonzero bytes from ``position`` on that were zeroed
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WalRecovery:
+    """What `WalWriter.recover` found.  Iterating yields the batches to replay."""
+
+    records: list[RecoveredBatch]
+    flushed_offsets: dict[tuple[str, int], int]  # highest checkpoint per (topic, partition)
+    files: list[str]  # the WAL files scanned, in order
+    frames_scanned: int
+    torn_tail: TornTail | None
+    removed_temp_files: list[str]
+
+    def __iter__(self) -> Iterator[RecoveredBatch]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredWal:
+    """`recover_wal`'s result: the report, and the state a writer resumes from."""
+
+    recovery: WalRecovery
+    # The live files by sequence number, with their per-partition highest
+    # offsets (which decide when a checkpoint lets a file go); empty for a new WAL.
+    files: dict[int, WalFile]
+    end: int  # where valid data ends in the last file: the next frame goes here
+
+
+def recover_wal(directory: str | os.PathLike[str], file_size: int) -> RecoveredWal:
+    """Scan the WAL in ``directory`` (created if missing) and repair a torn tail.
+
+    ``file_size`` is the size a cut-short last file is extended back to.
+    Raises `CorruptWal` (naming the file and byte offset) when a sealed file
+    is damaged or a frame's content is not what a KFS writer wrote; nothing
+    has been repaired then.
+    """
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    removed = _remove_temp_files(directory)
+    found = sorted(
+        (int(m.group(1)), m.group(0))
+        for m in map(WAL_NAME.match, os.listdir(directory))
+        if m is not None
+    )
+    candidates: list[RecoveredBatch] = []
+    flushed: dict[tuple[str, int], int] = {}
+    files: dict[int, WalFile] = {}
+    frames_scanned = 0
+    torn: TornTail | None = None
+    end = 0
+    for i, (seq, name) in enumerate(found):
+        path = os.path.join(directory, name)
+        last = i == len(found) - 1
+        data = Path(path).read_bytes()
+        scan = scan_wal(data, path, sealed=not last)
+        wal_file = WalFile(seq, path, len(data))
+        frames_scanned += len(scan.frames)
+        for frame in scan.frames:
+            record = frame.record(path)
+            key = (record.topic, record.partition)
+            if record.frame_type is FrameType.CHECKPOINT:
+                flushed[key] = max(flushed.get(key, -1), record.base_offset - 1)
+                continue
+            try:
+                last_offset = batch_last_offset(record.batch, record.base_offset, path)
+            except (CorruptionError, ValueError) as exc:
+                raise CorruptWal(
+                    f"RECORD frame holds no valid batch header: {exc}",
+                    object_name=path,
+                    offset=frame.position,
+                ) from None
+            if last_offset > wal_file.max_offsets.get(key, -1):
+                wal_file.max_offsets[key] = last_offset
+            # Flushed offsets only grow: what is flushed already never comes back.
+            if last_offset > flushed.get(key, -1):
+                candidates.append(
+                    RecoveredBatch(
+                        record.topic,
+                        record.partition,
+                        record.base_offset,
+                        last_offset,
+                        record.batch,
+                        WalPosition(seq, frame.position, frame.size),
+                    )
+                )
+        files[seq] = wal_file
+        if last:
+            end = scan.end
+            if scan.torn:
+                torn = _repair_torn_tail(path, data, scan.end, scan.reason)
+            if wal_file.size < file_size:  # cut short outside KFS: refill it
+                _extend(path, file_size)
+                wal_file.size = file_size
+        del data
+    records = [r for r in candidates if r.last_offset > flushed.get((r.topic, r.partition), -1)]
+    recovery = WalRecovery(
+        records=records,
+        flushed_offsets=flushed,
+        files=[name for _, name in found],
+        frames_scanned=frames_scanned,
+        torn_tail=torn,
+        removed_temp_files=removed,
+    )
+    return RecoveredWal(recovery, files, end)
+
+
+def _remove_temp_files(directory: str) -> list[str]:
+    """A ``*.wal.tmp`` is a spare or a file whose creation a crash interrupted: no frames."""
+    removed = sorted(n for n in os.listdir(directory) if n.endswith(WAL_SUFFIX + TEMP_SUFFIX))
+    for name in removed:
+        os.unlink(os.path.join(directory, name))
+        log.info("removed %s, a WAL file prepared but not yet in use", name)
+    return removed
+
+
+def _repair_torn_tail(path: str, data: bytes, end: int, reason: str) -> TornTail:
+    """Zero the torn frame so a later scan of the (then sealed) file finds only padding."""
+    garbage_end = max(len(data.rstrip(b"\0")), end)
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    try:
+        _zero_range(fd, end, garbage_end)
+        fdatasync(fd)
+    finally:
+        os.close(fd)
+    torn = TornTail(path, end, garbage_end - end, reason)
+    log.warning(
+        "WAL %s: torn tail at byte %d (%s): zeroed %d bytes of an unacknowledged write",
+        path,
+        end,
+        reason,
+        torn.discarded_bytes,
+    )
+    return torn
+
+
+def _zero_range(fd: int, start: int, stop: int) -> None:
+    while start < stop:
+        n = os.pwrite(fd, memoryview(_ZERO_CHUNK)[: min(len(_ZERO_CHUNK), stop - start)], start)
+        start += n
+
+
+def _extend(path: str, size: int) -> None:
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    try:
+        preallocate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
