@@ -42,9 +42,11 @@ from kfs_airflow.operators import KfsSparkJobOperator
 
 with DAG(
     dag_id="kfs_checkpoint",
-    schedule=kfs.schedule("checkpoint"),
-    **kfs.dag_kwargs("checkpoint", doc_md=__doc__),
+    schedule=kfs.schedule(kfs.CHECKPOINT_JOB),
+    **kfs.dag_kwargs(kfs.CHECKPOINT_JOB, doc_md=__doc__),
 ):
     KfsSparkJobOperator(
-        task_id="checkpoint", topics="{{ params.topics }}", **kfs.spark_task_kwargs("checkpoint")
+        task_id="checkpoint",
+        topics="{{ params.topics }}",
+        **kfs.spark_task_kwargs(kfs.CHECKPOINT_JOB),
     )

@@ -41,8 +41,8 @@ from kfs_airflow.operators import KfsSparkJobOperator
 
 with DAG(
     dag_id="kfs_compaction",
-    schedule=kfs.schedule("compaction"),
-    **kfs.dag_kwargs("compaction", doc_md=__doc__),
+    schedule=kfs.schedule(kfs.COMPACTION_JOB),
+    **kfs.dag_kwargs(kfs.COMPACTION_JOB, doc_md=__doc__),
 ):
 
     @task
@@ -51,7 +51,7 @@ with DAG(
         return kfs.topic_batches(get_current_context()["params"]["topics"])
 
     compact = KfsSparkJobOperator.partial(
-        task_id="compact", **kfs.spark_task_kwargs("compaction")
+        task_id="compact", **kfs.spark_task_kwargs(kfs.COMPACTION_JOB)
     ).expand(topics=list_topics())
 
     @task(outlets=[kfs.COMPACTED_SEGMENTS])

@@ -39,8 +39,8 @@ from kfs_airflow.operators import KfsSparkJobOperator
 
 with DAG(
     dag_id="kfs_index_rebuild",
-    schedule=kfs.schedule("index_rebuild"),
-    **kfs.dag_kwargs("index_rebuild", doc_md=__doc__),
+    schedule=kfs.schedule(kfs.INDEX_REBUILD_JOB),
+    **kfs.dag_kwargs(kfs.INDEX_REBUILD_JOB, doc_md=__doc__),
 ):
 
     @task
@@ -48,6 +48,6 @@ with DAG(
         """Topics to inspect: the `topics` param, else every topic in the catalog."""
         return kfs.topic_batches(get_current_context()["params"]["topics"])
 
-    KfsSparkJobOperator.partial(task_id="rebuild", **kfs.spark_task_kwargs("index_rebuild")).expand(
-        topics=list_topics()
-    )
+    KfsSparkJobOperator.partial(
+        task_id="rebuild", **kfs.spark_task_kwargs(kfs.INDEX_REBUILD_JOB)
+    ).expand(topics=list_topics())

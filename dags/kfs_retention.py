@@ -39,8 +39,8 @@ from kfs_airflow.operators import KfsSparkJobOperator
 
 with DAG(
     dag_id="kfs_retention",
-    schedule=kfs.schedule("retention"),
-    **kfs.dag_kwargs("retention", doc_md=__doc__),
+    schedule=kfs.schedule(kfs.RETENTION_JOB),
+    **kfs.dag_kwargs(kfs.RETENTION_JOB, doc_md=__doc__),
 ):
 
     @task
@@ -48,6 +48,6 @@ with DAG(
         """Topics to sweep: the `topics` param, else every topic in the catalog."""
         return kfs.topic_batches(get_current_context()["params"]["topics"])
 
-    KfsSparkJobOperator.partial(task_id="retain", **kfs.spark_task_kwargs("retention")).expand(
-        topics=list_topics()
-    )
+    KfsSparkJobOperator.partial(
+        task_id="retain", **kfs.spark_task_kwargs(kfs.RETENTION_JOB)
+    ).expand(topics=list_topics())

@@ -49,10 +49,12 @@ from kfs_airflow.operators import KfsSparkJobOperator
 with DAG(
     dag_id="kfs_validation",
     schedule=kfs.validation_schedule(),
-    **kfs.dag_kwargs("validation", doc_md=__doc__),
+    **kfs.dag_kwargs(kfs.VALIDATION_JOB, doc_md=__doc__),
 ):
     validate = KfsSparkJobOperator(
-        task_id="validate", topics="{{ params.topics }}", **kfs.spark_task_kwargs("validation")
+        task_id="validate",
+        topics="{{ params.topics }}",
+        **kfs.spark_task_kwargs(kfs.VALIDATION_JOB),
     )
 
     @task

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 import spark_jobs
+from kfs_core.reports import EXIT_OK, EXIT_USAGE
 
 _NOT_JOBS = {"common", "__main__"}
 
@@ -34,11 +35,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print("usage: python -m spark_jobs JOB [flags]   (JOB --help for its flags)")
         print("jobs: " + ", ".join(available))
-        return 0 if args else 2
+        return EXIT_OK if args else EXIT_USAGE
     job, rest = args[0].replace("-", "_"), args[1:]
     if job not in available:
         print(f"spark_jobs: unknown job {args[0]!r}; jobs: {', '.join(available)}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     return int(importlib.import_module(f"spark_jobs.{job}").main(rest))
 
 

@@ -55,6 +55,7 @@ from kfs_core.catalog.partition import COMMIT_EXPIRY_MIN_AGE_MS, HEAD_RECHECK_MS
 from kfs_core.catalog.state import decode_pointer
 from kfs_core.errors import CatalogVersionNotFound, KfsError, ObjectNotFound
 from kfs_core.maintenance_pause import is_paused
+from kfs_core.reports import CHECKPOINT_JOB
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import (
@@ -66,7 +67,7 @@ from spark_jobs.common import (
 )
 from spark_jobs.retention import duration_arg, format_duration_ms
 
-JOB = "checkpoint"
+JOB = CHECKPOINT_JOB
 
 DEFAULT_MIN_COMMITS = 10
 DEFAULT_RETAIN_VERSIONS = 100

@@ -45,6 +45,7 @@ from kfs_core.formats.index import (
 )
 from kfs_core.formats.index_check import build_index_from_segment, check_index
 from kfs_core.formats.segment import SegmentReader
+from kfs_core.reports import INDEX_REBUILD_JOB
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import JobContext, JobOptions, JobResult, SegmentDescriptor
@@ -52,7 +53,7 @@ from spark_jobs.common import JobContext, JobOptions, JobResult, SegmentDescript
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-JOB = "index_rebuild"
+JOB = INDEX_REBUILD_JOB
 
 # Inspection outcomes.
 OK = "ok"

@@ -81,6 +81,7 @@ from kfs_core.errors import (
     ReplaceConflict,
 )
 from kfs_core.maintenance_pause import is_paused
+from kfs_core.reports import RETENTION_JOB
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import (
@@ -92,7 +93,7 @@ from spark_jobs.common import (
     conclude,
 )
 
-JOB = "retention"
+JOB = RETENTION_JOB
 
 HOUR_MS = 3_600_000
 DEFAULT_DELETE_GRACE_MS = HOUR_MS

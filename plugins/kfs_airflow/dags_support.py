@@ -2,8 +2,10 @@
 
 The DAG files in ``dags/`` are wiring and documentation; the choices live here
 so that every DAG gets them the same way, and so that importing a DAG file
-costs no more than Airflow's own imports (no ``kfs_core``, no pyspark: the
-helpers that need them import them when a task runs).
+costs no more than Airflow's own imports (no pyspark, and of ``kfs_core``
+only the `kfs_core.reports` contract, which the operators import as well: the
+helpers that need more import it when a task runs).  The DAG files name their
+job by `kfs_core.reports`'s constants, re-exported here (`CHECKPOINT_JOB`, ...).
 
 Settings, read from the environment when a DAG file is parsed:
 
@@ -39,16 +41,28 @@ from airflow.listeners import hookimpl
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
 from kfs_airflow.hooks import KfsHook
+from kfs_core.reports import (
+    CHECKPOINT_JOB,
+    COMPACTION_JOB,
+    INDEX_REBUILD_JOB,
+    RETENTION_JOB,
+    VALIDATION_JOB,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk.execution_time.context import OutletEventAccessor
 
 __all__ = [
+    "CHECKPOINT_JOB",
     "COMPACTED_SEGMENTS",
+    "COMPACTION_JOB",
     "DEFAULT_JOB_ARGS",
     "DEFAULT_SCHEDULES",
+    "INDEX_REBUILD_JOB",
     "OWNER",
+    "RETENTION_JOB",
     "SPARK_POOL",
+    "VALIDATION_JOB",
     "announce_compaction",
     "dag_kwargs",
     "SparkPoolListener",
@@ -70,29 +84,29 @@ TIMEZONE = "UTC"
 
 #: Cron schedules (UTC), spread over the hour so that jobs rarely queue on the pool.
 DEFAULT_SCHEDULES: Mapping[str, str] = {
-    "compaction": "5 * * * *",  # hourly
-    "retention": "35 * * * *",  # hourly
-    "checkpoint": "50 */6 * * *",  # every 6 hours
-    "index_rebuild": "20 3 * * *",  # daily
-    "validation": "40 4 * * *",  # daily, and after every compaction that changed data
+    COMPACTION_JOB: "5 * * * *",  # hourly
+    RETENTION_JOB: "35 * * * *",  # hourly
+    CHECKPOINT_JOB: "50 */6 * * *",  # every 6 hours
+    INDEX_REBUILD_JOB: "20 3 * * *",  # daily
+    VALIDATION_JOB: "40 4 * * *",  # daily, and after every compaction that changed data
 }
 
 #: The jobs' own flags unless ``KFS_JOB_ARGS_<JOB>`` says otherwise.
 DEFAULT_JOB_ARGS: Mapping[str, Sequence[str]] = {
-    "compaction": (),
-    "retention": (),
-    "checkpoint": ("--snapshot-every", "1d", "--keep-auto-snapshots", "14"),
-    "index_rebuild": (),
-    "validation": ("--fail-on", "critical"),
+    COMPACTION_JOB: (),
+    RETENTION_JOB: (),
+    CHECKPOINT_JOB: ("--snapshot-every", "1d", "--keep-auto-snapshots", "14"),
+    INDEX_REBUILD_JOB: (),
+    VALIDATION_JOB: ("--fail-on", "critical"),
 }
 
 #: How long one Spark task may run before Airflow kills it (and retries).
 EXECUTION_TIMEOUTS: Mapping[str, _dt.timedelta] = {
-    "compaction": _dt.timedelta(hours=2),
-    "retention": _dt.timedelta(hours=1),
-    "checkpoint": _dt.timedelta(hours=1),
-    "index_rebuild": _dt.timedelta(hours=1),
-    "validation": _dt.timedelta(hours=2),
+    COMPACTION_JOB: _dt.timedelta(hours=2),
+    RETENTION_JOB: _dt.timedelta(hours=1),
+    CHECKPOINT_JOB: _dt.timedelta(hours=1),
+    INDEX_REBUILD_JOB: _dt.timedelta(hours=1),
+    VALIDATION_JOB: _dt.timedelta(hours=2),
 }
 
 SPARK_POOL = os.environ.get("KFS_SPARK_POOL", "").strip() or "kfs_spark"
@@ -126,7 +140,7 @@ def schedule(job: str) -> str | None:
 
 def validation_schedule() -> AssetOrTimeSchedule | Asset:
     """Validation runs on its cron schedule and after every compaction that changed data."""
-    cron = schedule("validation")
+    cron = schedule(VALIDATION_JOB)
     if cron is None:
         return COMPACTED_SEGMENTS
     return AssetOrTimeSchedule(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from kfs_core.reports import COMPACTION_JOB
 from spark_jobs import common
 from spark_jobs.common import JobOptions, UsageError
 
-JOB = "compaction"
+JOB = COMPACTION_JOB
 #: The first line of ``--help``.
 DESCRIPTION = (
     "Compaction: merge small segments; key-compact ``cleanup.policy=compact`` topics as Kafka does."
