@@ -26,7 +26,17 @@ DAG_IDS = {
 }
 # Parsing a DAG file must not pull these in (the dag processor parses every 30 s).
 HEAVY_MODULES = ("pyspark", "great_expectations", "kfs_core.catalog", "spark_jobs.common", "pandas")
-IMPORT_BUDGET_S = 2.0
+#: CPU seconds the DAG files may cost beyond the Airflow modules they import (about 0.3 s).
+IMPORT_BUDGET_S = 1.0
+#: The Airflow modules the DAG files and the plugin import at module level.
+AIRFLOW_IMPORTS = (
+    "airflow.sdk",
+    "airflow.providers.apache.spark.operators.spark_submit",
+    "airflow.providers.standard.operators.trigger_dagrun",
+    "airflow.triggers.base",
+    "airflow.listeners",
+    "airflow.plugins_manager",
+)
 
 
 def _dagbag() -> Any:
@@ -68,19 +78,28 @@ def test_dag_has_owner_tags_retries_docs_and_limits(dagbag: Any, dag_id: str) ->
 
 
 def test_importing_the_dags_is_cheap() -> None:
-    """All DAG files in a fresh interpreter: under the budget, and no heavy imports.
+    """All DAG files in a fresh interpreter: KFS's own part under the budget, no heavy imports.
 
-    The budget is checked on the CPU time the imports take (Airflow's own import
-    included): on a shared 2-core machine wall time also measures the neighbours.
+    The Airflow modules the DAG files and the plugin import are imported
+    first and timed apart: their cost is Airflow's (3-4 s of CPU on some
+    2-core machines, under 2 s on others), which no DAG file can change.
+    What is left -- the DAG files, the plugin and the `kfs_core` contracts
+    they read -- is KFS's parse cost, the part the dag processor pays for
+    KFS every 30 s.  CPU time, not wall time: on a shared machine wall time
+    also measures the neighbours.
     """
     script = f"""
-import json, runpy, sys, time
+import importlib, json, runpy, sys, time
+cpu = time.process_time()
+for module in {AIRFLOW_IMPORTS!r}:
+    importlib.import_module(module)
+airflow_cpu = time.process_time() - cpu
 wall, cpu = time.perf_counter(), time.process_time()
 for path in {sorted(str(p) for p in DAGS.glob("*.py"))!r}:
     runpy.run_path(path)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 heavy = sorted(m for m in sys.modules if m.startswith({HEAVY_MODULES!r}))
-print(json.dumps({{"wall": wall, "cpu": cpu, "heavy": heavy}}))
+print(json.dumps({{"airflow_cpu": airflow_cpu, "wall": wall, "cpu": cpu, "heavy": heavy}}))
 """
 
     def measure() -> dict[str, Any]:
