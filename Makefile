@@ -37,10 +37,11 @@ kafkajs: ## Install node/npm (Debian's, when missing) and the pinned KafkaJS for
 test: install browser kcat kafkajs ## Run the whole test suite
 	$(BIN)/pytest
 
-bench: install ## Run the benchmarks and print their tables
+bench: install kcat ## Run the benchmarks and print their tables
 	$(BIN)/python bench/formats.py --commits $(BENCH_COMMITS)
 	$(BIN)/python -m bench.wal
 	$(BIN)/python -m bench.produce_fetch
+	$(BIN)/python -m bench.produce_cpu
 	$(BIN)/python -m bench.maintenance
 	$(BIN)/python -m bench.groups
 

@@ -325,7 +325,7 @@ class SegmentWriter:
             raise ValueError(f"base offset must not be negative, got {base_offset}")
         self._base_offset = base_offset
         self._created_ms = time.time_ns() // 1_000_000 if created_ms is None else created_ms
-        self._chunks: list[bytes] = []
+        self._chunks: list[bytes | memoryview] = []
         self._position = SEGMENT_HEADER_SIZE  # where the next batch goes
         self._body_crc = 0
         self._last_offset: int | None = None
@@ -358,18 +358,27 @@ class SegmentWriter:
     def index_interval(self) -> int:
         return self._sampler.interval
 
-    def append(self, batch_bytes: Buffer) -> int:
+    def append(self, batch_bytes: Buffer, *, borrow: bool = False) -> int:
         """Add one or more concatenated batches; returns the first one's file position.
 
         Raises `CorruptRecordBatch` for bytes that are not whole v2 batches and
         `ValueError` for offsets that do not strictly increase (or start below
         the segment's base offset) or a segment that would outgrow 2 GiB.
         Nothing is added unless every batch in ``batch_bytes`` passes.
+
+        A mutable ``batch_bytes`` is copied, unless ``borrow`` says the caller
+        will not change it before `finish`: then `finish` copies it straight
+        into the segment, once (the daemon's flush borrows its buffered batches).
         """
         if self._finished:
             raise ValueError("segment already finished")
-        # Keep a reference to immutable input; copy anything the caller may reuse.
-        buf = batch_bytes if isinstance(batch_bytes, bytes) else bytes(batch_bytes)
+        buf: bytes | memoryview
+        if isinstance(batch_bytes, bytes):
+            buf = batch_bytes
+        elif borrow:
+            buf = memoryview(batch_bytes).cast("B")
+        else:
+            buf = bytes(batch_bytes)  # the caller may reuse its buffer
         headers = self._check_batches(buf)
         start = self._position
         if self._base_offset is None:
@@ -385,7 +394,7 @@ class SegmentWriter:
         self._chunks.append(buf)
         return start
 
-    def _check_batches(self, buf: bytes) -> list[BatchHeader]:
+    def _check_batches(self, buf: bytes | memoryview) -> list[BatchHeader]:
         headers: list[BatchHeader] = []
         previous = self._last_offset
         floor = self._base_offset

@@ -112,7 +112,8 @@ def seal_segments(
     sealed: list[Sealed] = []
     for group in groups:
         writer = SegmentWriter(created_ms=created_ms, index_interval=index_interval)
-        positions = tuple(writer.append(stored[i]) for i in group)
+        # The buffered batches do not change until their commit: borrowed, copied once.
+        positions = tuple(writer.append(stored[i], borrow=True) for i in group)
         segment = writer.finish()
         entry = SegmentEntry.for_sealed(topic, partition, segment)
         sealed.append(

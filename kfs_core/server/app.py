@@ -58,6 +58,7 @@ from kfs_core.errors import KfsError
 from kfs_core.groups.coordinator import GroupSettings
 from kfs_core.log.log_manager import LogManager
 from kfs_core.log.wal_writer import WalWriter
+from kfs_core.server.allocator import tune_allocator
 from kfs_core.server.broker import (
     CLIENT_HOST,
     Broker,
@@ -701,7 +702,12 @@ def _produce_failed(body: Any) -> bool:
 
 
 def serve(settings: Settings) -> int:
-    """Run the daemon until SIGTERM/SIGINT; return the exit code.  Uses uvloop when installed."""
+    """Run the daemon until SIGTERM/SIGINT; return the exit code.  Uses uvloop when installed.
+
+    The allocator is tuned first, before any thread starts (`allocator`).
+    """
+    tuned = tune_allocator()
+    log.debug("allocator: %s", tuned or "glibc not found, defaults kept")
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     try:
         import uvloop

@@ -396,3 +396,23 @@ def test_corruption_errors_pickle() -> None:
         SegmentReader(b"", NAME)
     again = pickle.loads(pickle.dumps(info.value))
     assert (type(again), again.object_name, again.offset) == (CorruptSegment, NAME, 0)
+
+
+def test_a_borrowed_batch_is_copied_once_into_the_same_bytes() -> None:
+    batches = [make_batch(0, [b"a", b"b"]), make_batch(2, [b"c"])]
+    copied, borrowed = SegmentWriter(created_ms=1), SegmentWriter(created_ms=1)
+    for batch in batches:
+        copied.append(bytearray(batch))
+        borrowed.append(bytearray(batch), borrow=True)
+    assert borrowed.finish().data == copied.finish().data
+
+
+def test_a_mutable_batch_not_borrowed_is_copied_at_append() -> None:
+    batch = bytearray(make_batch(0, [b"value"]))
+    original = bytes(batch)
+    writer = SegmentWriter(created_ms=1)
+    writer.append(batch)
+    batch[-1] ^= 0xFF  # the caller reuses its buffer after append
+    sealed = writer.finish()
+    assert sealed.data[SEGMENT_HEADER_SIZE : SEGMENT_HEADER_SIZE + len(original)] == original
+    SegmentReader(sealed.data).check_body_crc()  # the CRC covers the bytes appended

@@ -1,0 +1,328 @@
+"""The daemon's CPU per durable megabyte, with the producers in processes of their own.
+
+    .venv/bin/python -m bench.produce_cpu [--megabytes N] [--producers K] [--quick]
+
+`bench.produce_fetch` drives the daemon with a Python producer in the
+benchmark's own process, which takes the other core of a 2-core machine.
+Here the load generator is kept out of the way, so the daemon's own cost is
+what is measured:
+
+- disk baselines, independent of the daemon, in the WAL's directory: 64 KiB
+  and 1 MiB ``pwrite`` + ``fdatasync`` into fresh preallocated 16 MiB files
+  (the WAL's layout), best of three, with the fdatasync latency p50/p99 and
+  the system CPU each megabyte cost the benchmark process;
+- saturation: ``--producers`` ``kcat -P -l`` processes (librdkafka, C; acks=all,
+  no compression, 1 KiB lines) each send their share of ``--megabytes`` to
+  their own partition of one topic.  MB/s of values, the daemon's user and
+  system CPU per MB (``/proc/<pid>/stat`` before and after), its minor page
+  faults per MB, the producers' CPU per MB, and the ratio of MB/s to the
+  1 MiB disk baseline.  Target: daemon CPU <= 1.5 ms per MB;
+- half load: one confluent-kafka producer in a subprocess of its own,
+  rate-limited to half the saturation rate, acks=all; the ack latency p50/p99
+  as librdkafka times it (``Message.latency()``).  Target: p99 <= 10 ms, beside
+  the disk's own fdatasync p99.
+
+Missed targets are reported, not failed: the command exits 0 unless the
+daemon or a producer fails.  ``--quick`` is the short form `make test` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import confluent_kafka
+
+from bench.produce_fetch import Daemon, DiskResult, best_disk_write, create_topic
+
+MIB = 1 << 20
+LINE_BYTES = 1024  # 1023 printable bytes and the newline kcat splits on
+TOPIC = "bench-cpu"
+CPU_TARGET_MS = 1.5
+LATENCY_TARGET_MS = 10.0
+HALF_LOAD_SECONDS = 10.0
+PRODUCER_TIMEOUT_S = 600.0
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# One producer at a fixed rate in its own process: prints its latencies as JSON.
+_RATE_PRODUCER = r"""
+import json, sys, time
+import confluent_kafka
+bootstrap, topic, partitions, rate, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+value = bytes(range(256)) * 4
+latencies = []
+def done(err, msg):
+    if err is not None:
+        raise SystemExit(f"delivery failed: {err}")
+    latencies.append(msg.latency())
+p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1,
+                              "compression.type": "none"})
+interval = len(value) / rate
+start = time.perf_counter()
+sent = 0
+while time.perf_counter() - start < seconds:
+    due = start + sent * interval
+    now = time.perf_counter()
+    if due > now:
+        p.poll(due - now)
+        continue
+    p.produce(topic, value, partition=sent % partitions, on_delivery=done)
+    sent += 1
+    p.poll(0)
+p.flush(60)
+print(json.dumps({"sent": sent, "latencies": sorted(latencies)}))
+"""
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    user_s: float
+    system_s: float
+    minor_faults: int
+
+    @classmethod
+    def of(cls, pid: int) -> CpuSample:
+        # /proc/<pid>/stat: fields after the command name; minflt is field 10, utime 14, stime 15.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return cls(int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK, int(fields[7]))
+
+
+@dataclass(frozen=True)
+class SaturationResult:
+    megabytes: float
+    seconds: float
+    daemon_user_s: float
+    daemon_system_s: float
+    daemon_faults: int
+    producer_cpu_s: float
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.megabytes / self.seconds
+
+    def per_mb(self, seconds: float) -> float:
+        return seconds * 1000 / self.megabytes
+
+
+def line_file(directory: Path, megabytes: int) -> Path:
+    """``megabytes`` of 1 KiB lines of printable, poorly compressible bytes."""
+    path = directory / f"lines-{megabytes}.txt"
+    alphabet = bytes(range(33, 127))
+    with open(path, "wb") as out:
+        chunk = bytearray()
+        for i in range(1024):
+            raw = os.urandom(LINE_BYTES - 1)
+            chunk += bytes(alphabet[b % len(alphabet)] for b in raw) + b"\n"
+            if i == 1023:
+                out.write(chunk * megabytes)
+    return path
+
+
+def saturate(daemon: Daemon, root: Path, megabytes: int, producers: int) -> SaturationResult:
+    assert daemon.proc is not None
+    share = max(1, megabytes // producers)
+    lines = line_file(root, share)
+    create_topic(daemon.bootstrap, TOPIC, producers)
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = CpuSample.of(daemon.proc.pid)
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [
+                "kcat",
+                "-P",
+                "-b",
+                daemon.bootstrap,
+                "-t",
+                TOPIC,
+                "-p",
+                str(i),
+                "-X",
+                "acks=all",
+                "-X",
+                "linger.ms=5",
+                "-X",
+                "batch.size=1000000",
+                "-l",
+                str(lines),
+            ],  # fmt: skip
+            stderr=subprocess.PIPE,
+        )
+        for i in range(producers)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=PRODUCER_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise RuntimeError(f"kcat exited {proc.returncode}: {err.decode(errors='replace')}")
+    seconds = time.perf_counter() - started
+    after = CpuSample.of(daemon.proc.pid)
+    stored = high_watermarks(daemon.bootstrap, producers)
+    expected = share * MIB // LINE_BYTES
+    if stored != [expected] * producers:
+        raise RuntimeError(f"expected {expected} records in each partition, found {stored}")
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    producer_cpu = (children_after.ru_utime + children_after.ru_stime) - (
+        children_before.ru_utime + children_before.ru_stime
+    )
+    return SaturationResult(
+        share * producers,
+        seconds,
+        after.user_s - before.user_s,
+        after.system_s - before.system_s,
+        after.minor_faults - before.minor_faults,
+        producer_cpu,
+    )
+
+
+def high_watermarks(bootstrap: str, partitions: int) -> list[int]:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-cpu"})
+    try:
+        return [
+            consumer.get_watermark_offsets(confluent_kafka.TopicPartition(TOPIC, p), timeout=30)[1]
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+
+
+def half_load(daemon: Daemon, rate_mb_s: float, seconds: float) -> list[float]:
+    """Ack latencies (s) of one rate-limited producer process at ``rate_mb_s``."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _RATE_PRODUCER,
+            daemon.bootstrap,
+            TOPIC,
+            "1",
+            str(rate_mb_s * 1e6),
+            str(seconds),
+        ],  # fmt: skip
+        capture_output=True,
+        timeout=seconds + 120,
+        check=True,
+    )
+    latencies: list[float] = json.loads(out.stdout)["latencies"]
+    return latencies
+
+
+def quantile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def disk_rows(directory: Path, volume: int) -> list[tuple[str, ...]]:
+    rows = []
+    for chunk in (64 << 10, MIB):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+        result: DiskResult = best_disk_write(directory, volume, chunk, repeat=3)
+        system = (resource.getrusage(resource.RUSAGE_SELF).ru_stime - before) / 3
+        rows.append(
+            (
+                f"disk {chunk >> 10} KiB write+fdatasync",
+                f"{result.mb_per_second:,.0f}",
+                "-",
+                f"{system * 1000 / (volume / MIB):.2f}",
+                "-",
+                "-",
+                "-",
+                f"fdatasync p50 {result.latency(0.5) * 1000:.2f} ms, "
+                f"p99 {result.latency(0.99) * 1000:.2f} ms",
+            )
+        )
+    return rows
+
+
+def run(root: Path, megabytes: int, producers: int, half_seconds: float) -> list[tuple[str, ...]]:
+    daemon = Daemon(root)
+    daemon.data_dir.mkdir(parents=True, exist_ok=True)
+    rows = disk_rows(daemon.data_dir, min(256, megabytes) * MIB)
+    disk_mb_s = float(rows[1][1].replace(",", ""))
+    daemon.start()
+    try:
+        sat = saturate(daemon, root, megabytes, producers)
+        cpu = sat.per_mb(sat.daemon_user_s + sat.daemon_system_s)
+        rows.append(
+            (
+                f"kfs produce, {producers} kcat producers",
+                f"{sat.mb_per_second:,.0f}",
+                f"{sat.per_mb(sat.daemon_user_s):.2f}",
+                f"{sat.per_mb(sat.daemon_system_s):.2f}",
+                f"{cpu:.2f} {'met' if cpu <= CPU_TARGET_MS else 'MISSED'} (<= {CPU_TARGET_MS})",
+                f"{sat.daemon_faults / sat.megabytes:,.0f}",
+                f"{sat.per_mb(sat.producer_cpu_s):.2f}",
+                f"{sat.megabytes:,.0f} MB, {sat.seconds:.1f} s; "
+                f"{sat.mb_per_second / disk_mb_s:.2f} of the 1 MiB disk rate",
+            )
+        )
+        latencies = half_load(daemon, sat.mb_per_second / 2, half_seconds)
+        p99 = quantile(latencies, 0.99) * 1000
+        rows.append(
+            (
+                f"kfs ack latency at half load ({sat.mb_per_second / 2:,.0f} MB/s)",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                f"p50 {quantile(latencies, 0.5) * 1000:.1f} ms, p99 {p99:.1f} ms "
+                f"{'met' if p99 <= LATENCY_TARGET_MS else 'MISSED'} (<= {LATENCY_TARGET_MS:g}), "
+                f"{len(latencies):,} messages",
+            )
+        )
+        daemon.stop()
+    finally:
+        daemon.kill()
+    return rows
+
+
+HEADER = (
+    "run",
+    "MB/s",
+    "user ms/MB",
+    "sys ms/MB",
+    "daemon CPU ms/MB",
+    "faults/MB",
+    "producer ms/MB",
+    "note",
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=int, default=1024)
+    parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--quick", action="store_true", help="a short run (for make test)")
+    args = parser.parse_args()
+    if shutil.which("kcat") is None:
+        raise SystemExit("bench.produce_cpu needs kcat (make kcat installs Debian's)")
+    megabytes = 32 if args.quick else args.megabytes
+    half_seconds = 2.0 if args.quick else HALF_LOAD_SECONDS
+    root = Path(tempfile.mkdtemp(prefix="kfs-bench-cpu-"))
+    try:
+        rows = run(root, megabytes, args.producers, half_seconds)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(format_table_rows(rows))
+
+
+def format_table_rows(rows: list[tuple[str, ...]]) -> str:
+    table = [HEADER, *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in table
+    )
+
+
+if __name__ == "__main__":
+    main()

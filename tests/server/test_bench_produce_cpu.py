@@ -1,0 +1,27 @@
+"""The produce-CPU benchmark stays runnable: a short form of `make bench`'s bench.produce_cpu."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="make kcat installs Debian's kcat")
+def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    from bench.produce_cpu import HEADER, format_table_rows, run
+
+    # run() checks every partition's high watermark against the lines kcat sent.
+    rows = run(tmp_path, megabytes=8, producers=2, half_seconds=1.0)
+    names = [row[0] for row in rows]
+    assert names[:2] == ["disk 64 KiB write+fdatasync", "disk 1024 KiB write+fdatasync"]
+    assert names[2] == "kfs produce, 2 kcat producers"
+    assert names[3].startswith("kfs ack latency at half load")
+    produce = dict(zip(HEADER, rows[2], strict=True))
+    assert float(produce["MB/s"].replace(",", "")) > 0
+    assert float(produce["user ms/MB"]) + float(produce["sys ms/MB"]) > 0
+    assert "p99" in rows[3][-1] and "messages" in rows[3][-1]
+    assert format_table_rows(rows).splitlines()[0].startswith("run")
