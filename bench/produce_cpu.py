@@ -64,8 +64,8 @@ def done(err, msg):
     if err is not None:
         raise SystemExit(f"delivery failed: {err}")
     latencies.append(msg.latency())
-p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1,
-                              "compression.type": "none"})
+p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                              "batch.size": 1000000, "compression.type": "none"})
 interval = len(value) / rate
 start = time.perf_counter()
 sent = 0
@@ -194,8 +194,12 @@ def high_watermarks(bootstrap: str, partitions: int) -> list[int]:
         consumer.close()
 
 
-def half_load(daemon: Daemon, rate_mb_s: float, seconds: float) -> list[float]:
-    """Ack latencies (s) of one rate-limited producer process at ``rate_mb_s``."""
+def half_load(daemon: Daemon, rate_mb_s: float, seconds: float, partitions: int) -> list[float]:
+    """Ack latencies (s) of one rate-limited producer process at ``rate_mb_s``.
+
+    The same load as the saturation run (its partitions; linger.ms 5 and
+    batch.size 1 MB, as kcat was told), at a fixed rate.
+    """
     out = subprocess.run(
         [
             sys.executable,
@@ -203,7 +207,7 @@ def half_load(daemon: Daemon, rate_mb_s: float, seconds: float) -> list[float]:
             _RATE_PRODUCER,
             daemon.bootstrap,
             TOPIC,
-            "1",
+            str(partitions),
             str(rate_mb_s * 1e6),
             str(seconds),
         ],  # fmt: skip
@@ -213,6 +217,23 @@ def half_load(daemon: Daemon, rate_mb_s: float, seconds: float) -> list[float]:
     )
     latencies: list[float] = json.loads(out.stdout)["latencies"]
     return latencies
+
+
+def histogram_bound(
+    after: dict[str, float], before: dict[str, float], name: str, q: float, labels: str = ""
+) -> float:
+    """The upper bound of the bucket holding quantile ``q`` of a daemon histogram, between scrapes."""
+    buckets = []
+    for series, count in after.items():
+        if series.startswith(f"{name}_bucket{{") and labels in series:
+            bound = series.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float(bound), count - before.get(series, 0.0)))
+    buckets.sort()
+    total = buckets[-1][1] if buckets else 0.0
+    for bound, count in buckets:
+        if total and count >= q * total:
+            return bound
+    return float("nan")
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -263,8 +284,14 @@ def run(root: Path, megabytes: int, producers: int, half_seconds: float) -> list
                 f"{sat.mb_per_second / disk_mb_s:.2f} of the 1 MiB disk rate",
             )
         )
-        latencies = half_load(daemon, sat.mb_per_second / 2, half_seconds)
+        scraped = daemon.metrics()
+        latencies = half_load(daemon, sat.mb_per_second / 2, half_seconds, producers)
         p99 = quantile(latencies, 0.99) * 1000
+        metrics = daemon.metrics()
+        produce_p99 = histogram_bound(
+            metrics, scraped, "kfs_request_latency_seconds", 0.99, 'api="PRODUCE"'
+        )
+        fsync_p99 = histogram_bound(metrics, scraped, "kfs_wal_fsync_seconds", 0.99)
         rows.append(
             (
                 f"kfs ack latency at half load ({sat.mb_per_second / 2:,.0f} MB/s)",
@@ -276,7 +303,8 @@ def run(root: Path, megabytes: int, producers: int, half_seconds: float) -> list
                 "-",
                 f"p50 {quantile(latencies, 0.5) * 1000:.1f} ms, p99 {p99:.1f} ms "
                 f"{'met' if p99 <= LATENCY_TARGET_MS else 'MISSED'} (<= {LATENCY_TARGET_MS:g}), "
-                f"{len(latencies):,} messages",
+                f"{len(latencies):,} messages; in the daemon, Produce p99 <= "
+                f"{produce_p99 * 1000:g} ms, WAL fdatasync p99 <= {fsync_p99 * 1000:g} ms",
             )
         )
         daemon.stop()
