@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 
 from kfs_core.config import Settings
+from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server.app import KfsServer
 from tests.conftest import _free_port, wait_for
 
@@ -525,3 +526,30 @@ class RawClient:
             return True
         except TimeoutError:
             return False
+
+
+def produce_request(topic: str, values: list[bytes]) -> Any:
+    """A Produce v9 (acks=all) of ``values`` to partition 0 of ``topic``, as kafka-python encodes it."""
+    with warnings.catch_warnings():  # kafka-python's protocol module, as test_protocol imports it
+        warnings.filterwarnings(
+            "ignore", message=r"(read_text|open_text) is deprecated", category=DeprecationWarning
+        )
+        from kafka.protocol.producer import ProduceRequest
+
+    batch = encode_batch(
+        [Record(i, int(time.time() * 1000), None, v) for i, v in enumerate(values)]
+    )
+    return ProduceRequest(
+        version=9,
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=10_000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)
+                ],
+            )
+        ],
+    )

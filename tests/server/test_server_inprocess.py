@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ from kfs_core.server.app import parse_host_port
 from kfs_core.server.broker import BrokerOptions, cluster_id_for, error_response
 from kfs_core.server.metrics import CountersCollector
 from kfs_core.server.protocol import MESSAGES, ApiKey, ErrorCode, decode_request, encode_response
-from tests.server.conftest import RawClient, ThreadedServer
+from tests.server.conftest import RawClient, ThreadedServer, produce_request
 from tests.server.test_protocol import ALL_VERSIONS, client_frame, sample_message
 
 with warnings.catch_warnings():
@@ -38,27 +37,6 @@ with warnings.catch_warnings():
     )
     from kafka.protocol.consumer import ListOffsetsRequest
     from kafka.protocol.metadata import ApiVersionsRequest
-    from kafka.protocol.producer import ProduceRequest
-
-
-def produce_request(topic: str, values: list[bytes]) -> Any:
-    batch = encode_batch(
-        [Record(i, int(time.time() * 1000), None, v) for i, v in enumerate(values)]
-    )
-    return ProduceRequest(
-        version=9,
-        transactional_id=None,
-        acks=-1,
-        timeout_ms=10_000,
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name=topic,
-                partition_data=[
-                    ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)
-                ],
-            )
-        ],
-    )
 
 
 @pytest.mark.integration

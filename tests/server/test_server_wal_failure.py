@@ -28,8 +28,13 @@ from kfs_core.log.log_manager import LogManager
 from kfs_core.server.app import EXIT_FAILED
 from kfs_core.server.protocol import ErrorCode
 from tests.conftest import wait_for
-from tests.server.conftest import RawClient, ThreadedServer, consume_confluent, inprocess_settings
-from tests.server.test_server_inprocess import produce_request
+from tests.server.conftest import (
+    RawClient,
+    ThreadedServer,
+    consume_confluent,
+    inprocess_settings,
+    produce_request,
+)
 
 pytestmark = [
     pytest.mark.integration,
