@@ -42,6 +42,7 @@ bench: install kcat ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.wal
 	$(BIN)/python -m bench.produce_fetch
 	$(BIN)/python -m bench.produce_cpu
+	$(BIN)/python -m bench.kfs_page
 	$(BIN)/python -m bench.maintenance
 	$(BIN)/python -m bench.groups
 

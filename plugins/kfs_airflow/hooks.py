@@ -30,11 +30,15 @@ are `kfs_core.reports` models, the same the jobs write.
 
 A hook reads its connection once.  The readers share one store client
 (`get_conn`), opened on first use and closed by `close` (or ``with KfsHook()
-as hook:``); `get_store` opens a separate one the caller closes.
+as hook:``); `get_store` opens a separate one the caller closes.  The KFS
+page's cache (`kfs_airflow.overview_cache`) keeps one hook open per store
+(`store_identity`) and the `PartitionCatalog` objects it hands out
+(`partition_catalog`), so it can refresh them incrementally between requests.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Iterable
@@ -51,7 +55,7 @@ if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
     from kfs_airflow.groups import ConsumerGroup
-    from kfs_core.catalog import PartitionState, TopicRegistry
+    from kfs_core.catalog import PartitionCatalog, PartitionState, TopicRegistry
     from kfs_core.reports import RunSummary, StoredRun, ValidationReport
     from kfs_core.storage import ObjectStore
 
@@ -153,6 +157,27 @@ class KfsHook(BaseHook):
         return str(extra.get("bootstrap_servers") or "").strip()
 
     @property
+    def store_identity(self) -> str:
+        """Which store this hook reads, as one opaque string: URL, namespace, endpoint, credentials.
+
+        A digest, so a cache keyed by it (the KFS page's) neither holds nor logs
+        the secret, yet a rotated key or a new endpoint gives a new identity and
+        nothing read with the old settings is served for the new ones.
+        """
+        settings = self._settings
+        fields = (
+            "store_url",
+            "namespace",
+            "s3_endpoint_url",
+            "region_name",
+            "aws_access_key_id",
+            "aws_secret_access_key",
+            "aws_session_token",
+        )
+        text = json.dumps([settings[name] for name in fields])
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
     def is_s3(self) -> bool:
         return self.store_url.lower().startswith("s3://")
 
@@ -218,6 +243,17 @@ class KfsHook(BaseHook):
         from kfs_core.catalog import PartitionCatalog
 
         return PartitionCatalog(self.get_conn(), self.namespace, topic, partition).load()
+
+    def partition_catalog(self, topic: str, partition: int) -> PartitionCatalog:
+        """A `PartitionCatalog` on the hook's store client, for a reader that keeps it.
+
+        Its ``refresh`` reads only the commits after the state it holds, so a
+        long-lived reader (the KFS page's cache) pays a full load once.  It is
+        usable while the hook is open (`close` closes the client under it).
+        """
+        from kfs_core.catalog import PartitionCatalog
+
+        return PartitionCatalog(self.get_conn(), self.namespace, topic, partition)
 
     def partition_states(self, topics: Iterable[str] | None = None) -> list[PartitionState]:
         """The newest catalog state of every partition of ``topics`` (default: all), sorted.

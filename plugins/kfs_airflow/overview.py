@@ -17,6 +17,11 @@ The consumer groups live in the daemon, not in the store: the page fills
 ``groups`` from `KfsHook.consumer_groups` (`kfs_airflow.groups`), and
 ``groups_problem`` says why it could not (no daemon address, no answer).
 
+`read_overview` reads everything afresh; the page reads through the cache in
+`kfs_airflow.overview_cache`, which passes its own ``read_partition`` (kept
+`PartitionCatalog` objects, refreshed incrementally) and fills ``as_of``,
+``age_s`` and ``refreshing`` when it answers with a copy read earlier.
+
 Nothing here writes, and nothing raises for bad data: a partition whose
 catalog cannot be read, an unreadable report or an unreachable store becomes a
 message in the `Overview` (``error`` fields and ``problems``), so the page
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +53,7 @@ from kfs_core.reports import (
 
 if TYPE_CHECKING:
     from kfs_airflow.hooks import KfsHook
+    from kfs_core.catalog import PartitionState
 
 __all__ = [
     "COMPACTION_JOB",
@@ -60,7 +66,10 @@ __all__ = [
     "TopicSummary",
     "ValidationRun",
     "data_docs_key",
+    "ReadPartition",
     "describe_error",
+    "partition_summary",
+    "unreadable_partition",
     "read_overview",
     "unavailable",
 ]
@@ -186,6 +195,13 @@ class Overview(BaseModel):
     groups: list[ConsumerGroup] = Field(default_factory=list)
     #: Why the groups could not be read (no daemon address, the daemon did not answer).
     groups_problem: str | None = None
+    #: When the store state shown was read, if this answer is a copy the page's cache
+    #: read earlier (``generated_at`` is then when it was served); None: read for this answer.
+    as_of: str | None = None
+    #: Seconds between ``as_of`` and ``generated_at`` (None with ``as_of``).
+    age_s: float | None = None
+    #: A background refresh was running when this copy was served: reload for newer data.
+    refreshing: bool = False
 
     @property
     def latest_report(self) -> ValidationRun | None:
@@ -213,13 +229,22 @@ def unavailable(namespace: str, store_url: str, problem: str) -> Overview:
     )
 
 
-def read_overview(hook: KfsHook, *, max_runs: int = DEFAULT_MAX_RUNS) -> Overview:
-    """Topics, partitions and the recent compaction and validation runs of the hook's namespace."""
+def read_overview(
+    hook: KfsHook,
+    *,
+    max_runs: int = DEFAULT_MAX_RUNS,
+    read_partition: ReadPartition | None = None,
+) -> Overview:
+    """Topics, partitions and the recent compaction and validation runs of the hook's namespace.
+
+    ``read_partition`` gives one partition's summary (default: a full catalog
+    load through ``hook``); it must not raise.
+    """
     overview = Overview(
         namespace=hook.namespace, store_url=redact_url(hook.get_conn().url), generated_at=_now()
     )
     try:
-        overview.topics = read_topics(hook)
+        overview.topics = read_topics(hook, read_partition)
     except Exception as exc:  # noqa: BLE001 - the page shows it instead of failing
         overview.problems.append(f"cannot list the topics: {describe_error(exc)}")
     overview.compaction = read_compaction(hook, max_runs=max_runs)
@@ -239,8 +264,13 @@ def read_overview(hook: KfsHook, *, max_runs: int = DEFAULT_MAX_RUNS) -> Overvie
 # --- catalog ------------------------------------------------------------------------
 
 
-def read_topics(hook: KfsHook) -> list[TopicSummary]:
+#: One partition's summary, ``(topic, partition) -> PartitionSummary``; never raises.
+ReadPartition = Callable[[str, int], PartitionSummary]
+
+
+def read_topics(hook: KfsHook, read_partition: ReadPartition | None = None) -> list[TopicSummary]:
     """Every topic with its partitions' catalog state; per-topic and per-partition errors kept."""
+    read = read_partition or (lambda topic, partition: _read_partition(hook, topic, partition))
     registry = hook.topics()
     topics: list[TopicSummary] = []
     pairs: list[tuple[TopicSummary, int]] = []
@@ -257,9 +287,7 @@ def read_topics(hook: KfsHook) -> list[TopicSummary]:
         pairs.extend((topic, p) for p in range(description.partitions))
     if pairs:
         with ThreadPoolExecutor(min(_CATALOG_THREADS, len(pairs))) as pool:
-            summaries = list(
-                pool.map(lambda pair: _read_partition(hook, pair[0].name, pair[1]), pairs)
-            )
+            summaries = list(pool.map(lambda pair: read(pair[0].name, pair[1]), pairs))
         for (topic, _), summary in zip(pairs, summaries, strict=True):
             topic.partitions.append(summary)
     return topics
@@ -269,9 +297,19 @@ def _read_partition(hook: KfsHook, topic: str, partition: int) -> PartitionSumma
     try:
         state = hook.partition_state(topic, partition)
     except Exception as exc:  # noqa: BLE001 - one damaged catalog must not hide the others
-        return PartitionSummary(
-            topic=topic, partition=partition, error=f"catalog unreadable: {describe_error(exc)}"
-        )
+        return unreadable_partition(topic, partition, exc)
+    return partition_summary(topic, partition, state)
+
+
+def unreadable_partition(topic: str, partition: int, exc: BaseException) -> PartitionSummary:
+    """The row of a partition whose catalog could not be read."""
+    return PartitionSummary(
+        topic=topic, partition=partition, error=f"catalog unreadable: {describe_error(exc)}"
+    )
+
+
+def partition_summary(topic: str, partition: int, state: PartitionState) -> PartitionSummary:
+    """The row of a partition from its catalog state."""
     return PartitionSummary(
         topic=topic,
         partition=partition,

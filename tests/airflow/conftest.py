@@ -37,6 +37,17 @@ def kfs_connection_env(store_url: str, namespace: str = "default", **extra: str)
     )
 
 
+@pytest.fixture(autouse=True)
+def _kfs_page_reads_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The KFS page serves no cached copy here: every request waits for its own read.
+
+    So a test that writes and then loads the page sees the write (the reads are
+    still the cache's incremental ones); `tests/airflow/test_overview_cache.py`
+    sets the ages it tests on its own `OverviewCache`.
+    """
+    monkeypatch.setenv("KFS_PAGE_MAX_AGE_S", "0")
+
+
 @pytest.fixture
 def kfs_connection(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     """``kfs_default`` on a fresh local directory store; yields the store URL."""

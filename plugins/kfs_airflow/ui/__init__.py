@@ -11,17 +11,24 @@ Routes, relative to the mount point::
 Everything but ``/static`` answers only users logged in to Airflow
 (`kfs_airflow.ui.auth`): the page sends anonymous visitors to Airflow's login
 page, the other routes answer 401.  The namespace is the one the ``kfs_default``
-connection names (`KfsHook`), read afresh on every request; whatever cannot be
-read (no connection, an unreachable store, a damaged catalog or report) is shown
-as a message on the page, never a server error.  Links inside the page are
-relative, so it works at any ``[api] base_url`` and inside the UI's iframe.
+connection names (`KfsHook`), whose connection is read afresh on every request;
+the store's state comes through the app's `OverviewCache`
+(`kfs_airflow.overview_cache`): the first request for a store reads it, later
+ones get the latest copy at once (marked with its age) while one background
+thread refreshes it incrementally, unless the copy is older than
+``KFS_PAGE_MAX_AGE_S`` (30 s), when the request waits for the refresh.
+Whatever cannot be read (no connection, an unreachable store, a damaged catalog
+or report) is shown as a message on the page, never a server error.  Links
+inside the page are relative, so it works at any ``[api] base_url`` and inside
+the UI's iframe.
 
 The consumer-groups section comes from the daemon, not the store: the same
 connection's ``bootstrap_servers`` (`KfsHook.consumer_groups`), read while the
 store is read.  No address, or a daemon that does not answer within the hook's
 short deadline, is a message in that section; the rest of the page is unaffected.
 The app itself opens nothing: every read, of the store or of the daemon, goes
-through the hook, which is closed when the request is answered.
+through a hook; a request's hook is closed when it is answered, unless the
+cache keeps it as the reader of a store it had not seen (`OverviewCache`).
 
 Data Docs pages are GX's HTML as the validation job stored it, except that
 their stylesheets and scripts come from ``/static/datadocs`` instead of public
@@ -46,9 +53,9 @@ from kfs_airflow.overview import (
     Overview,
     chart_points,
     describe_error,
-    read_overview,
     unavailable,
 )
+from kfs_airflow.overview_cache import OverviewCache
 from kfs_airflow.ui import datadocs_assets
 from kfs_airflow.ui.auth import NotLoggedIn, airflow_user, airflow_user_page, login_url
 from kfs_airflow.ui.chart import trend_svg
@@ -180,11 +187,18 @@ def _localize_data_docs(body: bytes, path: str) -> bytes:
 
 
 def create_app(
-    open_namespace: OpenNamespace | None = None, read_groups: ReadGroups | None = None
+    open_namespace: OpenNamespace | None = None,
+    read_groups: ReadGroups | None = None,
+    cache: OverviewCache | None = None,
 ) -> FastAPI:
-    """The KFS page app; ``open_namespace`` and ``read_groups`` default to ``kfs_default``."""
+    """The KFS page app; ``open_namespace`` and ``read_groups`` default to ``kfs_default``.
+
+    ``cache`` (default: a new one, living as long as the app) keeps the store's
+    catalog state between requests; the api-server creates the app once per process.
+    """
     opener = open_namespace or open_connection_namespace()
     groups_reader = read_groups or connection_groups()
+    overview_cache = cache or OverviewCache()
     app = FastAPI(
         title="KFS",
         description=(
@@ -216,14 +230,8 @@ def create_app(
         except Exception as exc:  # noqa: BLE001 - shown on the page
             message = str(exc) if isinstance(exc, NamespaceUnavailable) else describe_error(exc)
             return unavailable("", "", f"cannot open the KFS store: {message}")
-        try:
-            return read_overview(hook)
-        except Exception as exc:  # noqa: BLE001 - read_overview keeps its own errors; belt and braces
-            return unavailable(
-                hook.namespace, hook.store_url, f"cannot read the namespace: {describe_error(exc)}"
-            )
-        finally:
-            hook.close()
+        # The cache takes the hook: it keeps it as a new store's reader or closes it.
+        return overview_cache.overview(hook)
 
     @app.get("/", response_class=HTMLResponse)
     def page(request: Request, user: _PageUser) -> Response:

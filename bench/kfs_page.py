@@ -1,0 +1,247 @@
+"""How fast the KFS page answers for a namespace with many partitions on S3 (moto).
+
+Issue 11 wants the page rendered in <= 2 s with 1,000 partitions.  The bench
+writes ``--partitions`` partitions (spread over ``--topics`` topics) to a
+bucket on a ``python -m moto.server`` started on a free loopback port, each
+with ``--commits`` real `PartitionCatalog` commits (catalog entries only: the
+page reads catalogs, never segment bytes), then times the page's app
+(`kfs_airflow.ui.create_app`, the HTML route, Jinja rendering included;
+Airflow's login is the one dependency replaced) on its `OverviewCache`:
+
+- the uncached read every request made before the cache (``read_overview``);
+- the first request (empty cache: every catalog loaded, synchronously);
+- a warm request (the cached copy served at once);
+- a warm request that also starts the background refresh, and that refresh
+  (incremental: two "not found" probes per unchanged partition);
+- a request that must wait for a refresh (its copy is older than the maximum
+  age) after one partition got a new commit.
+
+    python bench/kfs_page.py [--partitions 1000] [--topics 10] [--commits 3]
+
+A table follows, each request row marked met/missed against the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.catalog_load import moto_server  # noqa: E402
+from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicRegistry  # noqa: E402
+from kfs_core.storage import ObjectStore, open_store  # noqa: E402
+
+TARGET_S = 2.0
+NAMESPACE = "bench"
+CONN_ID = "kfs_bench"
+RECORDS = 100
+
+
+def populate(
+    store: ObjectStore, partitions: int, topics: int, commits: int, *, threads: int = 16
+) -> None:
+    """``partitions`` partitions over ``topics`` topics, ``commits`` add-segment commits each."""
+    registry = TopicRegistry(store, NAMESPACE)
+    per_topic = [
+        partitions // topics + (1 if t < partitions % topics else 0) for t in range(topics)
+    ]
+    pairs = []
+    for t, count in enumerate(per_topic):
+        if count:
+            registry.create_topic(f"topic-{t:03d}", count)
+            pairs += [(f"topic-{t:03d}", p) for p in range(count)]
+
+    def fill(pair: tuple[str, int]) -> None:
+        topic, partition = pair
+        catalog = PartitionCatalog(store, NAMESPACE, topic, partition, writer="bench")
+        for commit in range(commits):
+            catalog.add_segments([_segment(topic, partition, commit * RECORDS)])
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fill, pairs))
+
+
+def _segment(topic: str, partition: int, base: int) -> SegmentEntry:
+    now_ms = time.time_ns() // 1_000_000
+    return SegmentEntry.for_partition(
+        topic,
+        partition,
+        base_offset=base,
+        last_offset=base + RECORDS - 1,
+        record_count=RECORDS,
+        size_bytes=RECORDS * 100,
+        index_size_bytes=28,
+        min_timestamp=now_ms,
+        max_timestamp=now_ms,
+        codec=0,
+        created_ms=now_ms,
+    )
+
+
+@contextlib.contextmanager
+def s3_namespace(endpoint_url: str | None = None) -> Iterator[tuple[str, str]]:
+    """``(endpoint, store_url)`` of a fresh bucket on a moto server (a new one unless given)."""
+    import boto3
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with contextlib.ExitStack() as stack:
+        endpoint = endpoint_url or stack.enter_context(moto_server())
+        bucket = f"kfs-page-{uuid.uuid4().hex[:8]}"
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(
+            Bucket=bucket
+        )
+        yield endpoint, f"s3://{bucket}/kfs"
+
+
+def _timed(action: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = action()
+    return time.perf_counter() - started, result
+
+
+def run(
+    partitions: int = 1000,
+    topics: int = 10,
+    commits: int = 3,
+    *,
+    endpoint_url: str | None = None,
+) -> list[dict[str, Any]]:
+    """The bench's rows: ``{"case", "seconds", "target" (None: not a request), "note"}``."""
+    # Airflow reads connections from the environment; keep its home out of the user's.
+    os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kfs-page-bench-airflow-"))
+    from fastapi.testclient import TestClient
+    from kfs_airflow.hooks import KfsHook
+    from kfs_airflow.overview import read_overview
+    from kfs_airflow.overview_cache import BACKGROUND_AFTER_S, OverviewCache
+    from kfs_airflow.ui import create_app
+    from kfs_airflow.ui.auth import airflow_user, airflow_user_page
+
+    # 16 partition threads over the store's 32 pooled connections: urllib3 says so per request.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    rows: list[dict[str, Any]] = []
+
+    def row(case: str, seconds: float, note: str, *, request: bool = True) -> None:
+        rows.append({"case": case, "seconds": seconds, "target": TARGET_S if request else None,
+                     "note": note})  # fmt: skip
+
+    with s3_namespace(endpoint_url) as (endpoint, store_url):
+        os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
+            {
+                "conn_type": "kfs",
+                "extra": {"store_url": store_url, "namespace": NAMESPACE,
+                          "s3_endpoint_url": endpoint, "region_name": "us-east-1"},
+            }
+        )  # fmt: skip
+        store = open_store(store_url, endpoint_url=endpoint, region_name="us-east-1")
+        try:
+            seconds, _ = _timed(lambda: populate(store, partitions, topics, commits))
+            row("write the namespace", seconds, f"{partitions} partitions x {commits} commits",
+                request=False)  # fmt: skip
+
+            def open_namespace() -> KfsHook:
+                hook = KfsHook(CONN_ID)
+                hook.get_conn()
+                return hook
+
+            def no_groups() -> tuple[str, list[Any]]:
+                return "", []
+
+            with open_namespace() as hook:
+                seconds, overview = _timed(lambda: read_overview(hook))
+            loaded = sum(len(t.partitions) for t in overview.topics)
+            row("uncached read (every request before)", seconds, f"{loaded} catalogs loaded")
+
+            # A fixed maximum age: the bench decides when a copy is too old.
+            cache = OverviewCache(max_age_s=3600.0)
+            app = create_app(open_namespace, no_groups, cache)
+
+            class _User:
+                def get_name(self) -> str:
+                    return "bench"
+
+            app.dependency_overrides[airflow_user] = _User
+            app.dependency_overrides[airflow_user_page] = _User
+            client = TestClient(app)
+
+            def page() -> str:
+                response = client.get("/")
+                response.raise_for_status()
+                return str(response.text)
+
+            seconds, html = _timed(page)
+            rows_shown = html.count("data-partition=")
+            row("first request (empty cache)", seconds, f"{rows_shown} partition rows rendered")
+            seconds, html = _timed(page)
+            row("warm request (cached copy)", seconds, "served at once, no store read")
+
+            time.sleep(BACKGROUND_AFTER_S)  # old enough to start a background refresh
+            with open_namespace() as probe:
+                kept = cache.store(probe.store_identity, probe)
+            seconds, html = _timed(page)
+            row("warm request + background refresh start", seconds,
+                "refreshing" if "refreshing" in html else "no refresh started")  # fmt: skip
+            seconds, _ = _timed(kept.wait)
+            row("background refresh (no change)", seconds, "remainder after the request",
+                request=False)  # fmt: skip
+
+            created = kept.catalogs_created
+            PartitionCatalog(store, NAMESPACE, "topic-000", 0, writer="bench").add_segments(
+                [_segment("topic-000", 0, commits * RECORDS)]
+            )
+            cache.max_age_s = 0.0  # the copy is now too old: the request waits for a refresh
+            seconds, html = _timed(page)
+            row("request waiting for a refresh (1 new commit)", seconds,
+                f"catalogs created: {kept.catalogs_created - created} (incremental)")  # fmt: skip
+            data = client.get("/api/overview").json()
+            first = data["topics"][0]["partitions"][0]
+            if first["catalog_version"] != commits:
+                raise AssertionError(f"the new commit is not shown: {first}")
+            cache.close()
+        finally:
+            store.close()
+            os.environ.pop(f"AIRFLOW_CONN_{CONN_ID.upper()}", None)
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a text table; request rows marked met/missed against the target."""
+    lines = [f"{'case':<46} {'seconds':>8}  {'target':<12} note", "-" * 100]
+    for r in rows:
+        if r["target"] is None:
+            verdict = "-"
+        else:
+            verdict = f"<= {r['target']:g} s " + (
+                "met" if r["seconds"] <= r["target"] else "MISSED"
+            )
+        lines.append(f"{r['case']:<46} {r['seconds']:>8.3f}  {verdict:<12} {r['note']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--topics", type=int, default=10)
+    parser.add_argument("--commits", type=int, default=3)
+    parser.add_argument("--endpoint-url", help="an S3 endpoint to use instead of a new moto server")
+    args = parser.parse_args(argv)
+    rows = run(args.partitions, args.topics, args.commits, endpoint_url=args.endpoint_url)
+    print(f"KFS page, {args.partitions} partitions on moto S3 (target: request <= {TARGET_S:g} s)")
+    print(format_table(rows))
+
+
+if __name__ == "__main__":
+    main()
