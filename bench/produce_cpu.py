@@ -115,15 +115,13 @@ class SaturationResult:
 
 def line_file(directory: Path, megabytes: int) -> Path:
     """``megabytes`` of 1 KiB lines of printable, poorly compressible bytes."""
-    path = directory / f"lines-{megabytes}.txt"
     alphabet = bytes(range(33, 127))
-    with open(path, "wb") as out:
-        chunk = bytearray()
-        for i in range(1024):
-            raw = os.urandom(LINE_BYTES - 1)
-            chunk += bytes(alphabet[b % len(alphabet)] for b in raw) + b"\n"
-            if i == 1023:
-                out.write(chunk * megabytes)
+    block = b"".join(
+        bytes(alphabet[b % len(alphabet)] for b in os.urandom(LINE_BYTES - 1)) + b"\n"
+        for _ in range(MIB // LINE_BYTES)
+    )
+    path = directory / f"lines-{megabytes}.txt"
+    path.write_bytes(block * megabytes)
     return path
 
 

@@ -2,16 +2,14 @@
 
 Data comes from ``tests.spark_jobs.data.write_topic`` and real `PartitionCatalog`
 commits, on a local directory and on the session's moto S3 server over HTTP.
-Store requests are counted by a `CountingStore`, a pass-through wrapper the
-test hook puts around the store client `KfsHook` opens (nothing is mocked:
+Store requests are counted by the log tests' `InstrumentedStore`, a pass-through
+wrapper the test hook puts around the store client `KfsHook` opens (nothing is mocked:
 every call reaches the real backend).  A settable clock stands in for
 ``time.monotonic`` where a test needs a copy of a given age.
 """
 
 from __future__ import annotations
 
-import builtins
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,9 +17,9 @@ from typing import Any, ClassVar
 import pytest
 
 from kfs_core.catalog import PartitionCatalog, layout
-from kfs_core.storage import ObjectInfo, ObjectStore, open_store
-from kfs_core.storage.base import ByteRange
+from kfs_core.storage import ObjectStore, open_store
 from tests.airflow.conftest import kfs_connection_env
+from tests.log.log_helpers import InstrumentedStore
 from tests.spark_jobs.data import write_topic
 
 pytestmark = [
@@ -32,52 +30,21 @@ pytestmark = [
 NS = "ns"
 
 
-class CountingStore(ObjectStore):
-    """Passes every call to ``inner``; records the key of every GET."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.gets: list[str] = []
-        self._lock = threading.Lock()
-
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        return self.inner.put(key, data)
-
-    def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
-        return self.inner.put_if_absent(key, data)
-
-    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes:
-        with self._lock:
-            self.gets.append(key)
-        return self.inner.get(key, byte_range)
-
-    def head(self, key: str) -> ObjectInfo:
-        return self.inner.head(key)
-
-    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
-        return self.inner.list(prefix, start_after)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def take_gets(self) -> builtins.list[str]:
-        with self._lock:
-            gets, self.gets = self.gets, []
-        return gets
+def take_gets(store: InstrumentedStore) -> list[str]:
+    """The keys GET since the last call (the store's counter starts again)."""
+    keys = [get.key for get in list(store.gets)]
+    store.reset()
+    return keys
 
 
 def _counting_hook() -> Any:
     from kfs_airflow.hooks import KfsHook
 
     class CountingHook(KfsHook):
-        stores: ClassVar[list[CountingStore]] = []
+        stores: ClassVar[list[InstrumentedStore]] = []
 
         def get_store(self) -> ObjectStore:
-            store = CountingStore(super().get_store())
+            store = InstrumentedStore(super().get_store())
             CountingHook.stores.append(store)
             return store
 
@@ -138,12 +105,12 @@ def test_an_unchanged_catalog_is_probed_not_reloaded_and_keeps_its_summary(
         first = cache.overview(hook_class())
         assert not first.problems and first.as_of is None
         kept = hook_class.stores[0]
-        cold = [key for key in kept.take_gets() if "/_log/" in key]
+        cold = [key for key in take_gets(kept) if "/_log/" in key]
         assert cold, "the first read loads every catalog"
 
         second = cache.overview(hook_class())
         assert len(hook_class.stores) == 1  # the kept hook's client did every read
-        warm = [key for key in kept.take_gets() if "/_log/" in key]
+        warm = [key for key in take_gets(kept) if "/_log/" in key]
         # Per partition: exactly the next two versions, probed (not found); no pointer,
         # no checkpoint, no commit already applied.
         expected = []

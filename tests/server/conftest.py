@@ -528,8 +528,8 @@ class RawClient:
             return False
 
 
-def produce_request(topic: str, values: list[bytes]) -> Any:
-    """A Produce v9 (acks=all) of ``values`` to partition 0 of ``topic``, as kafka-python encodes it."""
+def produce_request(topic: str, values: list[bytes], partition: int = 0) -> Any:
+    """A Produce v9 (acks=all) of ``values`` to ``partition`` of ``topic``, as kafka-python encodes it."""
     with warnings.catch_warnings():  # kafka-python's protocol module, as test_protocol imports it
         warnings.filterwarnings(
             "ignore", message=r"(read_text|open_text) is deprecated", category=DeprecationWarning
@@ -548,7 +548,9 @@ def produce_request(topic: str, values: list[bytes]) -> Any:
             ProduceRequest.TopicProduceData(
                 name=topic,
                 partition_data=[
-                    ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)
+                    ProduceRequest.TopicProduceData.PartitionProduceData(
+                        index=partition, records=batch
+                    )
                 ],
             )
         ],

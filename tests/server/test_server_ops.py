@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 
-from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server.metrics import OpsHttpServer, ServerMetrics
 from kfs_core.server.protocol import ErrorCode
 from tests.conftest import wait_for
@@ -36,6 +35,7 @@ from tests.server.conftest import (
     RawClient,
     confluent_kafka,
     produce_confluent,
+    produce_request,
 )
 
 with warnings.catch_warnings():
@@ -53,7 +53,6 @@ with warnings.catch_warnings():
     from kafka.protocol.admin import CreateTopicsRequest
     from kafka.protocol.consumer import FetchRequest
     from kafka.protocol.metadata import MetadataRequest
-    from kafka.protocol.producer import ProduceRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -256,24 +255,7 @@ def fetch_request(
 
 
 def produce_batch(daemon: Daemon, topic: str, partition: int, values: list[bytes]) -> int:
-    now = int(time.time() * 1000)
-    batch = encode_batch([Record(i, now, None, v) for i, v in enumerate(values)])
-    request = ProduceRequest(
-        version=9,
-        transactional_id=None,
-        acks=-1,
-        timeout_ms=10_000,
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name=topic,
-                partition_data=[
-                    ProduceRequest.TopicProduceData.PartitionProduceData(
-                        index=partition, records=batch
-                    )
-                ],
-            )
-        ],
-    )
+    request = produce_request(topic, values, partition)
     with RawClient(daemon.bootstrap) as client:
         answer = client.request(request).responses[0].partition_responses[0]
     assert answer.error_code == 0
