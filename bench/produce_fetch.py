@@ -160,6 +160,7 @@ class Daemon:
     metrics_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     sampler: RssSampler | None = None
+    extra_args: tuple[str, ...] = ()  # more `kfs serve` flags (an experiment's settings)
 
     @property
     def data_dir(self) -> Path:
@@ -186,6 +187,7 @@ class Daemon:
             "--namespace", NAMESPACE,
             "--durability", "cautious",
             "--log-level", "warning",
+            *self.extra_args,
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("KFS_")}
         env.update(KFS_HOME=str(self.root), PYTHONUNBUFFERED="1")

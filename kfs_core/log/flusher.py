@@ -281,12 +281,21 @@ class Flusher:
         self._metrics.store_put_bytes += len(data)
 
     def _cache_sealed(self, p: Partition, sealed: Sequence[Sealed]) -> None:
-        """Segments just committed are what lagging tail consumers read next: cache them."""
+        """Segments just committed are what lagging tail consumers read next: cache them.
+
+        Only while the partition has readers (a fetch within ``idle_refresh_ms``):
+        the bytes of a segment nobody reads would push read segments out of L1,
+        and holding them keeps the memory from serving the next flush.
+        """
+        read_recently = (
+            p.last_read_at > 0
+            and time.monotonic() - p.last_read_at < self.settings.idle_refresh_ms / 1000
+        )
         for s in sealed:
             if not p.is_live(s.entry.key):
                 continue
             cached = None
-            if self.settings.cache_flushed_segments:
+            if self.settings.cache_flushed_segments and read_recently:
                 cached = CachedSegment(
                     self._fetcher.object_key(s.entry.key),
                     s.segment.data,

@@ -117,6 +117,13 @@ from kfs_core.log.wal_files import (
 )
 from kfs_core.log.wal_recovery import RecoveredWal, WalRecovery, recover_wal
 from kfs_core.maintenance_pause import set_emergency_flag
+from kfs_core.storage.direct_io import (
+    BLOCK,
+    DirectAppender,
+    DirectUnsupported,
+    open_direct,
+    read_tail,
+)
 
 if TYPE_CHECKING:
     from kfs_core.config import Settings
@@ -323,6 +330,7 @@ class WalWriter:
         fsync_observer: FsyncObserver | None = None,
         control_store: ObjectStore | None = None,
         namespace: str = "default",
+        direct_io: bool = True,
     ) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(
@@ -343,6 +351,9 @@ class WalWriter:
         self._fsync_observer = fsync_observer
         self._control_store = control_store
         self._namespace = namespace
+        # O_DIRECT appends (`kfs_core.storage.direct_io`) where the filesystem
+        # has them and the file size is a whole number of blocks.
+        self._direct_io = direct_io
 
         # Producers <-> writer: the queue and the lifecycle state.
         self._cond = threading.Condition()
@@ -360,6 +371,8 @@ class WalWriter:
 
         # Owned by the writer thread once it runs.
         self._fd = -1
+        self._appender: DirectAppender | None = None  # the active file's, when it is direct
+        self._direct_appender: DirectAppender | None = None  # kept across files (warm staging)
         self._spare: _Spare | None = None  # the next file, prepared ahead
         self._write_pos = 0
         self._unsynced_frames = 0
@@ -619,6 +632,9 @@ class WalWriter:
                 with contextlib.suppress(OSError):
                     os.close(self._fd)
                 self._fd = -1
+            if self._direct_appender is not None:
+                self._direct_appender.close()
+                self._direct_appender = self._appender = None
 
     def _sync_timeout(self) -> float | None:
         if not self._unsynced_frames:
@@ -671,7 +687,7 @@ class WalWriter:
         right after the write, before any fsync.
         """
         if group.frames:
-            _pwrite_all(self._fd, group.buffers, group.start)
+            self._append(group.buffers, group.start)
             if not self._unsynced_frames:
                 self._unsynced_since = time.monotonic()
             self._unsynced_frames += group.frames
@@ -684,6 +700,46 @@ class WalWriter:
         if self._sync_every_group:
             for item in group.done:
                 _resolve(item)
+
+    def _open_active(self, wal_file: WalFile, end: int) -> None:
+        """Open ``wal_file`` for appends at ``end``: with ``O_DIRECT`` where possible."""
+        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+        fd = None
+        if self._direct_io and wal_file.size % BLOCK == 0:
+            fd = open_direct(wal_file.path, flags)
+        if fd is None:
+            self._fd = os.open(wal_file.path, flags)
+            self._appender = None
+            return
+        self._fd = fd
+        if self._direct_appender is None:
+            self._direct_appender = DirectAppender()
+        self._direct_appender.start(fd, end, read_tail(wal_file.path, end))
+        self._appender = self._direct_appender
+
+    def _append(self, buffers: Sequence[Buffer], offset: int) -> None:
+        """Write ``buffers`` back to back at ``offset``, the end of the active file's data."""
+        appender = self._appender
+        if appender is not None:
+            assert appender.end == offset, (appender.end, offset)
+            try:
+                appender.append(buffers)
+                return
+            except DirectUnsupported as exc:
+                # Nothing was written: this filesystem takes no direct writes.
+                log.info(
+                    "WAL %s: O_DIRECT refused (%s); writing through the page cache",
+                    self._directory,
+                    exc,
+                )
+                self._direct_io = False
+                self._appender = None
+                active = self._active
+                assert active is not None
+                fd = os.open(active.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+                os.close(self._fd)
+                self._fd = fd
+        _pwrite_all(self._fd, buffers, offset)
 
     def _sync(self) -> None:
         frames = self._unsynced_frames
@@ -712,15 +768,15 @@ class WalWriter:
         carry = self._carried_checkpoints()
         size = max(self._file_size, sum(map(len, carry)) + next_frame_size)
         new = self._create_file(active.seq + 1, size)
-        fd = os.open(new.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
         os.close(self._fd)
-        self._fd = fd
+        self._fd = -1
+        self._open_active(new, 0)
         self._write_pos = 0
         with self._files_lock:
             self._files[new.seq] = new
             self._active = new
         if carry:
-            _pwrite_all(self._fd, carry, 0)
+            self._append(carry, 0)
             self._write_pos = sum(map(len, carry))
             self._unsynced_since = time.monotonic()
             self._unsynced_frames = len(carry)
@@ -854,7 +910,7 @@ class WalWriter:
                 self._control_store, self._namespace, self._durability == "emergency"
             )
         active = files[max(files)]
-        self._fd = os.open(active.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        self._open_active(active, end)
         self._write_pos = end
         with self._files_lock:
             self._files = files

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import stat
@@ -34,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kfs_core.errors import ObjectAlreadyExists, ObjectNotFound, ObjectStoreError
+from kfs_core.storage import direct_io
 from kfs_core.storage.base import (
     RESERVED_SEGMENT_PREFIX,
     ByteRange,
@@ -45,6 +47,11 @@ from kfs_core.storage.base import (
 
 _TEMP_PREFIX = RESERVED_SEGMENT_PREFIX + "-"
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+# Objects this large (segments) are written with O_DIRECT where the filesystem
+# allows (`kfs_core.storage.direct_io`): nothing reads them back soon enough to
+# be worth a page-cache copy.  Smaller ones (catalog commits, indexes,
+# snapshots) are read again at once and go through the page cache.
+DIRECT_MIN_BYTES = 1 << 20
 # A concurrent delete may prune a directory between our mkdir and our create;
 # we recreate it and try again this many times.
 _CREATE_ATTEMPTS = 16
@@ -55,6 +62,7 @@ class LocalObjectStore(ObjectStore):
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = os.path.abspath(os.fspath(root))
+        self._direct = True  # large writes try O_DIRECT until the filesystem refuses it
         try:
             os.makedirs(self._root, exist_ok=True)
         except (FileExistsError, NotADirectoryError) as exc:
@@ -240,7 +248,7 @@ class LocalObjectStore(ObjectStore):
             temp = os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
             try:
                 self._make_directories(key, directory)
-                fd = os.open(temp, _CREATE_FLAGS, 0o666)
+                fd, direct = self._create(temp, len(data))
                 break
             except FileNotFoundError:
                 continue  # a concurrent delete pruned a directory: make it again
@@ -254,10 +262,11 @@ class LocalObjectStore(ObjectStore):
             )
         try:
             try:
-                view = memoryview(data).cast("B")
-                done = 0
-                while done < len(view):
-                    done += os.write(fd, view[done:])
+                if not (direct and self._write_direct(fd, data)):
+                    view = memoryview(data).cast("B")
+                    done = 0
+                    while done < len(view):
+                        done += os.write(fd, view[done:])
                 os.fsync(fd)
                 written = os.fstat(fd)
             finally:
@@ -268,6 +277,27 @@ class LocalObjectStore(ObjectStore):
                 raise self._os_error("write", key, exc) from exc
             raise
         return temp, written
+
+    def _create(self, temp: str, size: int) -> tuple[int, bool]:
+        """Create ``temp`` for a write of ``size`` bytes; True if opened with ``O_DIRECT``."""
+        if size >= DIRECT_MIN_BYTES and self._direct:
+            fd = direct_io.open_direct(temp, _CREATE_FLAGS, 0o666)
+            if fd is not None:
+                return fd, True
+            self._direct = False  # the filesystem refused O_DIRECT: stop asking
+        return os.open(temp, _CREATE_FLAGS, 0o666), False
+
+    def _write_direct(self, fd: int, data: bytes) -> bool:
+        """Write all of ``data`` to ``fd`` (opened ``O_DIRECT``); False if the filesystem refused."""
+        try:
+            direct_io.write_file(fd, data)
+        except direct_io.DirectUnsupported:
+            self._direct = False
+            # Nothing was written: clear O_DIRECT and write through the page cache.
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+            return False
+        os.ftruncate(fd, len(data))  # cut the zero padding of the last block
+        return True
 
     def _make_directories(self, key: str, directory: str) -> None:
         """Create ``directory`` and any missing parents, fsyncing each new entry's parent."""

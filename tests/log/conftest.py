@@ -72,13 +72,17 @@ def wal_dir(tmp_path: Path) -> Path:
     return tmp_path / "data" / "wal"
 
 
-@pytest.fixture
-def open_wal(wal_dir: Path) -> Iterator[Callable[..., WalWriter]]:
-    """Open (construct + recover) managers on ``wal_dir``; every one is closed afterwards."""
+@pytest.fixture(params=["direct", "page-cache"])
+def open_wal(request: pytest.FixtureRequest, wal_dir: Path) -> Iterator[Callable[..., WalWriter]]:
+    """Open (construct + recover) managers on ``wal_dir``; every one is closed afterwards.
+
+    Each test runs twice: with the WAL's ``O_DIRECT`` appends, and through the page cache.
+    """
     opened: list[WalWriter] = []
 
     def open_(**options: object) -> WalWriter:
         directory = options.pop("directory", wal_dir)
+        options.setdefault("direct_io", request.param == "direct")
         manager = WalWriter(directory, **options)  # type: ignore[arg-type]
         opened.append(manager)
         manager.recover()

@@ -34,9 +34,13 @@ any_store = both_stores()
 
 
 async def two_segments(h: Harness, **settings: object) -> LogManager:
-    """Offsets 0..8 in one segment, 9..17 in the next (three 3-record batches each)."""
+    """Offsets 0..8 in one segment, 9..17 in the next (three 3-record batches each).
+
+    A consumer reads the partition first, so the flushed segments go into L1.
+    """
     logs = await h.open(**settings)
     await logs.create_topic(TOPIC)
+    await logs.read(TOPIC, 0, 0, 1 << 20)
     for segment in range(2):
         for n in range(3):
             await logs.append(TOPIC, 0, make_batch(3, tag=f"s{segment}b{n}-"), timeout_s=10)

@@ -14,6 +14,7 @@ from tests.log.log_helpers import (
     Harness,
     InstrumentedStore,
     both_stores,
+    decode_all,
     eventually,
     make_batch,
     offsets_and_values,
@@ -174,6 +175,7 @@ def test_flushed_segments_are_served_from_l1_then_store(
     async def body(h: Harness) -> None:
         logs = await h.open()
         await logs.create_topic(TOPIC)
+        await logs.read(TOPIC, 0, 0, 1 << 20)  # a consumer at the tail: the partition has readers
         await logs.append(TOPIC, 0, make_batch(5), timeout_s=10)
         await logs.flush()
         store.reset()
@@ -185,8 +187,31 @@ def test_flushed_segments_are_served_from_l1_then_store(
         await h.shutdown(logs)
 
         uncached = await h.open(cache_flushed_segments=False, catalog_refresh_ms=3_600_000)
+        await uncached.read(TOPIC, 0, 0, 1 << 20)
         await uncached.append(TOPIC, 0, make_batch(2), timeout_s=10)
         await uncached.flush()
         assert uncached.cached_segments() == []
+
+    run_harness(store, tmp_path, body)
+
+
+def test_segments_of_a_partition_nobody_reads_stay_out_of_l1(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    """Pure ingestion caches nothing; the first read, and the flushes after it, do."""
+    store = InstrumentedStore(local_store)
+
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        await logs.create_topic(TOPIC)
+        await logs.append(TOPIC, 0, make_batch(5), timeout_s=10)
+        await logs.flush()
+        assert logs.cached_segments() == []
+        store.reset()
+        assert len(decode_all(await read_all(logs, TOPIC, 0))) == 1  # read from the store
+        assert [g.key for g in store.data_gets()] == [f"{NS}/{TOPIC}/0/segment-{0:020d}.kfs"]
+        await logs.append(TOPIC, 0, make_batch(3), timeout_s=10)
+        await logs.flush()
+        assert f"{TOPIC}/0/segment-{5:020d}.kfs" in logs.cached_segments()  # it has a reader now
 
     run_harness(store, tmp_path, body)
