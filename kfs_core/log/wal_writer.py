@@ -18,8 +18,11 @@ refused: the file size is a disk-layout knob and must not quietly cap
 One writer thread owns the active file.  Producers frame their batches on
 their own thread (CRC only: a frame is a list of buffers -- header, the
 caller's batch bytes, footer -- so the batch is never copied), queue them
-and wait on a future; the writer drains everything queued, writes it with
-one ``pwritev`` and completes the futures.  `append_group` queues the
+and wait on a future; the writer drains everything queued, writes it and
+completes the futures.  The write bypasses the page cache where the
+filesystem allows (``O_DIRECT``, `kfs_core.storage.direct_io`: one copy into
+a warm, aligned staging buffer; nothing reads the WAL back while the daemon
+runs), and is one ``pwritev`` of the frames' buffers otherwise.  `append_group` queues the
 frames of several partitions (one produce request) as one entry with one
 future: one hand-off to the writer and one wake-up back, however many
 partitions the request names.  Each batch is still its own frame, so

@@ -9,7 +9,10 @@ no check-then-set window.  The directory is fsynced afterwards so the new name
 survives a crash.  Temporary files are named ``.kfs-tmp-<random>``; that prefix
 is reserved by the key rules (`check_key`), so they are never listed and can
 never be read as objects.  A crash can leave one behind: `purge_temp_files`
-removes old ones.
+removes old ones.  Objects of `DIRECT_MIN_BYTES` and more (segments) are
+written with ``O_DIRECT`` where the filesystem allows
+(`kfs_core.storage.direct_io`), so a flush does not fill the page cache with
+bytes nobody reads soon; smaller ones go through the page cache.
 
 Etags come from ``stat`` (device, inode, size, mtime in nanoseconds), hashed
 to 32 hex digits.  Every write creates a new file, a new inode with a fresh
