@@ -108,8 +108,11 @@ class StagingPool:
         buffer.close()
 
 
-#: The process's staging buffers for whole-file writes (segments).
-SEGMENT_STAGING = StagingPool()
+#: The process's staging buffers for whole-file writes (segments).  A segment
+#: goes out 1 MiB per write: the WAL's writes and fsyncs share the disk with
+#: it, and a flush of the device's cache (every WAL fdatasync) then carries at
+#: most a megabyte of segment data ahead of the WAL's own.
+SEGMENT_STAGING = StagingPool(size=1 << 20)
 
 
 def _pwrite_exact(fd: int, view: memoryview, offset: int) -> None:
