@@ -84,10 +84,14 @@ while (now := time.perf_counter()) - start < seconds:
         time.sleep(TICK)  # what falls due meanwhile goes out together, as linger.ms would send it
         continue
     while sent < due:
-        if sent % SAMPLE:
-            p.produce(topic, value, partition=sent % partitions)
-        else:
-            p.produce(topic, value, partition=sent % partitions, on_delivery=done)
+        try:
+            if sent % SAMPLE:
+                p.produce(topic, value, partition=sent % partitions)
+            else:
+                p.produce(topic, value, partition=sent % partitions, on_delivery=done)
+        except BufferError:  # the local queue is full: the broker is behind, wait for it
+            p.poll(TICK)
+            continue
         sent += 1
     p.poll(0)
 if p.flush(60) or failed:
