@@ -288,6 +288,9 @@ class LocalObjectStore(ObjectStore):
             if fd is not None:
                 return fd, True
             self._direct = False  # the filesystem refused O_DIRECT: stop asking
+            # Linux creates the file before it checks O_DIRECT: the name is
+            # ours (random), so remove what the refused open left.
+            _remove_quietly(temp)
         return os.open(temp, _CREATE_FLAGS, 0o666), False
 
     def _write_direct(self, fd: int, data: bytes) -> bool:

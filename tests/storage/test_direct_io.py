@@ -171,3 +171,25 @@ def test_large_objects_of_the_local_store_are_written_direct_and_read_back(
         assert store.put_if_absent(f"ns/t/0/copy-{length}.kfs", data).size == length
         assert store.get(f"ns/t/0/copy-{length}.kfs") == data
     assert store._direct  # this filesystem took them
+
+
+def test_a_filesystem_refusing_direct_opens_gets_large_objects_through_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Linux does on such filesystems: the file is created, then the O_DIRECT open fails."""
+    real_open = os.open
+
+    def refuse_direct(path: str, flags: int, mode: int = 0o777, **kwargs: object) -> int:
+        if flags & os.O_DIRECT:
+            os.close(real_open(path, flags & ~os.O_DIRECT, mode))
+            raise OSError(errno.EINVAL, "Invalid argument", path)
+        return real_open(path, flags, mode, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(direct_io.os, "open", refuse_direct)
+    store = LocalObjectStore(tmp_path / "store")
+    big = os.urandom(DIRECT_MIN_BYTES)
+    store.put("ns/t/0/segment-1.kfs", big)
+    monkeypatch.undo()
+    assert store.get("ns/t/0/segment-1.kfs") == big
+    assert store._direct is False
+    assert [p.name for p in (tmp_path / "store/ns/t/0").iterdir()] == ["segment-1.kfs"]
