@@ -35,7 +35,7 @@ import re
 import struct
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import crc32c
 
@@ -298,20 +298,40 @@ class _BatchStats:
 
 @dataclass(frozen=True, slots=True)
 class SealedSegment:
-    """A finished segment: the `.kfs` bytes, its `.index` bytes and metadata."""
+    """A finished segment: the `.kfs` bytes, its `.index` bytes and metadata.
 
-    data: bytes
+    The `.kfs` bytes are ``parts`` (header, the batches as appended, footer),
+    joined into one ``bytes`` only when `data` is first asked for: a writer
+    that can write the parts one after another (`ObjectStore.put_parts`)
+    never pays for the join, nor for the fresh memory it needs.
+    """
+
+    parts: tuple[Buffer, ...]
     index: bytes
     meta: SegmentMeta
     index_entries: tuple[IndexEntry, ...]
+    _joined: list[bytes] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def data(self) -> bytes:
+        """The `.kfs` object's bytes (joined from `parts` once, then kept)."""
+        if not self._joined:
+            self._joined.append(b"".join(self.parts))
+        return self._joined[0]
+
+    @property
+    def joined(self) -> bool:
+        """Whether `data` has been joined already (then write that, not the parts)."""
+        return bool(self._joined)
 
 
 class SegmentWriter:
     """Builds one segment from whole RecordBatch v2 buffers with offsets assigned.
 
     Work is per batch, never per record: `append` decodes the 61-byte batch
-    header and extends a running CRC-32C over the batch; `finish` joins header,
-    batches and footer in one copy.  Batch CRCs are not re-checked here (the
+    header and extends a running CRC-32C over the batch; `finish` hands back
+    header, batches and footer as the segment's parts, uncopied
+    (`SealedSegment.data` joins them on demand).  Batch CRCs are not re-checked here (the
     produce path already did); `SegmentReader.verify` checks them.
     """
 
@@ -367,8 +387,9 @@ class SegmentWriter:
         Nothing is added unless every batch in ``batch_bytes`` passes.
 
         A mutable ``batch_bytes`` is copied, unless ``borrow`` says the caller
-        will not change it before `finish`: then `finish` copies it straight
-        into the segment, once (the daemon's flush borrows its buffered batches).
+        will not change it while the sealed segment is in use: then the
+        segment's parts are views of it, never copied unless `SealedSegment.data`
+        is asked for (the daemon's flush borrows its buffered batches).
         """
         if self._finished:
             raise ValueError("segment already finished")
@@ -444,9 +465,7 @@ class SegmentWriter:
             flags=stats.flags,
         )
         footer = SegmentFooter(self._body_crc, self._last_offset)
-        data = b"".join(
-            [encode_segment_header(header), *self._chunks, encode_segment_footer(footer)]
-        )
+        parts = (encode_segment_header(header), *self._chunks, encode_segment_footer(footer))
         self._chunks = []
         entries = self._sampler.entries
         meta = SegmentMeta(
@@ -457,11 +476,11 @@ class SegmentWriter:
             min_timestamp=stats.min_ts,
             max_timestamp=stats.max_ts,
             flags=stats.flags,
-            size=len(data),
+            size=sum(len(part) for part in parts),
             created_ms=self._created_ms,
         )
         return SealedSegment(
-            data=data,
+            parts=parts,
             index=encode_index(entries, self._sampler.interval),
             meta=meta,
             index_entries=tuple(entries),

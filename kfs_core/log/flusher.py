@@ -37,7 +37,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kfs_core.catalog.actions import SegmentEntry
 from kfs_core.catalog.partition import PartitionCatalog
@@ -183,12 +183,13 @@ class Flusher:
             started = time.monotonic()
             created_ms = self._clock()
             recompression = await self._recompression(p.topic)
+            cache = self._cache_wanted(p)
             sealed = await self._retry(
                 f"{p.name}: sealing {len(batches)} batches",
                 lambda: run_in(
                     self._executor,
                     functools.partial(
-                        seal_segments,
+                        _seal,
                         p.topic,
                         p.partition,
                         batches,
@@ -196,10 +197,12 @@ class Flusher:
                         index_interval=self.settings.index_interval,
                         created_ms=created_ms,
                         recompression=recompression,
+                        join=cache,
                     ),
                 ),
             )
-            _share_segment_bytes(sealed)
+            if cache:
+                _share_segment_bytes(sealed)
             # Nothing is visible before the commit, so the segments of a cycle
             # upload side by side (each before its index): one partition that
             # takes hundreds of MB/s must not wait for one PUT after another.
@@ -217,7 +220,7 @@ class Flusher:
             self._refresher.adopt(p, state)
             self._pool.release(p.buffer.drop_through(last_offset))
             if not p.deleted:
-                self._cache_sealed(p, sealed)
+                self._cache_sealed(p, sealed, cache)
             self._count(sealed, time.monotonic() - started)
         if not p.deleted:
             await self._snapshot_producers(p, last_offset + 1)
@@ -262,40 +265,49 @@ class Flusher:
         segment_key = self._fetcher.object_key(sealed.entry.key)
         index_key = self._fetcher.object_key(sealed.entry.index_key)
         async with slots:
+            segment = sealed.segment
+            # The parts as sealed (no joined copy), or the bytes joined for L1.
+            parts = (segment.data,) if segment.joined else segment.parts
             await self._retry(
                 f"{p.name}: uploading {segment_key}",
-                functools.partial(self._put, segment_key, sealed.segment.data),
+                functools.partial(self._put, segment_key, parts),
             )
             await self._retry(
                 f"{p.name}: uploading {index_key}",
-                functools.partial(self._put, index_key, sealed.segment.index),
+                functools.partial(self._put, index_key, (sealed.segment.index,)),
             )
 
-    async def _put(self, key: str, data: bytes) -> None:
+    async def _put(self, key: str, parts: Sequence[bytes | bytearray | memoryview]) -> None:
         try:
-            await run_in(self._executor, self._store.put, key, data)
+            await run_in(self._executor, self._store.put_parts, key, parts)
         except Exception:
             self._metrics.store_errors += 1
             raise
         self._metrics.store_puts += 1
-        self._metrics.store_put_bytes += len(data)
+        self._metrics.store_put_bytes += sum(len(part) for part in parts)
 
-    def _cache_sealed(self, p: Partition, sealed: Sequence[Sealed]) -> None:
-        """Segments just committed are what lagging tail consumers read next: cache them.
+    def _cache_wanted(self, p: Partition) -> bool:
+        """Whether this flush's segments go into L1: only while the partition has readers.
 
-        Only while the partition has readers (a fetch within ``idle_refresh_ms``):
-        the bytes of a segment nobody reads would push read segments out of L1,
-        and holding them keeps the memory from serving the next flush.
+        Segments just committed are what lagging tail consumers read next.  But
+        the bytes of a segment nobody reads (no fetch within
+        ``idle_refresh_ms``) would push read segments out of L1, and holding
+        them keeps the memory from serving the next flush; nor are they then
+        joined into one buffer at all (the store writes the sealed parts).
         """
-        read_recently = (
-            p.last_read_at > 0
+        return (
+            self.settings.cache_flushed_segments
+            and p.last_read_at > 0
             and time.monotonic() - p.last_read_at < self.settings.idle_refresh_ms / 1000
         )
+
+    def _cache_sealed(self, p: Partition, sealed: Sequence[Sealed], cache: bool) -> None:
+        """Remember the committed segments' indexes (L2), and their bytes (L1) if ``cache``."""
         for s in sealed:
             if not p.is_live(s.entry.key):
                 continue
             cached = None
-            if self.settings.cache_flushed_segments and read_recently:
+            if cache:
                 cached = CachedSegment(
                     self._fetcher.object_key(s.entry.key),
                     s.segment.data,
@@ -343,6 +355,15 @@ class Flusher:
                     exc,
                 )
                 await asyncio.sleep(delay)
+
+
+def _seal(*args: Any, join: bool, **kwargs: Any) -> list[Sealed]:
+    """`seal_segments`, and with ``join`` each segment's bytes joined (for L1), off the loop."""
+    sealed = seal_segments(*args, **kwargs)
+    if join:
+        for s in sealed:
+            s.segment.data  # noqa: B018 - joins the parts once, here on an I/O thread
+    return sealed
 
 
 def _share_segment_bytes(sealed: Sequence[Sealed]) -> None:

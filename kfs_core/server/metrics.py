@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -311,6 +311,12 @@ class InstrumentedStore(ObjectStore):
         with self._timed("put"):
             info = self.inner.put(key, data)
         self._metrics.store_bytes.labels("put").inc(len(data))
+        return info
+
+    def put_parts(self, key: str, parts: Sequence[bytes | bytearray | memoryview]) -> ObjectInfo:
+        with self._timed("put"):
+            info = self.inner.put_parts(key, parts)
+        self._metrics.store_bytes.labels("put").inc(sum(memoryview(p).nbytes for p in parts))
         return info
 
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:

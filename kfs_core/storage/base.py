@@ -15,7 +15,7 @@ raises ``ValueError``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 #: Segments starting with this are reserved for a backend's temporary files.
@@ -145,6 +145,14 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Write ``data`` at ``key``, replacing any object there, atomically."""
+
+    def put_parts(self, key: str, parts: Sequence[bytes | bytearray | memoryview]) -> ObjectInfo:
+        """`put` of the concatenation of ``parts``.
+
+        A backend that can write the parts one after another (the local
+        store) does so without joining them first; this default joins.
+        """
+        return self.put(key, b"".join(parts))
 
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:

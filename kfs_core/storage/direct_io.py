@@ -35,6 +35,7 @@ None, `DirectUnsupported` is raised before anything was written).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -105,7 +106,8 @@ class StagingPool:
             if len(self._idle) < self._keep:
                 self._idle.append(buffer)
                 return
-        buffer.close()
+        with contextlib.suppress(BufferError):  # a failed write's traceback still views it
+            buffer.close()
 
 
 #: The process's staging buffers for whole-file writes (segments).  A segment
@@ -127,37 +129,48 @@ def _pwrite_exact(fd: int, view: memoryview, offset: int) -> None:
 
 
 def write_file(
-    fd: int, data: bytes | bytearray | memoryview, pool: StagingPool = SEGMENT_STAGING
-) -> None:
-    """Write ``data`` from offset 0 of ``fd`` (opened with ``O_DIRECT``), the last block zero-padded.
+    fd: int, parts: Iterable[bytes | bytearray | memoryview], pool: StagingPool = SEGMENT_STAGING
+) -> int:
+    """Write ``parts`` back to back from offset 0 of ``fd`` (opened with ``O_DIRECT``).
 
-    The file is longer than ``data`` afterwards (up to the next `BLOCK`):
-    the caller truncates it.  Raises `DirectUnsupported` when the first write
-    is refused with ``EINVAL`` (nothing written: write it buffered instead).
+    Returns the bytes written.  The last block is zero-padded, so the file
+    is longer than that afterwards (up to the next `BLOCK`): the caller
+    truncates it.  Raises `DirectUnsupported` when the first write is
+    refused with ``EINVAL`` (nothing written: write it buffered instead).
     """
-    source = memoryview(data).cast("B")
     staging = pool.take()
-    try:
-        stage = memoryview(staging)
-        offset = 0
+    stage = memoryview(staging)
+    written = fill = 0
+
+    def flush(length: int) -> None:
         try:
-            while offset < len(source):
-                n = min(pool.size, len(source) - offset)
-                stage[:n] = source[offset : offset + n]
-                padded = _round_up(n)
-                if padded > n:
-                    stage[n:padded] = _ZEROS[: padded - n]
-                try:
-                    _pwrite_exact(fd, stage[:padded], offset)
-                except OSError as exc:
-                    if offset == 0 and exc.errno == errno.EINVAL:
-                        raise DirectUnsupported(exc.errno, f"direct write refused: {exc}") from exc
-                    raise
-                offset += n
-        finally:
-            stage.release()
+            _pwrite_exact(fd, stage[:length], written)
+        except OSError as exc:
+            if written == 0 and exc.errno == errno.EINVAL:
+                raise DirectUnsupported(exc.errno, f"direct write refused: {exc}") from exc
+            raise
+
+    try:
+        for part in parts:
+            view = memoryview(part).cast("B")
+            while view:
+                n = min(len(view), pool.size - fill)
+                stage[fill : fill + n] = view[:n]
+                fill += n
+                view = view[n:]
+                if fill == pool.size:
+                    flush(fill)
+                    written += fill
+                    fill = 0
+        if fill:
+            padded = _round_up(fill)
+            stage[fill:padded] = _ZEROS[: padded - fill]
+            flush(padded)
+            written += fill
     finally:
+        stage.release()
         pool.give(staging)
+    return written
 
 
 class DirectAppender:

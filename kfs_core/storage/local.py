@@ -34,7 +34,7 @@ import os
 import stat
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from kfs_core.errors import ObjectAlreadyExists, ObjectNotFound, ObjectStoreError
@@ -49,6 +49,7 @@ from kfs_core.storage.base import (
 )
 
 _TEMP_PREFIX = RESERVED_SEGMENT_PREFIX + "-"
+Buffer = bytes | bytearray | memoryview
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 # Objects this large (segments) are written with O_DIRECT where the filesystem
 # allows (`kfs_core.storage.direct_io`): nothing reads them back soon enough to
@@ -85,9 +86,12 @@ class LocalObjectStore(ObjectStore):
     # --- writes ---------------------------------------------------------------
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
+        return self.put_parts(key, (data,))
+
+    def put_parts(self, key: str, parts: Sequence[Buffer]) -> ObjectInfo:
         path = self._path(key)
         directory = os.path.dirname(path)
-        temp, written = self._write_temp(key, directory, data)
+        temp, written = self._write_temp(key, directory, parts)
         try:
             os.replace(temp, path)
         except OSError as exc:
@@ -101,7 +105,7 @@ class LocalObjectStore(ObjectStore):
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
         path = self._path(key)
         directory = os.path.dirname(path)
-        temp, written = self._write_temp(key, directory, data)
+        temp, written = self._write_temp(key, directory, (data,))
         try:
             os.link(temp, path, follow_symlinks=False)
         except FileExistsError:
@@ -241,8 +245,10 @@ class LocalObjectStore(ObjectStore):
         # keys, so the joined path cannot leave the root.
         return os.path.join(self._root, *check_key(key).split("/"))
 
-    def _write_temp(self, key: str, directory: str, data: bytes) -> tuple[str, os.stat_result]:
-        """Write ``data`` to a fresh, fsynced temporary file in ``directory``.
+    def _write_temp(
+        self, key: str, directory: str, parts: Sequence[Buffer]
+    ) -> tuple[str, os.stat_result]:
+        """Write ``parts``, one after another, to a fresh, fsynced temporary file in ``directory``.
 
         Returns its path and its stat (what the object will have once renamed
         or linked: neither changes the inode, size or mtime).
@@ -251,7 +257,7 @@ class LocalObjectStore(ObjectStore):
             temp = os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
             try:
                 self._make_directories(key, directory)
-                fd, direct = self._create(temp, len(data))
+                fd, direct = self._create(temp, sum(memoryview(p).nbytes for p in parts))
                 break
             except FileNotFoundError:
                 continue  # a concurrent delete pruned a directory: make it again
@@ -265,11 +271,12 @@ class LocalObjectStore(ObjectStore):
             )
         try:
             try:
-                if not (direct and self._write_direct(fd, data)):
-                    view = memoryview(data).cast("B")
-                    done = 0
-                    while done < len(view):
-                        done += os.write(fd, view[done:])
+                if not (direct and self._write_direct(fd, parts)):
+                    for part in parts:
+                        view = memoryview(part).cast("B")
+                        done = 0
+                        while done < len(view):
+                            done += os.write(fd, view[done:])
                 os.fsync(fd)
                 written = os.fstat(fd)
             finally:
@@ -293,16 +300,16 @@ class LocalObjectStore(ObjectStore):
             _remove_quietly(temp)
         return os.open(temp, _CREATE_FLAGS, 0o666), False
 
-    def _write_direct(self, fd: int, data: bytes) -> bool:
-        """Write all of ``data`` to ``fd`` (opened ``O_DIRECT``); False if the filesystem refused."""
+    def _write_direct(self, fd: int, parts: Sequence[Buffer]) -> bool:
+        """Write all of ``parts`` to ``fd`` (opened ``O_DIRECT``); False if the filesystem refused."""
         try:
-            direct_io.write_file(fd, data)
+            size = direct_io.write_file(fd, parts)
         except direct_io.DirectUnsupported:
             self._direct = False
             # Nothing was written: clear O_DIRECT and write through the page cache.
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
             return False
-        os.ftruncate(fd, len(data))  # cut the zero padding of the last block
+        os.ftruncate(fd, size)  # cut the zero padding of the last block
         return True
 
     def _make_directories(self, key: str, directory: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import os
 import random
 from pathlib import Path
@@ -106,8 +107,11 @@ def test_a_whole_file_write_is_cut_to_its_length(tmp_path: Path, length: int) ->
     data = os.urandom(length)
     fd = open_direct(str(path), os.O_RDWR | os.O_CREAT)
     assert fd is not None
+    # Parts of every size, as a segment's header, batches and footer come.
+    cuts = sorted({0, length, *(min(length, c) for c in (7, BLOCK, BLOCK + 3, 2 * BLOCK + 1))})
+    parts = [memoryview(data)[a:b] for a, b in itertools.pairwise(cuts)]
     try:
-        write_file(fd, data, StagingPool(size=2 * BLOCK))
+        assert write_file(fd, parts, StagingPool(size=2 * BLOCK)) == length
         os.ftruncate(fd, length)
     finally:
         os.close(fd)
