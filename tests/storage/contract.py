@@ -58,6 +58,21 @@ class ObjectStoreContract:
         assert info.etag
         assert store.get("ns/t/0/a.kfs") == b"hello world"
 
+    @pytest.mark.parametrize("sizes", [(0,), (5, 0, 7), (1 << 20, 3, (1 << 20) + 4097)])
+    def test_put_parts_stores_their_concatenation(
+        self, store: ObjectStore, sizes: tuple[int, ...]
+    ) -> None:
+        """A segment's header, batches and footer, written as one object (large ones direct)."""
+        parts = [os.urandom(n) for n in sizes]
+        backing = bytearray(b"".join(parts))
+        views = [
+            memoryview(backing)[sum(sizes[:i]) : sum(sizes[: i + 1])] for i in range(len(sizes))
+        ]
+        info = store.put_parts("ns/t/0/parts.kfs", [parts[0], *views[1:]])
+        assert info.size == sum(sizes)
+        assert store.head("ns/t/0/parts.kfs") == info
+        assert store.get("ns/t/0/parts.kfs") == bytes(backing)
+
     def test_put_info_matches_head(self, store: ObjectStore) -> None:
         before = time.time()
         put = store.put("k", b"abc")
