@@ -326,6 +326,10 @@ def run(root: Path, megabytes: int, producers: int, half_seconds: float) -> list
             metrics, scraped, "kfs_request_latency_seconds", 0.99, 'api="PRODUCE"'
         )
         fsync_p99 = histogram_bound(metrics, scraped, "kfs_wal_fsync_seconds", 0.99)
+        stage = "kfs_wal_append_stage_seconds"
+        wait_p99 = histogram_bound(metrics, scraped, stage, 0.99, 'stage="queue_wait"')
+        write_p99 = histogram_bound(metrics, scraped, stage, 0.99, 'stage="write"')
+        lag_p99 = histogram_bound(metrics, scraped, "kfs_event_loop_lag_seconds", 0.99)
         rows.append(
             (
                 f"kfs ack latency at half load ({sat.mb_per_second / 2:,.0f} MB/s)",
@@ -339,7 +343,9 @@ def run(root: Path, megabytes: int, producers: int, half_seconds: float) -> list
                 f"{'met' if p99 <= LATENCY_TARGET_MS else 'MISSED'} (<= {LATENCY_TARGET_MS:g}), "
                 f"{len(latencies):,} of {half.sent:,} messages timed, the producer using "
                 f"{half.producer_cpu_s / half.seconds:.2f} cores; in the daemon, Produce p99 <= "
-                f"{produce_p99 * 1000:g} ms, WAL fdatasync p99 <= {fsync_p99 * 1000:g} ms",
+                f"{produce_p99 * 1000:g} ms, WAL queue wait p99 <= {wait_p99 * 1000:g} ms, "
+                f"write p99 <= {write_p99 * 1000:g} ms, fdatasync p99 <= {fsync_p99 * 1000:g} ms, "
+                f"event loop lag p99 <= {lag_p99 * 1000:g} ms",
             )
         )
         daemon.stop()

@@ -137,6 +137,7 @@ __all__ = [
     "Durability",
     "FailureListener",
     "FsyncObserver",
+    "StageObserver",
     "WalAppend",
     "WalMetrics",
     "WalPosition",
@@ -149,6 +150,9 @@ log = logging.getLogger(__name__)
 Durability = Literal["cautious", "normal", "emergency"]
 #: Called by the writer thread after every data fsync: (seconds it took, frames it covered).
 FsyncObserver = Callable[[float, int], None]
+#: Called by the writer thread with the time of one stage of an append: ``"queue_wait"`` per
+#: entry (queued until the writer took it) and ``"write"`` per write (the fsync is separate).
+StageObserver = Callable[[str, float], None]
 #: Called once when a write or fsync fails and the WAL stops (see `add_failure_listener`).
 FailureListener = Callable[[WalWriteFailed], None]
 
@@ -225,6 +229,7 @@ class _Pending:
 
     frames: list[_Frame]
     future: Future[list[WalPosition]] = field(default_factory=Future)
+    queued_at: float = field(default_factory=time.perf_counter)
     positions: list[WalPosition] = field(default_factory=list)
 
 
@@ -331,6 +336,7 @@ class WalWriter:
         normal_sync_frames: int = 50,
         normal_sync_ms: float = 10,
         fsync_observer: FsyncObserver | None = None,
+        stage_observer: StageObserver | None = None,
         control_store: ObjectStore | None = None,
         namespace: str = "default",
         direct_io: bool = True,
@@ -352,6 +358,7 @@ class WalWriter:
         self._sync_frames = normal_sync_frames
         self._sync_seconds = normal_sync_ms / 1000
         self._fsync_observer = fsync_observer
+        self._stage_observer = stage_observer
         self._control_store = control_store
         self._namespace = namespace
         # O_DIRECT appends (`kfs_core.storage.direct_io`) where the filesystem
@@ -650,6 +657,10 @@ class WalWriter:
         return time.monotonic() - self._unsynced_since >= self._sync_seconds
 
     def _write(self, batch: list[_Pending]) -> None:
+        if self._stage_observer is not None:
+            now = time.perf_counter()
+            for item in batch:
+                self._observe("queue_wait", now - item.queued_at)
         group = _WriteGroup(self._write_pos)
         for item in batch:
             last_frame = item.frames[-1]
@@ -690,7 +701,10 @@ class WalWriter:
         right after the write, before any fsync.
         """
         if group.frames:
+            started = time.perf_counter()
             self._append(group.buffers, group.start)
+            if self._stage_observer is not None:
+                self._observe("write", time.perf_counter() - started)
             if not self._unsynced_frames:
                 self._unsynced_since = time.monotonic()
             self._unsynced_frames += group.frames
@@ -743,6 +757,13 @@ class WalWriter:
                 os.close(self._fd)
                 self._fd = fd
         _pwrite_all(self._fd, buffers, offset)
+
+    def _observe(self, stage: str, seconds: float) -> None:
+        assert self._stage_observer is not None
+        try:
+            self._stage_observer(stage, seconds)
+        except Exception:  # a metrics bug must not stop the WAL
+            log.exception("WAL stage observer failed")
 
     def _sync(self) -> None:
         frames = self._unsynced_frames

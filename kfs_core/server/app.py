@@ -191,6 +191,10 @@ def _broker_configs(settings: Settings, advertised: str) -> dict[str, str]:
     }
 
 
+#: How often the event loop's lag is sampled (`kfs_event_loop_lag_seconds`).
+LOOP_LAG_SAMPLE_S = 0.05
+
+
 class KfsServer:
     """One daemon: ops endpoint, store, WAL, log manager and the Kafka listener."""
 
@@ -233,6 +237,7 @@ class KfsServer:
         if install_signal_handlers:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self._on_signal, signum)
+        lag = asyncio.ensure_future(self._sample_loop_lag())
         try:
             try:
                 host, port = parse_host_port(self.settings.metrics_listen, METRICS_PORT)
@@ -254,6 +259,7 @@ class KfsServer:
             await self._stop.wait()
             await self._shutdown()
         finally:
+            lag.cancel()
             self._ready = False
             self.metrics.ready.set(0)
             await self._close()
@@ -263,6 +269,14 @@ class KfsServer:
                     loop.remove_signal_handler(signum)
         log.info("kfs serve stopped (exit %d)", self._exit_code)
         return self._exit_code
+
+    async def _sample_loop_lag(self) -> None:
+        """Every `LOOP_LAG_SAMPLE_S`, how late the loop woke us: `kfs_event_loop_lag_seconds`."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + LOOP_LAG_SAMPLE_S
+            await asyncio.sleep(LOOP_LAG_SAMPLE_S)
+            self.metrics.event_loop_lag.observe(max(0.0, loop.time() - due))
 
     async def _start_or_stop(self) -> bool:
         """Start the services unless a stop request comes first; whether the daemon may serve."""
@@ -308,7 +322,10 @@ class KfsServer:
         self._store = InstrumentedStore(store, self.metrics)
         registry = TopicRegistry(self._store, s.namespace)
         self._wal = WalWriter.from_settings(
-            s, fsync_observer=self.metrics.observe_fsync, control_store=self._store
+            s,
+            fsync_observer=self.metrics.observe_fsync,
+            stage_observer=self.metrics.observe_wal_stage,
+            control_store=self._store,
         )
         self._log = LogManager(
             self._store,

@@ -6,7 +6,10 @@ global one, so two daemons in one process, or a test, never share series):
 * request counters and latency histograms per API, produce/fetch bytes,
   per-partition error codes, connections and refused frames;
 * the WAL fsync latency histogram, fed by `WalWriter`'s ``fsync_observer``
-  from its writer thread (prometheus_client metrics are thread-safe);
+  from its writer thread (prometheus_client metrics are thread-safe), and the
+  time an append waits for the writer and spends in its write
+  (``stage_observer``): with the Produce latency and the event loop's lag,
+  where an acknowledgement's time goes;
 * object-store requests, errors, bytes and latency, counted by
   `InstrumentedStore`, a wrapper the daemon hands to everything that talks to
   the store;
@@ -121,6 +124,21 @@ class ServerMetrics:
             buckets=_FSYNC_BUCKETS,
             registry=r,
         )
+        self.wal_stage_seconds = Histogram(
+            "kfs_wal_append_stage_seconds",
+            "Time an append spends in each WAL stage before its fsync: queue_wait "
+            "(queued until the writer thread takes it, per append) and write (per write)",
+            ["stage"],
+            buckets=_FSYNC_BUCKETS,
+            registry=r,
+        )
+        self.event_loop_lag = Histogram(
+            "kfs_event_loop_lag_seconds",
+            "How late the event loop ran a callback due now (sampled every 50 ms): "
+            "time it spent on other work or waiting for the GIL",
+            buckets=_FSYNC_BUCKETS,
+            registry=r,
+        )
         self.wal_fsync_frames = Histogram(
             "kfs_wal_fsync_frames",
             "Frames covered by each WAL fsync (group commit)",
@@ -180,6 +198,10 @@ class ServerMetrics:
         """`WalWriter`'s ``fsync_observer``: runs on the WAL writer thread."""
         self.wal_fsync_seconds.observe(seconds)
         self.wal_fsync_frames.observe(frames)
+
+    def observe_wal_stage(self, stage: str, seconds: float) -> None:
+        """`WalWriter`'s ``stage_observer``: runs on the WAL writer thread."""
+        self.wal_stage_seconds.labels(stage).observe(seconds)
 
     def observe_flush(self, seconds: float, size: int, segments: int) -> None:
         """`LogManager`'s ``flush_observer``: one partition flush committed."""

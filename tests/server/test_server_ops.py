@@ -373,6 +373,17 @@ def test_probes_and_metrics(local_daemon: Daemon) -> None:
         "kfs_ready 1.0",
     ):
         assert name in text, name
+    # Where an acknowledgement's time goes: observed, not merely declared.
+    counts = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith(
+            ("kfs_wal_append_stage_seconds_count", "kfs_event_loop_lag_seconds_count")
+        )
+    }
+    assert counts['kfs_wal_append_stage_seconds_count{stage="queue_wait"}'] >= 1
+    assert counts['kfs_wal_append_stage_seconds_count{stage="write"}'] >= 1
+    assert counts["kfs_event_loop_lag_seconds_count"] >= 1
 
 
 def test_readyz_is_503_until_ready() -> None:
