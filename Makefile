@@ -46,6 +46,9 @@ bench: install kcat ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.maintenance
 	$(BIN)/python -m bench.groups
 
+soak: install ## Long fault campaigns (not in make test): the decoder fuzzing at 5,000 cases a decoder
+	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -p no:cacheprovider tests/fuzz
+
 lint: install ## ruff (lint + format check) and mypy (strict on kfs_core, spark_jobs, kfs_airflow)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -66,4 +69,4 @@ lock: ## Re-resolve constraints.txt from pyproject.toml in a scratch venv
 clean: ## Remove the venv, caches and the local store
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .kfs
 
-.PHONY: help install browser kcat kafkajs run test bench lint format datadocs-assets lock clean
+.PHONY: help install browser kcat kafkajs run test bench soak lint format datadocs-assets lock clean
