@@ -938,6 +938,13 @@ class LogManager:
         self._failure.check()
         if self._lifecycle != "running":
             raise LogClosed(f"the log is {self._lifecycle}; not accepting appends")
+        if self.wal.out_of_space:
+            # Refused before any offset is assigned; what the WAL holds queued
+            # is written once there is space again.
+            raise LogStorageError(
+                f"the WAL's disk is full ({self.wal.directory}): appends are refused "
+                "until space is freed"
+            )
         if p is not None and p.deleted:
             raise deleted_error(p)
 

@@ -49,6 +49,13 @@ recovery and torn-tail handling do not change.  Durability modes
     one) so maintenance jobs stop (`kfs_core.maintenance_pause`); starting in
     another mode clears it.
 
+A full disk is not a failure.  Files are preallocated, so writes into them
+never run out of space; only creating the next file can (ENOSPC, EDQUOT).
+Then the writer waits and tries again (`out_of_space` is true meanwhile, and
+`LogManager` refuses new appends with KAFKA_STORAGE_ERROR), the frames
+already queued wait with it, and once an operator frees space it rolls and
+writes them: nothing acknowledged or queued is lost and no restart is needed.
+
 A failed write or fsync stops the WAL (`WalWriteFailed`): the waiters of
 the failed group and every later append get the error, because after a failed
 fsync the kernel may have dropped the dirty pages and a retry could report
@@ -158,6 +165,9 @@ FailureListener = Callable[[WalWriteFailed], None]
 
 DEFAULT_FILE_SIZE = WAL_FILE_SIZE  # 16 MiB
 MIN_FILE_SIZE = 1024  # small files are for tests; anything smaller is a mistake
+#: How a roll waits for disk space: the first pause, and the longest.
+OUT_OF_SPACE_RETRY_MIN_S = 0.05
+OUT_OF_SPACE_RETRY_MAX_S = 1.0
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 
 # Looked up at call time so tests can slow down or fail the writer's fsyncs
@@ -199,6 +209,7 @@ class WalMetrics:
     checkpoints: int = 0
     files_created: int = 0
     files_deleted: int = 0
+    out_of_space: int = 0  # times the disk was full when the next file was due
 
 
 # --- internals -------------------------------------------------------------
@@ -303,6 +314,10 @@ def _create_temp_file(path: str, size: int) -> None:
     try:
         preallocate(fd, size)
         os.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # a full disk must not keep what it could not finish
+        raise
     finally:
         os.close(fd)
 
@@ -384,6 +399,7 @@ class WalWriter:
         self._appender: DirectAppender | None = None  # the active file's, when it is direct
         self._direct_appender: DirectAppender | None = None  # kept across files (warm staging)
         self._spare: _Spare | None = None  # the next file, prepared ahead
+        self._out_of_space: OSError | None = None  # set while a roll waits for disk space
         self._write_pos = 0
         self._unsynced_frames = 0
         self._unsynced_since = 0.0
@@ -419,6 +435,16 @@ class WalWriter:
     def metrics(self) -> WalMetrics:
         with self._stats_lock:
             return self._stats
+
+    @property
+    def out_of_space(self) -> bool:
+        """Whether the writer is waiting for disk space to start its next file.
+
+        Frames already queued wait with it and are written once there is
+        space; the owner should refuse new appends meanwhile (`LogManager`
+        answers them KAFKA_STORAGE_ERROR).
+        """
+        return self._out_of_space is not None
 
     @property
     def failure(self) -> WalWriteFailed | None:
@@ -670,7 +696,7 @@ class WalWriter:
                 assert active is not None
                 if self._write_pos + size > active.size:
                     self._write_group(group, sync=True)  # seal the file before the next one exists
-                    self._roll(size)
+                    self._roll_when_there_is_space(size)
                     group = _WriteGroup(self._write_pos)
                     active = self._active
                     assert active is not None
@@ -806,6 +832,46 @@ class WalWriter:
             self._unsynced_frames = len(carry)
             self._count(frames=len(carry), bytes=self._write_pos, writes=1)
             self._sync()
+
+    def _roll_when_there_is_space(self, next_frame_size: int) -> None:
+        """`_roll`, waiting while the disk is full (ENOSPC, EDQUOT) instead of failing.
+
+        Nothing is lost by waiting: the file being sealed is written and
+        fsynced, the frames still to write stay queued, and every file
+        operation of a failed roll is undone.  A full disk is something an
+        operator fixes (retention, a bigger volume), so the writer tries again
+        with a growing pause (up to `OUT_OF_SPACE_RETRY_MAX_S`) until space
+        appears or the WAL closes; closing gives up, and what was still
+        queued fails, unacknowledged.
+        """
+        pause = OUT_OF_SPACE_RETRY_MIN_S
+        while True:
+            try:
+                self._roll(next_frame_size)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                if self._out_of_space is None:
+                    log.error(
+                        "WAL %s: no space for the next file (%s); appends are refused and "
+                        "the queued ones wait until space is freed",
+                        self._directory,
+                        exc.strerror,
+                    )
+                    self._count(out_of_space=1)
+                self._out_of_space = exc
+                with self._cond:
+                    if self._state is not _State.OPEN:
+                        raise
+                    self._cond.wait(pause)
+                    if self._state is not _State.OPEN:
+                        raise
+                pause = min(pause * 2, OUT_OF_SPACE_RETRY_MAX_S)
+                continue
+            if self._out_of_space is not None:
+                log.warning("WAL %s: space again; appends resume", self._directory)
+                self._out_of_space = None
+            return
 
     def _carried_checkpoints(self) -> list[bytes]:
         """CHECKPOINT frames for partitions that still have records in live files."""
