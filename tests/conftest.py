@@ -7,6 +7,7 @@ moto server, so a test that takes it runs against both backends.
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import os
 import shutil
@@ -16,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,61 @@ def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str
                 return value
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}: {last_error!r}")
+
+
+SmallDisk = Callable[[int], Path]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    """Mounts a tmpfs of the asked size (bytes) under ``tmp_path``: a real disk that fills up.
+
+    Root only; skipped where mounting is not allowed.  Unmounted afterwards.
+    """
+    mounts: list[Path] = []
+
+    def mount(size: int) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        target = tmp_path / f"small-disk-{len(mounts)}"
+        target.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounts.append(target)
+        return target
+
+    try:
+        yield mount
+    finally:
+        for target in mounts:
+            subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+def fill_disk(disk: Path) -> Path:
+    """Take every free byte of ``disk`` with one file; returns it (unlink it to free the space)."""
+    filler = disk / "filler"
+    chunk = bytes(64 << 10)
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+    return filler
+
+
+def wal_spare_ready(wal_dir: Path, size: int) -> bool:
+    """The WAL's next file, prepared ahead, exists at full size (so filling the disk spares it)."""
+    return wal_dir.is_dir() and any(
+        p.name.endswith(".wal.tmp") and p.stat().st_size == size for p in wal_dir.iterdir()
+    )
 
 
 @pytest.fixture(scope="session")

@@ -10,19 +10,12 @@ acknowledged is lost, and once the filler is removed it rolls and goes on.
 from __future__ import annotations
 
 import asyncio
-import errno
-import os
-import subprocess
 import threading
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from kfs_core.errors import LogStorageError, RequestTimedOut
 from kfs_core.log.wal_writer import WalWriter
 from kfs_core.storage.base import ObjectStore
-from tests.conftest import wait_for
+from tests.conftest import SmallDisk, fill_disk, wait_for, wal_spare_ready
 from tests.log.batches import make_batch as make_wal_batch
 from tests.log.log_helpers import (
     TOPIC,
@@ -38,54 +31,16 @@ from tests.log.wal_helpers import recovered
 KAFKA_STORAGE_ERROR = 56
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs of the test's own."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(disk: Path) -> Path:
-    """Take every free byte of ``disk`` with one file; returns it (unlink it to free the space)."""
-    filler = disk / "filler"
-    chunk = bytes(64 << 10)
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(chunk)
-                f.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
-    return filler
-
-
-def spare_ready(wal_dir: Path, size: int) -> bool:
-    """The WAL's next file, prepared ahead, exists at full size (so filling the disk spares it)."""
-    return any(p.name.endswith(".wal.tmp") and p.stat().st_size == size for p in wal_dir.iterdir())
-
-
 def test_a_full_disk_holds_the_wal_until_space_is_freed_and_loses_nothing(
-    small_disk: Path,
+    small_disk: SmallDisk,
 ) -> None:
+    disk = small_disk(4 << 20)
     size = 256 << 10
-    wal_dir = small_disk / "wal"
+    wal_dir = disk / "wal"
     wal = WalWriter(wal_dir, file_size=size)
     wal.recover()
-    wait_for(lambda: spare_ready(wal_dir, size), timeout=10, what="the spare WAL file")
-    filler = fill(small_disk)
+    wait_for(lambda: wal_spare_ready(wal_dir, size), timeout=10, what="the spare WAL file")
+    filler = fill_disk(disk)
 
     written: list[tuple[int, bytes]] = []
     batches = [make_wal_batch(0, 3 * i, size=40_000, count=3) for i in range(30)]
@@ -116,17 +71,18 @@ def test_a_full_disk_holds_the_wal_until_space_is_freed_and_loses_nothing(
 
 
 def test_appends_to_a_log_whose_wal_disk_is_full_get_56_then_resume(
-    local_store: ObjectStore, small_disk: Path
+    local_store: ObjectStore, small_disk: SmallDisk
 ) -> None:
+    disk = small_disk(4 << 20)
     value = b"v" * 100_000
 
     async def body(h: Harness) -> None:
         logs = await h.open()
         await logs.create_topic(TOPIC)
         await eventually(
-            lambda: spare_ready(h.wal_dir, logs.wal.file_size), what="the spare WAL file"
+            lambda: wal_spare_ready(h.wal_dir, logs.wal.file_size), what="the spare WAL file"
         )
-        filler = await asyncio.to_thread(fill, small_disk)
+        filler = await asyncio.to_thread(fill_disk, disk)
 
         acked: list[int] = []
         refused: LogStorageError | None = None
@@ -152,4 +108,4 @@ def test_appends_to_a_log_whose_wal_disk_is_full_get_56_then_resume(
         assert offsets == list(range(after.base_offset + 1))
         assert set(acked) <= set(offsets[::2])
 
-    run_harness(local_store, small_disk, body)
+    run_harness(local_store, disk, body)

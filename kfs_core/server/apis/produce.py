@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
+from kfs_core.errors import LogError
 from kfs_core.log.log_manager import AppendResult
 from kfs_core.server.apis.base import Api, error_code_for, log_failure, message_of
 from kfs_core.server.protocol_errors import ErrorCode
@@ -91,7 +92,12 @@ async def _finish(
     results: list[AppendResult | Exception] = []
     if appends:
         # The request frame is ours: offsets are assigned in it, no copy.
-        results = await broker.log.append_many(appends, timeout_s=timeout_s, owned=True)
+        try:
+            results = await broker.log.append_many(appends, timeout_s=timeout_s, owned=True)
+        except LogError as exc:
+            # Refused as a whole before anything was stored (the log is closing, has
+            # failed, or its WAL disk is full): every partition answers its code.
+            results = [exc] * len(appends)
     answer = ProduceResponse.TopicProduceResponse
     partition_answer = answer.PartitionProduceResponse
     responses = []

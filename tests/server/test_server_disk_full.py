@@ -1,0 +1,101 @@
+"""A real `kfs serve` whose WAL disk fills up: producers get KAFKA_STORAGE_ERROR, the daemon
+stays up and ready, and once space is freed producing resumes with every acknowledged record
+intact.  The disk is a real 48 MiB tmpfs (root only, skipped where mounting is not allowed);
+the clients are confluent-kafka over loopback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from tests.conftest import SmallDisk, fill_disk, wait_for, wal_spare_ready
+from tests.server.conftest import (
+    DaemonFactory,
+    Delivered,
+    consume_confluent,
+    create_topic,
+    produce_confluent,
+)
+
+pytestmark = pytest.mark.integration
+
+WAL_FILE = 16 << 20  # the daemon's WAL file size
+
+
+def produce_until_refused(bootstrap: str, topic: str, count: int) -> tuple[Delivered, list[Any]]:
+    """Produce ``count`` 10 KiB values without retries: what was acknowledged, and the errors."""
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "retries": 0,  # the first KAFKA_STORAGE_ERROR is final, not retried for minutes
+            "request.timeout.ms": 3000,
+            "message.timeout.ms": 10000,
+        }
+    )
+    delivered: Delivered = []
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            delivered.append((msg.partition(), msg.offset(), msg.value()))
+
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=b"%08d" % i + bytes(10_232), on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return delivered, errors
+
+
+def test_a_full_wal_disk_refuses_produce_with_56_and_resumes_when_space_is_freed(
+    daemons: DaemonFactory, small_disk: SmallDisk
+) -> None:
+    disk = small_disk(48 << 20)
+    data_dir = disk / "data"
+    daemon = daemons.start(extra_args=["--data-dir", str(data_dir)])
+    topic = create_topic(daemon.bootstrap, 1)
+    wait_for(lambda: wal_spare_ready(data_dir / "wal", WAL_FILE), what="the spare WAL file")
+    filler = fill_disk(disk)
+
+    # Two WAL files (32 MiB) fit; 40 MB of produce cannot.  The requests already in
+    # flight when the WAL ran out of space wait in its queue and time out (they are
+    # written once there is space); requests that come later are refused at once.
+    acked, errors = produce_until_refused(daemon.bootstrap, topic, 4000)
+    assert len(acked) > 1000  # what fitted was acknowledged
+    assert errors, "40 MB fitted on a disk with room for 32"
+    late, refused = produce_until_refused(daemon.bootstrap, topic, 20)
+    assert late == []
+    codes = {e.code() for e in refused}
+    assert codes == {confluent_kafka.KafkaError.KAFKA_STORAGE_ERROR}, refused[:3]
+    assert daemon.alive()
+    assert daemon.http("/readyz") == (200, "ready\n")
+    metrics = daemon.http("/metrics")[1]
+    assert "kfs_wal_out_of_space_total 1.0" in metrics
+
+    filler.unlink()
+    more = wait_for(
+        lambda: produce_confluent(daemon.bootstrap, topic, [b"after"], partitions=1),
+        timeout=60,
+        what="produce to resume",
+    )
+    assert more[0][2] == b"after"
+
+    high = more[0][1] + 1
+    stored = {
+        offset: value for _, offset, value in consume_confluent(daemon.bootstrap, topic, 1, high)
+    }
+    assert sorted(stored) == list(range(high))  # gap-free
+    for _, offset, value in acked:
+        assert stored[offset] == value  # every acknowledged record, unchanged
+    assert daemon.stop() == 0
