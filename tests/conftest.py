@@ -101,11 +101,10 @@ def fill_disk(disk: Path) -> Path:
     """Take every free byte of ``disk`` with one file; returns it (unlink it to free the space)."""
     filler = disk / "filler"
     chunk = bytes(64 << 10)
-    with open(filler, "wb") as f:
+    with open(filler, "wb", buffering=0) as f:  # unbuffered: closing has nothing left to write
         try:
-            while True:
-                f.write(chunk)
-                f.flush()
+            while f.write(chunk):
+                pass
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
