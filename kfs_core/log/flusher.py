@@ -37,7 +37,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kfs_core.catalog.actions import SegmentEntry
 from kfs_core.catalog.partition import PartitionCatalog
@@ -189,7 +189,7 @@ class Flusher:
                 lambda: run_in(
                     self._executor,
                     functools.partial(
-                        _seal,
+                        seal_segments,
                         p.topic,
                         p.partition,
                         batches,
@@ -355,15 +355,6 @@ class Flusher:
                     exc,
                 )
                 await asyncio.sleep(delay)
-
-
-def _seal(*args: Any, join: bool, **kwargs: Any) -> list[Sealed]:
-    """`seal_segments`, and with ``join`` each segment's bytes joined (for L1), off the loop."""
-    sealed = seal_segments(*args, **kwargs)
-    if join:
-        for s in sealed:
-            s.segment.data  # noqa: B018 - joins the parts once, here on an I/O thread
-    return sealed
 
 
 def _share_segment_bytes(sealed: Sequence[Sealed]) -> None:

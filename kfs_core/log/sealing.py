@@ -93,10 +93,14 @@ def seal_segments(
     index_interval: int,
     created_ms: int,
     recompression: Recompression = KEEP_AS_PRODUCED,
+    join: bool = False,
 ) -> list[Sealed]:
     """Build the segments that carry ``batches`` (offset order), each at most ``segment_bytes``.
 
     Each batch is stored as produced or re-encoded, as ``recompression`` says.
+    A segment is its parts (`SealedSegment`); with ``join`` its bytes are also
+    joined into one buffer here (the flush does this on an I/O thread when L1
+    will hold the segment).
     """
     name = f"{topic}-{partition}"
     recoded = [_recoded(batch, recompression, name) for batch in batches]
@@ -115,6 +119,8 @@ def seal_segments(
         # The buffered batches do not change until their commit: borrowed, copied once.
         positions = tuple(writer.append(stored[i], borrow=True) for i in group)
         segment = writer.finish()
+        if join:
+            segment.data  # noqa: B018 - joins the parts once, now
         entry = SegmentEntry.for_sealed(topic, partition, segment)
         sealed.append(
             Sealed(

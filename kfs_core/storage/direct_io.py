@@ -58,6 +58,7 @@ BLOCK = 4096
 STAGING_BYTES = 4 << 20
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _ZEROS = bytes(BLOCK)
+Buffer = bytes | bytearray | memoryview
 
 
 class DirectUnsupported(OSError):
@@ -128,9 +129,53 @@ def _pwrite_exact(fd: int, view: memoryview, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def write_file(
-    fd: int, parts: Iterable[bytes | bytearray | memoryview], pool: StagingPool = SEGMENT_STAGING
-) -> int:
+def _write_staged(
+    fd: int, stage: memoryview, offset: int, fill: int, parts: Iterable[Buffer], refusable: bool
+) -> tuple[int, bytes]:
+    """Write ``parts`` through ``stage`` at block-aligned ``offset``; the one loop of both writers.
+
+    The first ``fill`` bytes of ``stage`` are staged already (the earlier
+    bytes of ``offset``'s block).  Every full stage is written, then the
+    rest, zero-padded to a block.  Returns the bytes of ``parts`` written and
+    those of the last, partial block (the next append's tail; empty when the
+    data ends on a block).  With ``refusable``, an ``EINVAL`` on the first
+    write raises `DirectUnsupported` (nothing was written).
+    """
+    capacity = len(stage)
+    copied = 0
+    first = True
+
+    def write(at: int, length: int) -> None:
+        nonlocal first
+        try:
+            _pwrite_exact(fd, stage[:length], at)
+        except OSError as exc:
+            if refusable and first and exc.errno == errno.EINVAL:
+                raise DirectUnsupported(exc.errno, f"direct write refused: {exc}") from exc
+            raise
+        first = False
+
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while view:
+            n = min(len(view), capacity - fill)
+            stage[fill : fill + n] = view[:n]
+            fill += n
+            copied += n
+            view = view[n:]
+            if fill == capacity:
+                write(offset, capacity)
+                offset += capacity
+                fill = 0
+    if not fill:
+        return copied, b""
+    padded = _round_up(fill)
+    stage[fill:padded] = _ZEROS[: padded - fill]
+    write(offset, padded)
+    return copied, bytes(stage[fill - fill % BLOCK : fill])
+
+
+def write_file(fd: int, parts: Iterable[Buffer], pool: StagingPool = SEGMENT_STAGING) -> int:
     """Write ``parts`` back to back from offset 0 of ``fd`` (opened with ``O_DIRECT``).
 
     Returns the bytes written.  The last block is zero-padded, so the file
@@ -140,33 +185,8 @@ def write_file(
     """
     staging = pool.take()
     stage = memoryview(staging)
-    written = fill = 0
-
-    def flush(length: int) -> None:
-        try:
-            _pwrite_exact(fd, stage[:length], written)
-        except OSError as exc:
-            if written == 0 and exc.errno == errno.EINVAL:
-                raise DirectUnsupported(exc.errno, f"direct write refused: {exc}") from exc
-            raise
-
     try:
-        for part in parts:
-            view = memoryview(part).cast("B")
-            while view:
-                n = min(len(view), pool.size - fill)
-                stage[fill : fill + n] = view[:n]
-                fill += n
-                view = view[n:]
-                if fill == pool.size:
-                    flush(fill)
-                    written += fill
-                    fill = 0
-        if fill:
-            padded = _round_up(fill)
-            stage[fill:padded] = _ZEROS[: padded - fill]
-            flush(padded)
-            written += fill
+        written, _ = _write_staged(fd, stage, 0, 0, parts, refusable=True)
     finally:
         stage.release()
         pool.give(staging)
@@ -205,48 +225,25 @@ class DirectAppender:
         self._tail = bytes(tail)
         self._written = False
 
-    def append(self, buffers: Iterable[bytes | bytearray | memoryview]) -> int:
+    def append(self, buffers: Iterable[Buffer]) -> int:
         """Write ``buffers`` at the end; returns the bytes appended.
 
         Raises `DirectUnsupported` if the filesystem refuses the first direct
         write to this file (nothing was written then).
         """
-        stage, capacity = self._stage, len(self._stage)
-        start = self.end - len(self._tail)  # aligned: the block the tail lives in
-        fill = len(self._tail)
-        stage[:fill] = self._tail
-        appended = 0
-        for buffer in buffers:
-            view = memoryview(buffer).cast("B")
-            while view:
-                n = min(len(view), capacity - fill)
-                stage[fill : fill + n] = view[:n]
-                fill += n
-                appended += n
-                view = view[n:]
-                if fill == capacity:
-                    self._write(start, capacity)
-                    start += capacity
-                    fill = 0
-        if fill:
-            padded = _round_up(fill)
-            stage[fill:padded] = _ZEROS[: padded - fill]
-            self._write(start, padded)
-            whole = fill - fill % BLOCK
-            self._tail = bytes(stage[whole:fill])
-        else:
-            self._tail = b""
+        tail = self._tail
+        self._stage[: len(tail)] = tail
+        appended, self._tail = _write_staged(
+            self.fd,
+            self._stage,
+            self.end - len(tail),  # aligned: the block the tail lives in
+            len(tail),
+            buffers,
+            refusable=not self._written,
+        )
+        self._written = self._written or appended > 0
         self.end += appended
         return appended
-
-    def _write(self, offset: int, length: int) -> None:
-        try:
-            _pwrite_exact(self.fd, self._stage[:length], offset)
-        except OSError as exc:
-            if exc.errno == errno.EINVAL and not self._written:
-                raise DirectUnsupported(exc.errno, f"direct write refused: {exc}") from exc
-            raise
-        self._written = True
 
     def close(self) -> None:
         """Free the staging buffer (file descriptors are the caller's)."""

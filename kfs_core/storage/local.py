@@ -47,9 +47,9 @@ from kfs_core.storage.base import (
     check_key,
     check_prefix,
 )
+from kfs_core.storage.direct_io import Buffer
 
 _TEMP_PREFIX = RESERVED_SEGMENT_PREFIX + "-"
-Buffer = bytes | bytearray | memoryview
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 # Objects this large (segments) are written with O_DIRECT where the filesystem
 # allows (`kfs_core.storage.direct_io`): nothing reads them back soon enough to

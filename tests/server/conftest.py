@@ -318,8 +318,35 @@ def produce_confluent(
 ) -> Delivered:
     """Produce ``values`` round-robin over ``partitions``; what the broker acknowledged.
 
-    ``timestamp_ms`` sets every record's create time (default: now).
+    ``timestamp_ms`` sets every record's create time (default: now).  Any
+    delivery error fails the caller.
     """
+    delivered, errors = produce_confluent_outcomes(
+        bootstrap,
+        topic,
+        values,
+        partitions=partitions,
+        codec=codec,
+        acks=acks,
+        extra=extra,
+        timestamp_ms=timestamp_ms,
+    )
+    assert not errors, errors[:3]
+    return delivered
+
+
+def produce_confluent_outcomes(
+    bootstrap: str,
+    topic: str,
+    values: Sequence[bytes],
+    *,
+    partitions: int = 3,
+    codec: str = "none",
+    acks: str = "all",
+    extra: dict[str, Any] | None = None,
+    timestamp_ms: int | None = None,
+) -> tuple[Delivered, list[Any]]:
+    """`produce_confluent`, returning the delivery errors (``KafkaError``) instead of failing."""
     producer = confluent_kafka.Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -339,18 +366,22 @@ def produce_confluent(
             delivered.append((msg.partition(), msg.offset(), msg.value()))
 
     for i, value in enumerate(values):
-        producer.produce(
-            topic,
-            value=value,
-            key=b"key-%d" % i,
-            partition=i % partitions,
-            on_delivery=on_delivery,
-            **({"timestamp": timestamp_ms} if timestamp_ms is not None else {}),
-        )
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=b"key-%d" % i,
+                    partition=i % partitions,
+                    on_delivery=on_delivery,
+                    **({"timestamp": timestamp_ms} if timestamp_ms is not None else {}),
+                )
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.05)
         producer.poll(0)
     assert producer.flush(60) == 0
-    assert not errors, errors[:3]
-    return delivered
+    return delivered, errors
 
 
 def consume_confluent(bootstrap: str, topic: str, partitions: int, count: int) -> Delivered:

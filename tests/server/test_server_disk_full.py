@@ -18,6 +18,7 @@ from tests.server.conftest import (
     consume_confluent,
     create_topic,
     produce_confluent,
+    produce_confluent_outcomes,
 )
 
 pytestmark = pytest.mark.integration
@@ -27,35 +28,17 @@ WAL_FILE = 16 << 20  # the daemon's WAL file size
 
 def produce_until_refused(bootstrap: str, topic: str, count: int) -> tuple[Delivered, list[Any]]:
     """Produce ``count`` 10 KiB values without retries: what was acknowledged, and the errors."""
-    producer = confluent_kafka.Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "linger.ms": 5,
+    return produce_confluent_outcomes(
+        bootstrap,
+        topic,
+        [b"%08d" % i + bytes(10_232) for i in range(count)],
+        partitions=1,
+        extra={
             "retries": 0,  # the first KAFKA_STORAGE_ERROR is final, not retried for minutes
             "request.timeout.ms": 3000,
             "message.timeout.ms": 10000,
-        }
+        },
     )
-    delivered: Delivered = []
-    errors: list[Any] = []
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            delivered.append((msg.partition(), msg.offset(), msg.value()))
-
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, value=b"%08d" % i + bytes(10_232), on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    return delivered, errors
 
 
 @pytest.mark.parametrize("store_on_the_disk", [False, True], ids=["wal", "wal-and-store"])
