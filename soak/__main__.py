@@ -1,0 +1,109 @@
+"""Run the fault campaigns' long forms and print one table (``make soak``).
+
+    python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--skip-fuzz]
+
+- kill -9 cycles of a real `kfs serve` under load, in ``cautious`` and
+  ``normal`` mode, over the local store and over S3 on a moto server;
+- the restart of a daemon whose WAL holds ``--wal-gib`` GiB, timed to ready;
+- the decoder fuzzing (``tests/fuzz``) at its soak size.
+
+Every randomised campaign prints its seed; ``--seed`` replays a run.  The
+exit status is 1 if any campaign lost, duplicated or changed a record or
+reported a problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from bench.catalog_load import moto_server
+from soak import crash_cycles, wal_recovery
+from soak.report import Row, format_table
+from tests.server.conftest import DaemonFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _s3_store(endpoint: str) -> dict[str, str]:
+    import boto3
+
+    bucket = f"kfs-soak-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return {"store_url": f"s3://{bucket}/kfs", "s3_endpoint_url": endpoint}
+
+
+def fuzz_row() -> Row:
+    """The decoder fuzzing at soak size, as one row (cases: the tests that ran)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/fuzz"],
+        cwd=ROOT,
+        env={**os.environ, "HYPOTHESIS_PROFILE": "soak"},
+        capture_output=True,
+        text=True,
+    )
+    passed = re.search(r"(\d+) passed", result.stdout)
+    row = Row("decoder fuzzing (5,000 a decoder)", "-", int(passed.group(1)) if passed else 0)
+    if result.returncode != 0:
+        row.problems.append(result.stdout.strip().splitlines()[-1])
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m soak", description=__doc__.split("\n")[0])
+    parser.add_argument("--cycles", type=int, default=100, help="kill -9 cycles per row")
+    parser.add_argument("--seed", type=int, default=None, help="replay a run (default: random)")
+    parser.add_argument("--wal-gib", type=float, default=1.0, help="WAL size for the recovery")
+    parser.add_argument("--skip-fuzz", action="store_true", help="leave out the decoder fuzzing")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    print(f"seed {seed}", flush=True)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="kfs-soak-") as tmp, moto_server() as endpoint:
+        factory = DaemonFactory(Path(tmp))
+        try:
+            for backend in ("local", "s3"):
+                for mode in ("cautious", "normal"):
+                    store = _s3_store(endpoint) if backend == "s3" else {}
+                    daemon = factory.start(
+                        name=f"cycles-{backend}-{mode}",
+                        extra_args=[*crash_cycles.DAEMON_ARGS, "--durability", mode],
+                        **store,
+                    )
+                    row = crash_cycles.run(
+                        daemon,
+                        cycles=args.cycles,
+                        seed=seed,
+                        store=backend,
+                        mode=mode,
+                        progress=lambda line, b=backend, m=mode: print(
+                            f"  {b} {m}: {line}", flush=True
+                        ),
+                    )
+                    daemon.kill()
+                    rows.append(row)
+                    print(format_table([row]), flush=True)
+            wal_bytes = int(args.wal_gib * (1 << 30))
+            daemon = factory.start(
+                name="wal-recovery", extra_args=wal_recovery.daemon_args(wal_bytes)
+            )
+            rows.append(wal_recovery.run(daemon, wal_bytes=wal_bytes, seed=seed, store="local"))
+            daemon.kill()
+        finally:
+            factory.close()
+    if not args.skip_fuzz:
+        rows.append(fuzz_row())
+    print()
+    print(format_table(rows))
+    return 0 if all(row.passed for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
