@@ -191,6 +191,11 @@ class Settings:
         choices=DURABILITY_MODES,
         broker_config="kfs.durability",
     )
+    wal_accept_loss: bool = setting(
+        False,
+        "start even if acknowledged WAL data is damaged: cut the WAL at the damage and "
+        "lose the records after it that are not in the store yet (one restart, then unset)",
+    )
     segment_bytes: int = setting(
         4 << 20,
         "seal a partition buffer into a segment at this size",

@@ -32,6 +32,7 @@ __all__ = [
     "WalPosition",
     "batch_last_offset",
     "fdatasync",
+    "fsync_directory",
     "preallocate",
     "wal_file_name",
 ]
@@ -43,6 +44,15 @@ WAL_NAME = re.compile(r"^(\d{20})\.wal$")
 #: ``fdatasync`` where the platform has it: the file size never changes, so the
 #: metadata ``fsync`` would also write is not needed for durability.
 fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
+def fsync_directory(path: str) -> None:
+    """fsync a directory: what was created or removed in it is durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def wal_file_name(seq: int) -> str:

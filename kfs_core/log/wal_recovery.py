@@ -12,6 +12,14 @@ position and size are reported in `WalRecovery.torn_tail` and logged), and
 appends continue from there; a last file cut short outside KFS is extended
 back to the file size, so appends never change a file's size.
 
+Damage is never repaired silently.  Only when the operator says so
+(``accept_loss``, the daemon's ``KFS_WAL_ACCEPT_LOSS``) does recovery cut the
+WAL at the first damaged frame: the bytes from there to the end of that file
+are zeroed, every later file is removed, appends continue at the cut, and
+`WalRecovery.cut` (and an error in the log) names the file, the byte offset
+and how much was discarded.  Records those bytes held that had not reached
+the store are lost; everything before the cut is replayed as usual.
+
 Recovery returns every RECORD frame whose last offset is above its
 partition's highest checkpoint, in WAL order.  Replay is idempotent by
 construction: a batch flushed before its checkpoint frame reached the disk
@@ -19,7 +27,7 @@ is returned again, with its topic, partition, base and last offset, so the
 daemon can skip offsets below the catalog's high watermark.
 
 Public values: `WalRecovery` (what the daemon replays, and a report of the
-scan), `RecoveredBatch`, `TornTail`; `RecoveredWal` adds what the writer
+scan), `RecoveredBatch`, `TornTail`, `WalCut`; `RecoveredWal` adds what the writer
 needs to resume (the live files and where appends continue).
 """
 
@@ -32,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kfs_core.errors import CorruptionError, CorruptWal
-from kfs_core.formats.wal import FrameType, scan_wal
+from kfs_core.formats.wal import FrameType, WalEnd, WalFrame, WalReader
 from kfs_core.log.wal_files import (
     TEMP_SUFFIX,
     WAL_NAME,
@@ -41,6 +49,7 @@ from kfs_core.log.wal_files import (
     WalPosition,
     batch_last_offset,
     fdatasync,
+    fsync_directory,
     preallocate,
 )
 
@@ -48,6 +57,7 @@ __all__ = [
     "RecoveredBatch",
     "RecoveredWal",
     "TornTail",
+    "WalCut",
     "WalRecovery",
     "recover_wal",
 ]
@@ -80,6 +90,30 @@ class TornTail:
 
 
 @dataclass(frozen=True, slots=True)
+class WalCut:
+    """Where an operator-accepted cut removed damaged WAL data, and how much went with it."""
+
+    path: str
+    position: int  # the damaged frame: appends continue here
+    reason: str
+    discarded_bytes: int  # nonzero bytes zeroed in this file
+    removed_files: list[str]  # the later files removed
+    removed_bytes: int  # their sizes
+
+    def describe(self) -> str:
+        later = (
+            f" and {len(self.removed_files)} later file(s) ({self.removed_bytes} bytes)"
+            if self.removed_files
+            else ""
+        )
+        return (
+            f"WAL {self.path} damaged at byte {self.position} ({self.reason}): cut there as "
+            f"KFS_WAL_ACCEPT_LOSS allows; discarded {self.discarded_bytes} bytes of it{later}; "
+            "records they held that were not yet in the store are lost"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WalRecovery:
     """What `WalWriter.recover` found.  Iterating yields the batches to replay."""
 
@@ -89,6 +123,7 @@ class WalRecovery:
     frames_scanned: int
     torn_tail: TornTail | None
     removed_temp_files: list[str]
+    cut: WalCut | None = None  # damage the operator accepted losing (``accept_loss``)
 
     def __iter__(self) -> Iterator[RecoveredBatch]:
         return iter(self.records)
@@ -108,13 +143,16 @@ class RecoveredWal:
     end: int  # where valid data ends in the last file: the next frame goes here
 
 
-def recover_wal(directory: str | os.PathLike[str], file_size: int) -> RecoveredWal:
+def recover_wal(
+    directory: str | os.PathLike[str], file_size: int, *, accept_loss: bool = False
+) -> RecoveredWal:
     """Scan the WAL in ``directory`` (created if missing) and repair a torn tail.
 
     ``file_size`` is the size a cut-short last file is extended back to.
     Raises `CorruptWal` (naming the file and byte offset) when a sealed file
     is damaged or a frame's content is not what a KFS writer wrote; nothing
-    has been repaired then.
+    has been repaired then.  With ``accept_loss`` the WAL is cut at that
+    frame instead (see the module's docstring) and the cut is reported.
     """
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
@@ -129,61 +167,105 @@ def recover_wal(directory: str | os.PathLike[str], file_size: int) -> RecoveredW
     files: dict[int, WalFile] = {}
     frames_scanned = 0
     torn: TornTail | None = None
+    cut: WalCut | None = None
     end = 0
     for i, (seq, name) in enumerate(found):
         path = os.path.join(directory, name)
         last = i == len(found) - 1
         data = Path(path).read_bytes()
-        scan = scan_wal(data, path, sealed=not last)
+        reader = WalReader(data, path, sealed=not last)
         wal_file = WalFile(seq, path, len(data))
-        frames_scanned += len(scan.frames)
-        for frame in scan.frames:
-            record = frame.record(path)
-            key = (record.topic, record.partition)
-            if record.frame_type is FrameType.CHECKPOINT:
-                flushed[key] = max(flushed.get(key, -1), record.base_offset - 1)
-                continue
-            try:
-                last_offset = batch_last_offset(record.batch, record.base_offset, path)
-            except (CorruptionError, ValueError) as exc:
-                raise CorruptWal(
-                    f"RECORD frame holds no valid batch header: {exc}",
-                    object_name=path,
-                    offset=frame.position,
-                ) from None
-            if last_offset > wal_file.max_offsets.get(key, -1):
-                wal_file.max_offsets[key] = last_offset
-            # Flushed offsets only grow: what is flushed already never comes back.
-            if last_offset > flushed.get(key, -1):
-                candidates.append(
-                    RecoveredBatch(
-                        record.topic,
-                        record.partition,
-                        record.base_offset,
-                        last_offset,
-                        record.batch,
-                        WalPosition(seq, frame.position, frame.size),
+        try:
+            for frame in reader:
+                frames_scanned += 1
+                batch = _take_frame(frame, path, flushed, wal_file)
+                if batch is not None:
+                    candidates.append(
+                        RecoveredBatch(*batch, WalPosition(seq, frame.position, frame.size))
                     )
-                )
+        except CorruptWal as damage:
+            if not accept_loss:
+                raise
+            later = [os.path.join(directory, n) for _, n in found[i + 1 :]]
+            cut = _cut(path, data, damage, later)
+            end = cut.position
         files[seq] = wal_file
-        if last:
-            end = scan.end
-            if scan.torn:
-                torn = _repair_torn_tail(path, data, scan.end, scan.reason)
-            if wal_file.size < file_size:  # cut short outside KFS: refill it
-                _extend(path, file_size)
-                wal_file.size = file_size
+        if cut is None and last:
+            assert reader.end is not None
+            end = reader.end
+            if reader.ending is WalEnd.TORN:
+                torn = _repair_torn_tail(path, data, reader.end, reader.reason)
+        if (cut is not None or last) and wal_file.size < file_size:
+            _extend(path, file_size)  # cut short outside KFS: refill it
+            wal_file.size = file_size
         del data
+        if cut is not None:
+            break
     records = [r for r in candidates if r.last_offset > flushed.get((r.topic, r.partition), -1)]
     recovery = WalRecovery(
         records=records,
         flushed_offsets=flushed,
-        files=[name for _, name in found],
+        files=[name for _, name in found][: len(files)],
         frames_scanned=frames_scanned,
         torn_tail=torn,
         removed_temp_files=removed,
+        cut=cut,
     )
     return RecoveredWal(recovery, files, end)
+
+
+def _take_frame(
+    frame: WalFrame,
+    path: str,
+    flushed: dict[tuple[str, int], int],
+    wal_file: WalFile,
+) -> tuple[str, int, int, int, bytes] | None:
+    """Account one valid frame; a RECORD frame's (topic, partition, base, last, batch).
+
+    A checkpoint raises its partition's flushed offset (and returns None).
+    Raises `CorruptWal` when a RECORD frame holds no valid batch header.
+    """
+    record = frame.record(path)
+    key = (record.topic, record.partition)
+    if record.frame_type is FrameType.CHECKPOINT:
+        flushed[key] = max(flushed.get(key, -1), record.base_offset - 1)
+        return None
+    try:
+        last_offset = batch_last_offset(record.batch, record.base_offset, path)
+    except (CorruptionError, ValueError) as exc:
+        raise CorruptWal(
+            f"RECORD frame holds no valid batch header: {exc}",
+            object_name=path,
+            offset=frame.position,
+        ) from None
+    if last_offset > wal_file.max_offsets.get(key, -1):
+        wal_file.max_offsets[key] = last_offset
+    # Flushed offsets only grow: what is flushed already never comes back.
+    if last_offset <= flushed.get(key, -1):
+        return None
+    return record.topic, record.partition, record.base_offset, last_offset, record.batch
+
+
+def _cut(path: str, data: bytes, damage: CorruptWal, later: list[str]) -> WalCut:
+    """Zero ``path`` from the damaged frame on and remove the ``later`` files: the accepted loss."""
+    position = damage.offset
+    assert position is not None
+    garbage_end = max(len(data.rstrip(b"\0")), position)
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    try:
+        _zero_range(fd, position, garbage_end)
+        fdatasync(fd)
+    finally:
+        os.close(fd)
+    removed_bytes = 0
+    for name in later:
+        removed_bytes += os.path.getsize(name)
+        os.unlink(name)
+    if later:
+        fsync_directory(os.path.dirname(path))
+    cut = WalCut(path, position, damage.message, garbage_end - position, later, removed_bytes)
+    log.error("%s", cut.describe())
+    return cut
 
 
 def _remove_temp_files(directory: str) -> list[str]:

@@ -122,6 +122,7 @@ from kfs_core.log.wal_files import (
     WalPosition,
     batch_last_offset,
     fdatasync,
+    fsync_directory,
     preallocate,
     wal_file_name,
 )
@@ -322,14 +323,6 @@ def _create_temp_file(path: str, size: int) -> None:
         os.close(fd)
 
 
-def _fsync_directory(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 # --- the writer ------------------------------------------------------------
 
 
@@ -355,6 +348,7 @@ class WalWriter:
         control_store: ObjectStore | None = None,
         namespace: str = "default",
         direct_io: bool = True,
+        accept_loss: bool = False,
     ) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(
@@ -367,6 +361,7 @@ class WalWriter:
         if normal_sync_ms <= 0:
             raise ValueError(f"normal_sync_ms must be positive, got {normal_sync_ms}")
         self._directory = os.path.abspath(os.fspath(directory))
+        self._accept_loss = accept_loss  # recovery cuts damaged data instead of refusing
         self._durability = cast(Durability, durability)
         self._sync_every_group = durability != "normal"
         self._file_size = file_size
@@ -414,6 +409,7 @@ class WalWriter:
             Path(settings.data_dir) / "wal",
             durability=settings.durability,
             namespace=settings.namespace,
+            accept_loss=settings.wal_accept_loss,
             **options,
         )
 
@@ -905,7 +901,7 @@ class WalWriter:
         if not ready:
             _create_temp_file(temp, size)
         os.replace(temp, path)
-        _fsync_directory(self._directory)
+        fsync_directory(self._directory)
         self._count(files_created=1)
         if self._state is not _State.RECOVERING:
             self._prepare_spare(seq + 1)
@@ -969,14 +965,17 @@ class WalWriter:
 
         Raises `CorruptWal` (naming the file and byte offset) when a sealed
         file is damaged or a frame's content is not what a KFS writer wrote:
-        the daemon must refuse to start.  Runs once.
+        the daemon must refuse to start -- unless the writer was made with
+        ``accept_loss``, when the WAL is cut there (`WalRecovery.cut`).  Runs once.
         """
         with self._cond:
             if self._state is not _State.NEW:
                 raise WalError(f"WAL {self._directory}: recover() runs once, before appending")
             self._state = _State.RECOVERING
         try:
-            recovery = self._resume(recover_wal(self._directory, self._file_size))
+            recovery = self._resume(
+                recover_wal(self._directory, self._file_size, accept_loss=self._accept_loss)
+            )
         except BaseException:
             with self._cond:
                 self._state = _State.NEW

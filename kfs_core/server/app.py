@@ -54,7 +54,7 @@ from kfs_core import __version__
 from kfs_core.catalog.config import DEFAULT_CONFIGS
 from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.config import Settings
-from kfs_core.errors import KfsError
+from kfs_core.errors import CorruptWal, KfsError
 from kfs_core.groups.coordinator import GroupSettings
 from kfs_core.log.log_manager import LogManager
 from kfs_core.log.wal_writer import WalWriter
@@ -293,7 +293,14 @@ class KfsServer:
             return False
         error = startup.exception()
         if error is not None:
-            if isinstance(error, OSError | KfsError):  # a port in use, a corrupt WAL ...
+            if isinstance(error, CorruptWal):
+                log.error(
+                    "kfs serve could not start: %s; the WAL holds acknowledged data after this "
+                    "point: restore the file, or start once with KFS_WAL_ACCEPT_LOSS=true "
+                    "(--wal-accept-loss) to cut the WAL there and lose what follows",
+                    error,
+                )
+            elif isinstance(error, OSError | KfsError):  # a port in use, a bad setting ...
                 log.error("kfs serve could not start: %s", error)
             else:
                 log.error("kfs serve could not start", exc_info=error)

@@ -185,6 +185,57 @@ def test_corruption_in_the_middle_of_the_last_file_is_not_a_torn_tail(wal_dir: P
     assert (info.value.object_name, info.value.offset) == (str(path), victim.position)
 
 
+@pytest.mark.parametrize("where", ["sealed", "last"])
+def test_accept_loss_cuts_the_wal_at_the_damage_and_says_so(
+    wal_dir: Path, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    positions = _write_frames(wal_dir, 30)
+    files = sorted({p.file_seq for p in positions})
+    seq = files[0] if where == "sealed" else files[-1]
+    in_file = [i for i, p in enumerate(positions) if p.file_seq == seq]
+    victim_index = in_file[1]  # the second frame of the file: one frame before it survives
+    victim = positions[victim_index]
+    path = wal_dir / victim.file_name
+    data = bytearray(path.read_bytes())
+    data[victim.position + 40] ^= 0x04
+    path.write_bytes(bytes(data))
+    later = [wal_dir / wal_file_name(s) for s in files if s > seq]
+
+    manager = WalWriter(wal_dir, file_size=SMALL, accept_loss=True)
+    recovery = manager.recover()
+    try:
+        assert [r.base_offset for r in recovery] == list(range(victim_index))
+        cut = recovery.cut
+        assert cut is not None
+        assert (cut.path, cut.position) == (str(path), victim.position)
+        assert cut.removed_files == [str(p) for p in later]
+        assert not any(p.exists() for p in later)
+        assert path.read_bytes()[victim.position :].strip(b"\0") == b""
+        assert f"damaged at byte {victim.position}" in caplog.text
+        # Appends continue at the cut, and the next offset is the first one lost.
+        at = manager.append("t", 0, victim_index, make_batch(0, victim_index))
+        assert (at.file_seq, at.position) == (seq, victim.position)
+    finally:
+        manager.close()
+    again, clean = reopen(wal_dir)
+    again.close()
+    assert clean.cut is None and clean.torn_tail is None
+    assert [r.base_offset for r in clean] == list(range(victim_index + 1))
+
+
+def test_without_accept_loss_nothing_is_cut(wal_dir: Path) -> None:
+    positions = _write_frames(wal_dir, 30)
+    path = wal_dir / positions[0].file_name
+    data = bytearray(path.read_bytes())
+    data[positions[0].position + 40] ^= 0x04
+    path.write_bytes(bytes(data))
+    names = sorted(p.name for p in wal_dir.iterdir())
+    with pytest.raises(CorruptWal):
+        WalWriter(wal_dir, file_size=SMALL).recover()
+    assert sorted(p.name for p in wal_dir.iterdir()) == names
+    assert path.read_bytes() == bytes(data)
+
+
 # --- recover_wal on its own ----------------------------------------------------
 
 

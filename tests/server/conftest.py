@@ -106,15 +106,15 @@ class Daemon:
         return self
 
     def wait_ready(self) -> None:
-        def ready() -> bool:
-            if not self.alive():
-                raise RuntimeError(f"kfs serve exited early:\n{self.log()[-4000:]}")
-            return self.http("/readyz")[0] == 200
+        def ready_or_gone() -> bool:
+            return not self.alive() or self.http("/readyz")[0] == 200
 
         try:
-            wait_for(ready, timeout=READY_TIMEOUT_S, what="kfs serve /readyz")
+            wait_for(ready_or_gone, timeout=READY_TIMEOUT_S, what="kfs serve /readyz")
         except TimeoutError:
             raise TimeoutError(f"kfs serve never became ready:\n{self.log()[-4000:]}") from None
+        if not self.alive():
+            raise RuntimeError(f"kfs serve exited early:\n{self.log()[-4000:]}")
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, then wait; the exit code."""
