@@ -46,7 +46,7 @@ bench: install kcat ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.maintenance
 	$(BIN)/python -m bench.groups
 
-soak: install ## Long fault campaigns (not in make test): kill -9 cycles, WAL recovery, decoder fuzzing; one table
+soak: install ## Long fault campaigns (not in make test): kill -9 cycles, store faults, WAL recovery, decoder fuzzing; one table
 	$(BIN)/python -m soak
 
 lint: install ## ruff (lint + format check) and mypy (strict on kfs_core, spark_jobs, kfs_airflow)

@@ -4,6 +4,8 @@
 
 - kill -9 cycles of a real `kfs serve` under load, in ``cautious`` and
   ``normal`` mode, over the local store and over S3 on a moto server;
+- object-store faults (errors, slow responses, reset uploads, a 2-minute
+  outage) through a fault proxy in front of the moto server, under load;
 - the restart of a daemon whose WAL holds ``--wal-gib`` GiB, timed to ready;
 - the decoder fuzzing (``tests/fuzz``) at its soak size.
 
@@ -25,7 +27,8 @@ import uuid
 from pathlib import Path
 
 from bench.catalog_load import moto_server
-from soak import crash_cycles, wal_recovery
+from soak import crash_cycles, store_faults, wal_recovery
+from soak.fault_proxy import FaultProxy
 from soak.report import Row, format_table
 from tests.server.conftest import DaemonFactory
 
@@ -38,6 +41,32 @@ def _s3_store(endpoint: str) -> dict[str, str]:
     bucket = f"kfs-soak-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     return {"store_url": f"s3://{bucket}/kfs", "s3_endpoint_url": endpoint}
+
+
+def store_fault_row(factory: DaemonFactory, endpoint: str, seed: int) -> Row:
+    """The object-store faults at full length, through a proxy in front of the moto server."""
+    store = _s3_store(endpoint)
+    pool = 32 << 20
+    with FaultProxy(endpoint, seed=seed) as proxy:
+        daemon = factory.start(
+            name="store-faults",
+            store_url=store["store_url"],
+            s3_endpoint_url=proxy.url,
+            extra_args=store_faults.daemon_args(pool),
+        )
+        row, _ = store_faults.run(
+            daemon,
+            proxy,
+            store_url=store["store_url"],
+            moto_endpoint=endpoint,
+            pool_bytes=pool,
+            scale=1.0,
+            seed=seed,
+            progress=lambda line: print(f"  store faults: {line}", flush=True),
+        )
+        daemon.kill()
+    print(format_table([row]), flush=True)
+    return row
 
 
 def fuzz_row() -> Row:
@@ -90,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                     daemon.kill()
                     rows.append(row)
                     print(format_table([row]), flush=True)
+            rows.append(store_fault_row(factory, endpoint, seed))
             wal_bytes = int(args.wal_gib * (1 << 30))
             daemon = factory.start(
                 name="wal-recovery", extra_args=wal_recovery.daemon_args(wal_bytes)

@@ -16,10 +16,10 @@ from typing import Any
 
 import confluent_kafka
 
-from soak.crash_cycles import QUIET, RESTART_ERRORS, Restartable, create_topic
+from soak.crash_cycles import Restartable
+from soak.load import QUIET, RESTART_ERRORS, TOPIC, create_topic
 from soak.report import Row
 
-TOPIC = "crash-cycles"  # `create_topic` makes it, with its partitions
 VALUE_BYTES = 16 << 10
 TARGET_S = 5.0
 

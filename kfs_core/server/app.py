@@ -210,7 +210,7 @@ class KfsServer:
         self._exit_code = EXIT_OK
         self._connections: set[_Connection] = set()
         self._kafka_server: asyncio.Server | None = None
-        self._ops = OpsHttpServer(self.metrics, lambda: self._ready)
+        self._ops = OpsHttpServer(self.metrics, lambda: self._ready, self._conditions)
         self._store: InstrumentedStore | None = None
         self._wal: WalWriter | None = None
         self._log: LogManager | None = None
@@ -226,6 +226,26 @@ class KfsServer:
     @property
     def metrics_port(self) -> int:
         return self._ops.port
+
+    def _conditions(self) -> list[str]:
+        """What a ready daemon says on /readyz about degraded parts: the store, the pool."""
+        lines = []
+        health = self.metrics.store_health
+        down = health.unavailable_for()
+        if down > 0:
+            lines.append(
+                f"store: requests failing for {down:.0f} s ({health.last_error}); "
+                "acknowledged writes wait in the WAL"
+            )
+        if self._log is not None:
+            stats = self._log.metrics()
+            used, capacity = stats.pool_used_bytes, stats.pool_capacity_bytes
+            if capacity and used >= capacity * self.settings.pressure_ratio:
+                waiting = f", {stats.pool_waiters} produce request(s) waiting" * bool(
+                    stats.pool_waiters
+                )
+                lines.append(f"memory pool: {100 * used // capacity}% full{waiting}")
+        return lines
 
     def request_stop(self) -> None:
         """Begin a graceful shutdown, as SIGTERM does."""

@@ -24,7 +24,9 @@ event loop: a probe that gets an answer has proved the loop runs.
     GET /livez     200 "ok" while the event loop runs
     GET /readyz    200 "ready" once WAL recovery and the log manager's start
                    are done and the Kafka listener is open; 503 before and
-                   while shutting down
+                   while shutting down.  A ready daemon adds a line per
+                   degraded condition (the store failing, the memory pool
+                   nearly full): it still takes writes into the WAL then.
 """
 
 from __future__ import annotations
@@ -181,6 +183,12 @@ class ServerMetrics:
             registry=r,
         )
         self.ready = Gauge("kfs_ready", "1 once the daemon serves Kafka clients", registry=r)
+        self.store_health = StoreHealth()
+        Gauge(
+            "kfs_store_unavailable_seconds",
+            "How long the object store's requests have been failing (0: it answers)",
+            registry=r,
+        ).set_function(self.store_health.unavailable_for)
         self.offsets_load_seconds = Gauge(
             "kfs_groups_offsets_load_seconds",
             "Seconds the last start took to rebuild committed offsets from __consumer_offsets",
@@ -298,6 +306,37 @@ class CountersCollector(Collector):
 # --- object-store instrumentation -------------------------------------------
 
 
+#: Store errors that are answers, not unavailability: the request reached the store.
+_ANSWERS: Final = frozenset({"not_found", "already_exists", "PreconditionFailed"})
+
+
+class StoreHealth:
+    """Whether the store answers: since when its requests fail, and the last failure's kind.
+
+    A request that got an answer (even "not found" or a lost conditional
+    write) ends an outage; any other failure starts one.  Written from the
+    store's I/O threads; each field is one atomic assignment.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.failing_since: float | None = None
+        self.last_error = ""
+
+    def answered(self) -> None:
+        self.failing_since = None
+
+    def failed(self, label: str) -> None:
+        self.last_error = label
+        if self.failing_since is None:
+            self.failing_since = self._clock()
+
+    def unavailable_for(self) -> float:
+        """Seconds since the first of the failures not followed by an answer; 0 when healthy."""
+        since = self.failing_since
+        return 0.0 if since is None else self._clock() - since
+
+
 class InstrumentedStore(ObjectStore):
     """An `ObjectStore` that counts, times and forwards every request to ``inner``.
 
@@ -324,8 +363,15 @@ class InstrumentedStore(ObjectStore):
         try:
             yield
         except Exception as exc:
-            m.store_errors.labels(op, _error_label(exc)).inc()
+            label = _error_label(exc)
+            m.store_errors.labels(op, label).inc()
+            if label in _ANSWERS:
+                m.store_health.answered()
+            else:
+                m.store_health.failed(label)
             raise
+        else:
+            m.store_health.answered()
         finally:
             m.store_latency.labels(op).observe(time.perf_counter() - started)
 
@@ -396,9 +442,15 @@ class OpsHttpServer:
     well under a millisecond per scrape.
     """
 
-    def __init__(self, metrics: ServerMetrics, is_ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        metrics: ServerMetrics,
+        is_ready: Callable[[], bool],
+        conditions: Callable[[], list[str]] = list,
+    ) -> None:
         self._metrics = metrics
         self._is_ready = is_ready
+        self._conditions = conditions  # lines /readyz adds: what is degraded, while ready
         self._server: asyncio.Server | None = None
 
     @property
@@ -457,6 +509,7 @@ class OpsHttpServer:
             return 200, text, b"ok\n", head_only
         if path == "/readyz":
             if self._is_ready():
-                return 200, text, b"ready\n", head_only
+                body = "".join(f"{line}\n" for line in ["ready", *self._conditions()])
+                return 200, text, body.encode(), head_only
             return 503, text, b"not ready\n", head_only
         return 404, text, b"not found\n", head_only

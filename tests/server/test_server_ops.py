@@ -26,8 +26,10 @@ from typing import Any
 
 import pytest
 
-from kfs_core.server.metrics import OpsHttpServer, ServerMetrics
+from kfs_core.errors import ObjectNotFound, ObjectStoreError
+from kfs_core.server.metrics import InstrumentedStore, OpsHttpServer, ServerMetrics, StoreHealth
 from kfs_core.server.protocol import ErrorCode
+from kfs_core.storage.base import ObjectStore
 from tests.conftest import wait_for
 from tests.server.conftest import (
     Daemon,
@@ -409,6 +411,67 @@ def test_readyz_is_503_until_ready() -> None:
         return [before, after]
 
     assert asyncio.run(probe()) == [503, 200]
+
+
+def test_store_health_counts_an_outage_from_its_first_failure_to_the_next_answer() -> None:
+    now = [100.0]
+    health = StoreHealth(clock=lambda: now[0])
+    assert health.unavailable_for() == 0.0
+    health.failed("EndpointConnectionError")
+    now[0] = 104.0
+    health.failed("ReadTimeoutError")  # still the same outage
+    now[0] = 107.5
+    assert health.unavailable_for() == 7.5 and health.last_error == "ReadTimeoutError"
+    health.answered()
+    assert health.unavailable_for() == 0.0
+
+
+def test_a_failing_store_shows_on_readyz_and_in_the_metrics() -> None:
+    class Down(ObjectStore):
+        url = "mem://down"
+
+        def get(self, key: str, byte_range: Any = None) -> bytes:
+            raise ObjectStoreError("connection reset")
+
+        def head(self, key: str) -> Any:
+            raise ObjectNotFound(key)  # an answer: the store is up
+
+        put = put_if_absent = list = delete = close = get  # type: ignore[assignment]
+
+    async def probe() -> tuple[str, str, str]:
+        metrics = ServerMetrics()
+        store = InstrumentedStore(Down(), metrics)
+        lines = ["ready"]
+
+        def conditions() -> list[str]:
+            down = metrics.store_health.unavailable_for()
+            return [f"store: failing for {down:.0f} s"] if down else []
+
+        server = OpsHttpServer(metrics, lambda: True, conditions)
+        await server.start("127.0.0.1", 0)
+        base = f"http://127.0.0.1:{server.port}"
+
+        def get(path: str) -> str:
+            with urllib.request.urlopen(base + path, timeout=5) as response:
+                return str(response.read().decode())
+
+        try:
+            with pytest.raises(ObjectStoreError):
+                store.get("k")
+            failing = await asyncio.to_thread(get, "/readyz")
+            scraped = await asyncio.to_thread(get, "/metrics")
+            with pytest.raises(ObjectNotFound):
+                store.head("k")
+            lines = [failing, scraped, await asyncio.to_thread(get, "/readyz")]
+        finally:
+            await server.close()
+        return lines[0], lines[1], lines[2]
+
+    failing, scraped, healthy = asyncio.run(probe())
+    assert failing.startswith("ready\nstore: failing for ")
+    assert "kfs_store_unavailable_seconds " in scraped
+    assert not scraped.split("kfs_store_unavailable_seconds ")[1].startswith("0.0\n")
+    assert healthy == "ready\n"
 
 
 # --- kfs produce | kfs consume ----------------------------------------------------------------

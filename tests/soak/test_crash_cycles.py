@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from soak import crash_cycles, wal_recovery
-from soak.crash_cycles import Findings, Record, check_log
+from soak.load import Findings, Record, check_log
 from soak.report import Row, format_table
 from tests.server.conftest import DaemonFactory
 
