@@ -1,11 +1,14 @@
 """Run the fault campaigns' long forms and print one table (``make soak``).
 
-    python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--skip-fuzz]
+    python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--fuzz-cases 50000] [--skip-decoder-fuzz]
 
 - kill -9 cycles of a real `kfs serve` under load, in ``cautious`` and
   ``normal`` mode, over the local store and over S3 on a moto server;
 - object-store faults (errors, slow responses, reset uploads, a 2-minute
   outage) through a fault proxy in front of the moto server, under load;
+- protocol fuzzing of a live daemon (every API key and version, mutated
+  bodies, frame abuse, slow-loris and 3,000 idle connections) while a
+  producer and a consumer work;
 - the restart of a daemon whose WAL holds ``--wal-gib`` GiB, timed to ready;
 - the decoder fuzzing (``tests/fuzz``) at its soak size.
 
@@ -27,7 +30,7 @@ import uuid
 from pathlib import Path
 
 from bench.catalog_load import moto_server
-from soak import crash_cycles, store_faults, wal_recovery
+from soak import crash_cycles, protocol_fuzz, store_faults, wal_recovery
 from soak.fault_proxy import FaultProxy
 from soak.report import Row, format_table
 from tests.server.conftest import DaemonFactory
@@ -90,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=100, help="kill -9 cycles per row")
     parser.add_argument("--seed", type=int, default=None, help="replay a run (default: random)")
     parser.add_argument("--wal-gib", type=float, default=1.0, help="WAL size for the recovery")
-    parser.add_argument("--skip-fuzz", action="store_true", help="leave out the decoder fuzzing")
+    parser.add_argument(
+        "--fuzz-cases", type=int, default=50_000, help="requests sent to the live daemon"
+    )
+    parser.add_argument("--skip-decoder-fuzz", action="store_true", help="leave out the decoder fuzzing")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"seed {seed}", flush=True)
@@ -120,6 +126,19 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
                     print(format_table([row]), flush=True)
             rows.append(store_fault_row(factory, endpoint, seed))
+            daemon = factory.start(name="fuzzed", extra_args=protocol_fuzz.daemon_args())
+            row, outcomes = protocol_fuzz.run(
+                daemon,
+                cases=args.fuzz_cases,
+                seed=seed,
+                memory_bound=protocol_fuzz.MEMORY_BOUND,
+                idle=3000,
+                loris=100,
+                progress=lambda line: print(f"  protocol fuzzing: {line}", flush=True),
+            )
+            daemon.kill()
+            rows.append(row)
+            print(format_table([row]) + "\n" + outcomes.line(), flush=True)
             wal_bytes = int(args.wal_gib * (1 << 30))
             daemon = factory.start(
                 name="wal-recovery", extra_args=wal_recovery.daemon_args(wal_bytes)
@@ -128,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             daemon.kill()
         finally:
             factory.close()
-    if not args.skip_fuzz:
+    if not args.skip_decoder_fuzz:
         rows.append(fuzz_row())
     print()
     print(format_table(rows))

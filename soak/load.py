@@ -144,6 +144,7 @@ class LoadProducer:
         self.acked: dict[Position, bytes] = {}
         self.failed: dict[bytes, str] = {}  # key -> error name
         self.fatal: str | None = None
+        self.max_latency_s = 0.0  # the slowest delivery report, acknowledged or not
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"load-{index}", daemon=True)
@@ -156,6 +157,8 @@ class LoadProducer:
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         with self._lock:
+            # librdkafka's own measure: from produce() to the delivery report.
+            self.max_latency_s = max(self.max_latency_s, (msg.latency() or 0.0))
             if err is None:
                 self.acked[(msg.partition(), msg.offset())] = msg.key()
             else:

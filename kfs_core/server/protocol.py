@@ -207,6 +207,13 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
         raise MalformedRequest(
             f"{key.name} v{api_version} body runs past the end of the frame", **context
         )
+    if key != ApiKey.PRODUCE:  # the produce decoder checks its own fields
+        null = _forbidden_null(MESSAGES[key].request.fields, body, api_version)
+        if null is not None:
+            raise MalformedRequest(
+                f"{key.name} v{api_version} body: {null} is null, which the spec does not allow",
+                **context,
+            )
     if end < len(buf):
         # Kafka parses the body and ignores what follows it, and clients rely on
         # that: librdkafka 2.16's all-topics Metadata v12 carries 4 bytes more.
@@ -218,6 +225,42 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
             len(buf) - end,
         )
     return Request(key, api_version, correlation_id, client_id, body)
+
+
+_NULLABLE_SIMPLE_TYPES: Final = frozenset({"string", "bytes", "records"})
+
+
+def _forbidden_null(
+    fields: Mapping[str, Any], body: Any, version: int, path: str = ""
+) -> str | None:
+    """The first field (a dotted path) that is null where the spec says it never is, or None.
+
+    kafka-python decodes a length of -1 as None for every string, bytes and
+    array field; Kafka's own parser refuses it where the field is not
+    nullable, and so must we, or a handler meets a None it cannot iterate.
+    """
+    for name, spec in fields.items():
+        if not spec.for_version_q(version) or spec.tagged_field_q(version):
+            continue
+        value = getattr(body, name, None)
+        if value is None:
+            nullable_type = spec.is_array() or spec.type_str in _NULLABLE_SIMPLE_TYPES
+            if nullable_type and not spec.nullable_for_version_q(version):
+                return f"{path}{spec.name}"
+            continue
+        if spec.is_struct_array():
+            for item in value:
+                found = _forbidden_null(spec.fields, item, version, f"{path}{spec.name}[].")
+                if found is not None:
+                    return found
+        elif spec.is_array():
+            if any(item is None for item in value):
+                return f"{path}{spec.name}[]"
+        elif spec.is_struct():
+            found = _forbidden_null(spec.fields, value, version, f"{path}{spec.name}.")
+            if found is not None:
+                return found
+    return None
 
 
 def _client_id_or_none(buf: memoryview) -> str | None:

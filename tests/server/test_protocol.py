@@ -577,6 +577,11 @@ def test_unknown_api_key_is_reported_with_its_header() -> None:
         pytest.param(I16(0) + I16(3) + I32(9) + I16(-1) + I16(-1) + I16(1) + I32(100) + I32(1) + I16(1) + b"t" + I32(1) + I32(0) + I32(-7), id="produce-records-length-minus-7"),
         pytest.param(I16(0) + I16(3) + I32(9) + I16(-1) + I16(-1) + I16(1) + I32(100) + I32(1) + I16(1) + b"t" + I32(1) + I32(0) + I32(50) + b"short", id="produce-records-past-end"),
         pytest.param(I16(0) + I16(9) + I32(9) + I16(-1) + b"\x00" + b"\x00" + I16(1) + I32(100) + b"\xff\xff\xff\xff\xff\xff", id="produce-varint-too-long"),
+        # Null where Kafka's spec does not allow it (found by the live fuzzer: handlers met None).
+        pytest.param(I16(2) + I16(1) + I32(9) + I16(-1) + I32(-1) + I32(-1), id="list-offsets-null-topics"),
+        pytest.param(I16(2) + I16(1) + I32(9) + I16(-1) + I32(-1) + I32(1) + I16(-1) + I32(0), id="list-offsets-null-topic-name"),
+        pytest.param(I16(2) + I16(1) + I32(9) + I16(-1) + I32(-1) + I32(1) + I16(1) + b"t" + I32(-1), id="list-offsets-null-partitions"),
+        pytest.param(I16(16) + I16(4) + I32(9) + I16(-1) + b"\x00" + b"\x00" + b"\x00", id="list-groups-null-states-filter"),
     ],
 )  # fmt: skip
 def test_malformed_frames(payload: bytes) -> None:
