@@ -1,11 +1,13 @@
 """Run the fault campaigns' long forms and print one table (``make soak``).
 
-    python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--fuzz-cases 50000] [--skip-decoder-fuzz]
+    python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--maintenance-rounds 20] [--fuzz-cases 50000] [--skip-decoder-fuzz]
 
 - kill -9 cycles of a real `kfs serve` under load, in ``cautious`` and
   ``normal`` mode, over the local store and over S3 on a moto server;
 - object-store faults (errors, slow responses, reset uploads, a 2-minute
   outage) through a fault proxy in front of the moto server, under load;
+- compaction, retention, checkpoint and index_rebuild in rounds (and two at
+  once) against a live daemon on a delete and a compact topic;
 - protocol fuzzing of a live daemon (every API key and version, mutated
   bodies, frame abuse, slow-loris and 3,000 idle connections) while a
   producer and a consumer work;
@@ -30,7 +32,7 @@ import uuid
 from pathlib import Path
 
 from bench.catalog_load import moto_server
-from soak import crash_cycles, protocol_fuzz, store_faults, wal_recovery
+from soak import crash_cycles, maintenance_live, protocol_fuzz, store_faults, wal_recovery
 from soak.fault_proxy import FaultProxy
 from soak.report import Row, format_table
 from tests.server.conftest import DaemonFactory
@@ -72,6 +74,40 @@ def store_fault_row(factory: DaemonFactory, endpoint: str, seed: int) -> Row:
     return row
 
 
+def maintenance_row(factory: DaemonFactory, rounds: int, seed: int) -> Row:
+    """Every mutating job, in rounds and two at once, against a live daemon (local store)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kfs-soak")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        daemon = factory.start(name="maintained", extra_args=maintenance_live.daemon_args())
+        row = maintenance_live.run(
+            daemon,
+            spark,
+            rounds=rounds,
+            seed=seed,
+            store_url=daemon.store_url,
+            progress=lambda line: print(f"  maintenance: {line}", flush=True),
+        )
+        daemon.kill()
+    finally:
+        spark.stop()
+    print(format_table([row]), flush=True)
+    return row
+
+
 def fuzz_row() -> Row:
     """The decoder fuzzing at soak size, as one row (cases: the tests that ran)."""
     result = subprocess.run(
@@ -94,9 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="replay a run (default: random)")
     parser.add_argument("--wal-gib", type=float, default=1.0, help="WAL size for the recovery")
     parser.add_argument(
+        "--maintenance-rounds", type=int, default=20, help="rounds of jobs against a live daemon"
+    )
+    parser.add_argument(
         "--fuzz-cases", type=int, default=50_000, help="requests sent to the live daemon"
     )
-    parser.add_argument("--skip-decoder-fuzz", action="store_true", help="leave out the decoder fuzzing")
+    parser.add_argument(
+        "--skip-decoder-fuzz", action="store_true", help="leave out the decoder fuzzing"
+    )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"seed {seed}", flush=True)
@@ -126,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
                     print(format_table([row]), flush=True)
             rows.append(store_fault_row(factory, endpoint, seed))
+            rows.append(maintenance_row(factory, args.maintenance_rounds, seed))
             daemon = factory.start(name="fuzzed", extra_args=protocol_fuzz.daemon_args())
             row, outcomes = protocol_fuzz.run(
                 daemon,

@@ -18,6 +18,7 @@ against the model:
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -48,6 +49,11 @@ class Record:
     headers: tuple[tuple[str, bytes], ...]
     timestamp: int
 
+    @property
+    def ident(self) -> bytes:
+        """Which sent record this is: its ``id`` header (keys repeat on a compacted topic)."""
+        return dict(self.headers).get("id", self.key)
+
     @classmethod
     def of(cls, msg: Any) -> Record:
         return cls(
@@ -67,7 +73,7 @@ class Findings:
 
     lost: set[Position] = field(default_factory=set)
     changed: set[Position] = field(default_factory=set)
-    duplicated: set[bytes] = field(default_factory=set)  # keys
+    duplicated: set[bytes] = field(default_factory=set)  # record idents
     problems: dict[str, list[str]] = field(default_factory=dict)  # kind -> examples
 
     def problem(self, kind: str, example: str) -> None:
@@ -91,30 +97,47 @@ def check_log(
     acked: Iterable[tuple[Position, bytes]],
     findings: Findings,
     read_ends: dict[int, int],
+    *,
+    log_starts: dict[int, int] | None = None,
+    compacted: bool = False,
 ) -> None:
     """Check the records read back (``log``) against what was sent and acknowledged.
 
-    ``acked`` pairs a position with the key acknowledged there; only positions
-    below ``read_ends[partition]`` (what has been read) are judged.
+    ``acked`` pairs a position with the ident of the record acknowledged
+    there; only positions from ``log_starts[partition]`` (where retention
+    left the log; 0 by default) below ``read_ends[partition]`` (what has been
+    read) are judged.  On a ``compacted`` topic a record may be missing if a
+    later record of its partition has its key (compaction superseded it), and
+    offsets may have gaps; the newest record of every key must be there.
     """
-    for position, key in acked:
+    starts = log_starts or {}
+    newest: dict[tuple[int, bytes], int] = {}  # (partition, key) -> highest offset in the log
+    if compacted:
+        for (partition, offset), record in log.items():
+            slot = (partition, record.key)
+            newest[slot] = max(newest.get(slot, -1), offset)
+    for position, ident in acked:
         partition, offset = position
-        if offset >= read_ends.get(partition, 0):
+        if not starts.get(partition, 0) <= offset < read_ends.get(partition, 0):
             continue
         stored = log.get(position)
         if stored is None:
-            findings.lost.add(position)
-        elif stored != sent[key]:
+            superseded = compacted and newest.get((partition, sent[ident].key), -1) > offset
+            if not superseded:
+                findings.lost.add(position)
+        elif stored != sent[ident]:
             findings.changed.add(position)
     where: dict[bytes, Position] = {}
     for position, record in log.items():
-        if sent.get(record.key) != record:
+        if sent.get(record.ident) != record:
             findings.changed.add(position)
-        first = where.setdefault(record.key, position)
+        first = where.setdefault(record.ident, position)
         if first != position:
-            findings.duplicated.add(record.key)
+            findings.duplicated.add(record.ident)
+    if compacted:
+        return
     for partition, end in read_ends.items():
-        missing = [o for o in range(end) if (partition, o) not in log]
+        missing = [o for o in range(starts.get(partition, 0), end) if (partition, o) not in log]
         if missing:
             findings.problem("gaps", f"partition {partition} lacks offsets {missing[:EXAMPLES]}")
 
@@ -122,9 +145,22 @@ def check_log(
 class LoadProducer:
     """One idempotent producer on its own thread, sending a steady stream until stopped."""
 
-    def __init__(self, bootstrap: str, index: int, seed: int, codec: str, rate: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        index: int,
+        seed: int,
+        codec: str,
+        rate: int,
+        *,
+        topic: str = TOPIC,
+        partitions: int = PARTITIONS,
+        key_space: int | None = None,
+    ) -> None:
         self.index = index
         self.rate = rate  # records a second
+        self.topic, self.partitions = topic, partitions
+        self.key_space = key_space  # keys repeat over this many (None: every key unique)
         self.rng = random.Random(seed * 1_000 + index)
         self.producer = confluent_kafka.Producer(
             {
@@ -150,19 +186,20 @@ class LoadProducer:
         self._thread = threading.Thread(target=self._run, name=f"load-{index}", daemon=True)
 
     def _next(self, seq: int) -> Record:
-        key = b"p%d-%09d" % (self.index, seq)
+        ident = b"p%d-%09d" % (self.index, seq)
+        key = ident if self.key_space is None else b"k%06d" % self.rng.randrange(self.key_space)
         value = self.rng.randbytes(self.rng.choice((0, 1, 100, 1000, 2000, 4000)))
-        headers = (("producer", b"%d" % self.index), ("seq", b"%d" % seq))
+        headers = (("id", ident), ("producer", b"%d" % self.index), ("seq", b"%d" % seq))
         return Record(key, value, headers, 1_700_000_000_000 + seq)
 
-    def _on_delivery(self, err: Any, msg: Any) -> None:
+    def _on_delivery(self, ident: bytes, err: Any, msg: Any) -> None:
         with self._lock:
             # librdkafka's own measure: from produce() to the delivery report.
             self.max_latency_s = max(self.max_latency_s, (msg.latency() or 0.0))
             if err is None:
-                self.acked[(msg.partition(), msg.offset())] = msg.key()
+                self.acked[(msg.partition(), msg.offset())] = ident
             else:
-                self.failed[msg.key()] = err.name()
+                self.failed[ident] = err.name()
                 if err.fatal():
                     self.fatal = err.str()
 
@@ -176,18 +213,19 @@ class LoadProducer:
                 record = self._next(seq)
                 try:
                     self.producer.produce(
-                        TOPIC,
+                        self.topic,
                         key=record.key,
                         value=record.value,
                         headers=list(record.headers),
                         timestamp=record.timestamp,
-                        partition=self.rng.randrange(PARTITIONS),
-                        on_delivery=self._on_delivery,
+                        partition=self.rng.randrange(self.partitions),
+                        # A delivery report carries no headers: the closure says which record.
+                        on_delivery=functools.partial(self._on_delivery, record.ident),
                     )
                 except BufferError:  # the local queue is full while the broker restarts
                     break
                 with self._lock:
-                    self.sent[record.key] = record
+                    self.sent[record.ident] = record
                 seq += 1
             self.producer.poll(tick)
 
@@ -206,13 +244,15 @@ class LoadProducer:
 
 
 class TailConsumer:
-    """An assigned consumer following every partition from offset 0, across restarts."""
+    """An assigned consumer following every partition from its start, across restarts."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, topic: str = TOPIC, partitions: int = PARTITIONS) -> None:
+        self.topic, self.partitions = topic, partitions
         self.consumer = confluent_kafka.Consumer(
             {
                 "bootstrap.servers": bootstrap,
-                "group.id": "kfs-crash-cycles-tail",
+                "group.id": "kfs-soak-tail",
+                "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": 100,
                 "reconnect.backoff.ms": 20,
@@ -229,8 +269,8 @@ class TailConsumer:
     def _run(self) -> None:
         self.consumer.assign(
             [
-                confluent_kafka.TopicPartition(TOPIC, p, confluent_kafka.OFFSET_BEGINNING)
-                for p in range(PARTITIONS)
+                confluent_kafka.TopicPartition(self.topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in range(self.partitions)
             ]
         )
         try:
@@ -260,14 +300,23 @@ class TailConsumer:
         self._thread.join(30)
 
 
-def read_range(bootstrap: str, starts: dict[int, int], timeout_s: float = 120.0) -> tuple[
-    dict[Position, Record], dict[int, int]
-]:  # fmt: skip
-    """Every record from ``starts[p]`` up to each partition's high watermark now; and the ends."""
+def read_range(
+    bootstrap: str,
+    starts: dict[int, int],
+    timeout_s: float = 120.0,
+    *,
+    topic: str = TOPIC,
+    partitions: int = PARTITIONS,
+) -> tuple[dict[Position, Record], dict[int, int]]:
+    """Every record from ``starts[p]`` up to each partition's high watermark now; and the ends.
+
+    A start below the partition's log start (retention moved it) reads from the log start.
+    """
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": "kfs-crash-cycles-check",
+            "group.id": "kfs-soak-check",
+            "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 100,
             **QUIET,
@@ -275,16 +324,16 @@ def read_range(bootstrap: str, starts: dict[int, int], timeout_s: float = 120.0)
     )
     got: dict[Position, Record] = {}
     try:
-        ends = {
+        marks = {
             p: consumer.get_watermark_offsets(
-                confluent_kafka.TopicPartition(TOPIC, p), timeout=30, cached=False
-            )[1]
-            for p in range(PARTITIONS)
+                confluent_kafka.TopicPartition(topic, p), timeout=30, cached=False
+            )
+            for p in range(partitions)
         }
-        pending = {p for p in range(PARTITIONS) if ends[p] > starts.get(p, 0)}
-        consumer.assign(
-            [confluent_kafka.TopicPartition(TOPIC, p, starts.get(p, 0)) for p in pending]
-        )
+        ends = {p: high for p, (_, high) in marks.items()}
+        begin = {p: max(starts.get(p, 0), low) for p, (low, _) in marks.items()}
+        pending = {p for p in range(partitions) if ends[p] > begin[p]}
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, begin[p]) for p in pending])
         deadline = time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
@@ -307,10 +356,15 @@ def read_range(bootstrap: str, starts: dict[int, int], timeout_s: float = 120.0)
     return got, ends
 
 
-def create_topic(bootstrap: str) -> None:
-    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(
+    bootstrap: str,
+    topic: str = TOPIC,
+    partitions: int = PARTITIONS,
+    config: dict[str, str] | None = None,
+) -> None:
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     for future in admin.create_topics(
-        [confluent_kafka.admin.NewTopic(TOPIC, PARTITIONS, 1)]
+        [confluent_kafka.admin.NewTopic(topic, partitions, 1, config=config or {})]
     ).values():
         future.result(30)
 

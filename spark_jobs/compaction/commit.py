@@ -2,8 +2,10 @@
 
 Outputs were uploaded by the executors; `commit_partition` swaps a plan's
 inputs for them in one ``PartitionCatalog.replace``.  A conflict (retention or
-another run changed the partition) or a failed rewrite leaves the outputs as
-orphans for retention's orphan sweep, and the other partitions go on.
+another run changed the partition, found at the commit or as a rewrite that
+could not read an input retention had removed meanwhile) or a failed rewrite
+leaves the outputs as orphans for retention's orphan sweep, and the other
+partitions go on.
 """
 
 from __future__ import annotations
@@ -102,6 +104,14 @@ def commit_one(
         failed.insert(0, f"key scan: {unreadable[(plan.topic, plan.partition)]}")
     if paused or any(r.paused for r in results) or ctx.check_paused():
         outcome.status, outcome.message = PAUSED, "emergency pause flag set; not committed"
+    elif failed and _inputs_removed(ctx.store, ns, plan):
+        # Retention (or another run) removed an input while it was being read: the
+        # read failed because the partition moved on, as a commit would have found.
+        outcome.status = CONFLICT
+        outcome.message = (
+            f"{plan.topic}/{plan.partition} changed during the rewrite (an input left the "
+            f"catalog: {failed[0]}); nothing replaced, the next run plans again"
+        )
     elif failed:
         outcome.message = "; ".join(failed[:3])
     elif len(results) != len(plan.groups):
@@ -112,3 +122,13 @@ def commit_one(
         return commit_partition(ctx.store, ns, plan, results)
     outcome.orphans = _object_keys(ns, outcome.outputs)
     return outcome
+
+
+def _inputs_removed(store: ObjectStore, namespace: str, plan: PartitionPlan) -> bool:
+    """Whether any of the plan's inputs has left the partition's catalog since planning."""
+    try:
+        live = PartitionCatalog(store, namespace, plan.topic, plan.partition).load().segments
+    except KfsError:
+        return False  # cannot tell: the failure stays an error
+    keys = {entry.key for entry in live}
+    return any(d.entry.key not in keys for d in plan.inputs)

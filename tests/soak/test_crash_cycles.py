@@ -46,6 +46,27 @@ def test_the_checker_finds_lost_changed_duplicated_and_gaps() -> None:
     assert clean.lines() == []
 
 
+def test_the_checker_allows_what_retention_and_compaction_may_remove() -> None:
+    def keyed(ident: bytes, key: bytes) -> Record:
+        return Record(key, ident, (("id", ident),), 1_700_000_000_000)
+
+    sent = {i: keyed(i, k) for i, k in ((b"1", b"a"), (b"2", b"b"), (b"3", b"a"), (b"4", b"b"))}
+    acked = [((0, 0), b"1"), ((0, 1), b"2"), ((0, 2), b"3"), ((0, 3), b"4")]
+    # Retention moved the log start to 2: offsets 0 and 1 are gone legally.
+    below = Findings()
+    log = {(0, 2): sent[b"3"], (0, 3): sent[b"4"]}
+    check_log(log, sent, acked, below, {0: 4}, log_starts={0: 2})
+    assert below.lines() == []
+    # Compaction kept the newest record of each key: 1 and 2 were superseded.
+    compacted = Findings()
+    check_log(log, sent, acked, compacted, {0: 4}, compacted=True)
+    assert compacted.lines() == []
+    # ... but never the newest record of a key.
+    newest_gone = Findings()
+    check_log({(0, 2): sent[b"3"]}, sent, acked, newest_gone, {0: 4}, compacted=True)
+    assert newest_gone.lost == {(0, 1), (0, 3)}
+
+
 def test_the_table_marks_what_failed() -> None:
     ok = Row("kill -9 (cautious)", "local", 3, acknowledged=10, max_recovery_s=1.5, seed=7)
     bad = Row("kill -9 (normal)", "s3", 3, acknowledged=10, lost=2, problems=["lost: 2"])

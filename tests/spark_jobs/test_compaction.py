@@ -729,6 +729,32 @@ def small_topic(store: ObjectStore, topic: str = "events", partitions: int = 2) 
         append_segments(store, topic, partition, segments)
 
 
+def test_a_rewrite_that_lost_its_input_to_retention_is_a_conflict(store: ObjectStore) -> None:
+    """Retention deleting an input mid-rewrite (delete grace 0) is the partition moving on."""
+    from types import SimpleNamespace
+
+    from spark_jobs.compaction.commit import CONFLICT, ERROR, commit_one
+    from spark_jobs.compaction.plan import KIND_MERGE
+
+    small_topic(store, partitions=1)
+    live = PartitionCatalog(store, NS, "events", 0).load().segments
+    plan = SimpleNamespace(
+        topic="events",
+        partition=0,
+        inputs=[SimpleNamespace(entry=s, key=s.key) for s in live[:2]],
+        groups=[0],
+        action=KIND_MERGE,
+    )
+    lost_read = SimpleNamespace(error="ObjectNotFound: segment gone", paused=False, outputs=[])
+    ctx = SimpleNamespace(store=store, namespace=NS, check_paused=lambda: False)
+    # The inputs are still live: a failed read is an error, as before.
+    assert commit_one(ctx, plan, [lost_read], {}, False, None).status == ERROR
+    PartitionCatalog(store, NS, "events", 0).remove([live[0].key])
+    outcome = commit_one(ctx, plan, [lost_read], {}, False, None)
+    assert outcome.status == CONFLICT
+    assert "left the catalog" in outcome.message and "segment gone" in outcome.message
+
+
 def test_replace_conflict_aborts_only_its_partition(spark: Any, store: ObjectStore) -> None:
     small_topic(store)
     before = {p: read_partition(store, "events", p) for p in range(2)}
