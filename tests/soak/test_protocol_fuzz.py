@@ -19,7 +19,7 @@ def test_mutated_requests_and_frame_abuse_leave_clients_and_data_unharmed(
     daemon = daemons.start(name="fuzzed", extra_args=protocol_fuzz.daemon_args())
     seed = random.randrange(1 << 30)
     row, outcomes = protocol_fuzz.run(
-        daemon, cases=3000, seed=seed, memory_bound=protocol_fuzz.MEMORY_BOUND, idle=500, loris=20
+        daemon, cases=2000, seed=seed, memory_bound=protocol_fuzz.MEMORY_BOUND, idle=500, loris=20
     )
     report = format_table([row]) + "\n" + outcomes.line()
     print(report)
