@@ -22,7 +22,7 @@ import functools
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +93,7 @@ class Findings:
 
 def check_log(
     log: dict[Position, Record],
-    sent: dict[bytes, Record],
+    sent: Mapping[bytes, Record],
     acked: Iterable[tuple[Position, bytes]],
     findings: Findings,
     read_ends: dict[int, int],
@@ -178,6 +178,7 @@ class LoadProducer:
         )
         self.sent: dict[bytes, Record] = {}
         self.acked: dict[Position, bytes] = {}
+        self.acked_order: list[tuple[Position, bytes]] = []  # in delivery-report order
         self.failed: dict[bytes, str] = {}  # key -> error name
         self.fatal: str | None = None
         self.max_latency_s = 0.0  # the slowest delivery report, acknowledged or not
@@ -197,7 +198,9 @@ class LoadProducer:
             # librdkafka's own measure: from produce() to the delivery report.
             self.max_latency_s = max(self.max_latency_s, (msg.latency() or 0.0))
             if err is None:
-                self.acked[(msg.partition(), msg.offset())] = ident
+                position = (msg.partition(), msg.offset())
+                self.acked[position] = ident
+                self.acked_order.append((position, ident))
             else:
                 self.failed[ident] = err.name()
                 if err.fatal():
@@ -237,6 +240,15 @@ class LoadProducer:
         self._stop.set()
         self._thread.join(30)
         self.producer.flush(drain_s)
+
+    def acked_count(self) -> int:
+        with self._lock:
+            return len(self.acked_order)
+
+    def acked_since(self, cursor: int) -> tuple[list[tuple[Position, bytes]], int]:
+        """The acknowledgements after the first ``cursor``, and the cursor for the next call."""
+        with self._lock:
+            return self.acked_order[cursor:], len(self.acked_order)
 
     def snapshot(self) -> tuple[dict[bytes, Record], list[tuple[Position, bytes]]]:
         with self._lock:
