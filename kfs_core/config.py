@@ -54,6 +54,8 @@ _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 DURABILITY_MODES = ("cautious", "normal", "emergency")
+#: The SASL mechanisms KFS implements (``KFS_SASL_ENABLED_MECHANISMS``).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: The values of ``KFS_COMPRESSION_CODEC``, Kafka's producer spelling.
 DAEMON_CODECS: tuple[str, ...] = tuple(CODEC_NAMES.values())  # none gzip snappy lz4 zstd
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -172,6 +174,16 @@ class Settings:
     # --- the broker ----------------------------------------------------------------
     listen: str = setting("127.0.0.1:9092", "Kafka listener host:port")
     advertised_host: str = setting("", "host named in Metadata", default_help="the listen host")
+    listeners: str = setting(
+        "",
+        "Kafka listeners PROTOCOL://host:port,... (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
+        default_help="PLAINTEXT://$KFS_LISTEN",
+    )
+    advertised_listeners: str = setting(
+        "",
+        "what Metadata names for each listener, same shape",
+        default_help="each listener's KFS_ADVERTISED_HOST or host, and port",
+    )
     metrics_listen: str = setting("127.0.0.1:9644", "ops HTTP host:port (/metrics, /readyz)")
     auto_create_topics: bool = setting(
         True,
@@ -182,6 +194,24 @@ class Settings:
         1, "partitions of auto-created topics", minimum=1, broker_config="num.partitions"
     )
     log_level: str = setting("info", "daemon log level", choices=LOG_LEVELS)
+
+    # --- security (Kafka's ssl.*, sasl.* and authorizer settings) -------------------
+    tls_cert_file: str = setting("", "PEM certificate chain of SSL and SASL_SSL listeners")
+    tls_key_file: str = setting("", "PEM private key of KFS_TLS_CERT_FILE")
+    tls_client_ca_file: str = setting(
+        "", "PEM CA: require client certificates it signed (mutual TLS)"
+    )
+    sasl_enabled_mechanisms: str = setting(
+        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "SASL mechanisms of SASL listeners",
+        broker_config="sasl.enabled.mechanisms",
+    )
+    connections_max_reauth_ms: int = setting(
+        0,
+        "SASL session lifetime; clients re-authenticate before it ends (0: no limit)",
+        minimum=0,
+        broker_config="connections.max.reauth.ms",
+    )
 
     # --- durability and the partition log ------------------------------------------
     durability: str = setting(
@@ -292,6 +322,10 @@ class Settings:
         minimum=0,
     )
 
+    def sasl_mechanisms(self) -> list[str]:
+        """``KFS_SASL_ENABLED_MECHANISMS`` as a list, upper-cased."""
+        return [m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",") if m.strip()]
+
     def __post_init__(self) -> None:
         for field, spec in _specs():
             value = getattr(self, field.name)
@@ -301,6 +335,12 @@ class Settings:
             if spec.minimum is not None and value < spec.minimum:
                 least = "positive" if spec.minimum == 1 else f"at least {spec.minimum}"
                 raise ValueError(f"{where} must be {least}, got {value}")
+        for mechanism in self.sasl_mechanisms():
+            if mechanism not in SASL_MECHANISMS:
+                raise ValueError(
+                    f"KFS_SASL_ENABLED_MECHANISMS: {mechanism!r} is not one of "
+                    f"{', '.join(SASL_MECHANISMS)}"
+                )
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError(
                 "KFS_GROUP_MIN_SESSION_TIMEOUT_MS must be at most "

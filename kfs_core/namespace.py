@@ -7,6 +7,7 @@ these, whose names start with ``_`` so they sort apart from the topics::
     {ns}/_snapshots/...   named catalog snapshots (`kfs_core.catalog.snapshots`)
     {ns}/_reports/...     maintenance job run summaries and reports (`kfs_core.reports`)
     {ns}/_control/...     the daemon's signals to the jobs (`kfs_core.maintenance_pause`)
+    {ns}/_security/...    SASL users and ACLs (`kfs_core.security`)
 
 A topic named like one of them would share its objects, so every name here is
 a reserved topic name (`RESERVED_NAMES`, checked by
@@ -24,6 +25,7 @@ __all__ = [
     "DIRECTORIES",
     "REPORTS_DIR",
     "RESERVED_NAMES",
+    "SECURITY_DIR",
     "SNAPSHOTS_DIR",
     "TOPICS_DIR",
 ]
@@ -32,9 +34,10 @@ TOPICS_DIR = "_topics"
 SNAPSHOTS_DIR = "_snapshots"
 REPORTS_DIR = "_reports"
 CONTROL_DIR = "_control"
+SECURITY_DIR = "_security"
 
 #: Every directory KFS writes directly under a namespace, other than the topics'.
-DIRECTORIES = (TOPICS_DIR, SNAPSHOTS_DIR, REPORTS_DIR, CONTROL_DIR)
+DIRECTORIES = (TOPICS_DIR, SNAPSHOTS_DIR, REPORTS_DIR, CONTROL_DIR, SECURITY_DIR)
 
 #: Topic names that would collide with `DIRECTORIES`.
 RESERVED_NAMES = frozenset(DIRECTORIES)

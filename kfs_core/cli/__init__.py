@@ -25,7 +25,18 @@ from __future__ import annotations
 import click
 
 from kfs_core import __version__
-from kfs_core.cli import catalog, clients, groups, jobs, lifecycle, run, segment, serve, topics
+from kfs_core.cli import (
+    catalog,
+    clients,
+    groups,
+    jobs,
+    lifecycle,
+    run,
+    segment,
+    serve,
+    topics,
+    users,
+)
 from kfs_core.cli.common import operator_errors
 from kfs_core.config import Settings
 
@@ -54,5 +65,6 @@ for _command in (
     catalog.catalog,
     lifecycle.lifecycle,
     jobs.jobs,
+    users.users,
 ):
     main.add_command(_command)

@@ -164,7 +164,7 @@ def connect_host(host: str) -> str:
 
 
 def _host_port(text: str, default_port: int) -> tuple[str, int]:
-    from kfs_core.server.app import parse_host_port
+    from kfs_core.security.listeners import parse_host_port
 
     return parse_host_port(text, default_port)
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import socket
@@ -58,7 +59,17 @@ from kfs_core.errors import CorruptWal, KfsError
 from kfs_core.groups.coordinator import GroupSettings
 from kfs_core.log.log_manager import LogManager
 from kfs_core.log.wal_writer import WalWriter
+from kfs_core.security.listeners import (
+    Listener,
+    SecurityProtocol,
+    parse_host_port,
+    parse_listeners,
+)
+from kfs_core.security.sasl import Authenticator, Session
+from kfs_core.security.tls import ServerTls, TlsFiles, principal_of
+from kfs_core.security.users import UserCache, UserStore
 from kfs_core.server.allocator import tune_allocator
+from kfs_core.server.apis.base import ADVERTISED, SESSION
 from kfs_core.server.broker import (
     CLIENT_HOST,
     Broker,
@@ -129,6 +140,23 @@ def check_addresses(settings: Settings) -> None:
     """
     parse_host_port(settings.listen, KAFKA_PORT)
     parse_host_port(settings.metrics_listen, METRICS_PORT)
+    listeners = listeners_of(settings)
+    if settings.advertised_listeners:
+        parse_listeners(settings.advertised_listeners, "KFS_ADVERTISED_LISTENERS")
+    if any(listener.protocol.tls for listener in listeners):
+        ServerTls(tls_files(settings))  # readable files, a key that matches the certificate
+
+
+def listeners_of(settings: Settings) -> list[Listener]:
+    """``KFS_LISTENERS``, or one PLAINTEXT listener on ``KFS_LISTEN``."""
+    if settings.listeners:
+        return parse_listeners(settings.listeners)
+    host, port = parse_host_port(settings.listen, KAFKA_PORT)
+    return [Listener(SecurityProtocol.PLAINTEXT, host, port)]
+
+
+def tls_files(settings: Settings) -> TlsFiles:
+    return TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
 
 
 def group_settings(settings: Settings) -> GroupSettings:
@@ -142,27 +170,6 @@ def group_settings(settings: Settings) -> GroupSettings:
     )
 
 
-def parse_host_port(text: str, default_port: int) -> tuple[str, int]:
-    """``host:port``, ``[v6]:port``, ``host`` or ``:port`` → (host, port)."""
-    text = text.strip()
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            raise ValueError(f"bad address {text!r}: use [ipv6]:port")
-        port_text = rest[1:]
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    elif ":" in text:
-        raise ValueError(f"bad address {text!r}: write IPv6 addresses as [addr]:port")
-    else:
-        host, port_text = text, ""
-    if not port_text:
-        return host, default_port
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"bad port in address {text!r}: expected 0..65535")
-    return host, int(port_text)
-
-
 def _advertised_host(settings: Settings, listen_host: str) -> str:
     if settings.advertised_host:
         return settings.advertised_host
@@ -172,7 +179,7 @@ def _advertised_host(settings: Settings, listen_host: str) -> str:
     return listen_host
 
 
-def _broker_configs(settings: Settings, advertised: str) -> dict[str, str]:
+def _broker_configs(settings: Settings, advertised_listeners: str) -> dict[str, str]:
     """Read-only broker configs for DescribeConfigs: Kafka names where Kafka has one.
 
     The daemon's own settings come from their declaration (`Settings.broker_configs`);
@@ -181,7 +188,7 @@ def _broker_configs(settings: Settings, advertised: str) -> dict[str, str]:
     return {
         "broker.id": "0",
         "node.id": "0",
-        "advertised.listeners": f"PLAINTEXT://{advertised}",
+        "advertised.listeners": advertised_listeners,
         "default.replication.factor": "1",
         "socket.request.max.bytes": str(MAX_REQUEST_BYTES),
         "message.max.bytes": DEFAULT_CONFIGS["max.message.bytes"],
@@ -209,7 +216,10 @@ class KfsServer:
         self._stop = asyncio.Event()
         self._exit_code = EXIT_OK
         self._connections: set[_Connection] = set()
-        self._kafka_server: asyncio.Server | None = None
+        self._kafka_servers: list[tuple[Listener, asyncio.Server]] = []
+        self._tls: ServerTls | None = None
+        # What Metadata names for each listener (the address a client should use).
+        self.advertised: dict[SecurityProtocol, tuple[str, int]] = {}
         self._ops = OpsHttpServer(self.metrics, lambda: self._ready, self._conditions)
         self._store: InstrumentedStore | None = None
         self._wal: WalWriter | None = None
@@ -257,6 +267,7 @@ class KfsServer:
         if install_signal_handlers:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self._on_signal, signum)
+            loop.add_signal_handler(signal.SIGHUP, self.reload_tls)
         lag = asyncio.ensure_future(self._sample_loop_lag())
         try:
             try:
@@ -285,7 +296,7 @@ class KfsServer:
             await self._close()
             await self._ops.close()
             if install_signal_handlers:
-                for signum in (signal.SIGTERM, signal.SIGINT):
+                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     loop.remove_signal_handler(signum)
         log.info("kfs serve stopped (exit %d)", self._exit_code)
         return self._exit_code
@@ -335,16 +346,23 @@ class KfsServer:
         are accepted only once the log has recovered.
         """
         s = self.settings
-        host, port = parse_host_port(s.listen, KAFKA_PORT)
+        listeners = listeners_of(s)
+        if any(listener.protocol.tls for listener in listeners):
+            self._tls = ServerTls(tls_files(s))
         loop = asyncio.get_running_loop()
-        self._kafka_server = await loop.create_server(
-            lambda: FrameStream(self._accept, MAX_REQUEST_BYTES),
-            host or None,
-            port,
-            reuse_address=True,
-            start_serving=False,
-        )
-        self.kafka_port = int(self._kafka_server.sockets[0].getsockname()[1])
+        for listener in listeners:
+            server = await loop.create_server(
+                functools.partial(
+                    FrameStream, functools.partial(self._accept, listener), MAX_REQUEST_BYTES
+                ),
+                listener.host or None,
+                listener.port,
+                reuse_address=True,
+                start_serving=False,
+                ssl=self._tls.context if self._tls is not None and listener.protocol.tls else None,
+            )
+            self._kafka_servers.append((listener, server))
+        self.kafka_port = self.listener_port(listeners[0].protocol)
         store = open_store(s.store_url, endpoint_url=s.s3_endpoint_url or None)
         self._store = InstrumentedStore(store, self.metrics)
         registry = TopicRegistry(self._store, s.namespace)
@@ -381,7 +399,7 @@ class KfsServer:
             report.skipped_batches,
         )
         self._add_counters(self._wal, self._log)
-        await self._serve_kafka(host, self._log)
+        await self._serve_kafka(self._log)
 
     def _on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -425,36 +443,82 @@ class KfsServer:
             )
         )
 
-    async def _serve_kafka(self, host: str, partition_log: LogManager) -> None:
-        assert self._kafka_server is not None
+    def listener_port(self, protocol: SecurityProtocol) -> int:
+        """The port the listener of ``protocol`` is bound to."""
+        for listener, server in self._kafka_servers:
+            if listener.protocol is protocol:
+                return int(server.sockets[0].getsockname()[1])
+        raise KeyError(f"no {protocol} listener")
+
+    def _advertise(self) -> dict[SecurityProtocol, tuple[str, int]]:
+        """What Metadata names for each listener: KFS_ADVERTISED_LISTENERS, else host and port."""
         s = self.settings
-        advertised = _advertised_host(s, host)
+        given = {
+            a.protocol: (a.host, a.port)
+            for a in (
+                parse_listeners(s.advertised_listeners, "KFS_ADVERTISED_LISTENERS")
+                if s.advertised_listeners
+                else []
+            )
+        }
+        return {
+            listener.protocol: given.get(
+                listener.protocol,
+                (_advertised_host(s, listener.host), self.listener_port(listener.protocol)),
+            )
+            for listener, _ in self._kafka_servers
+        }
+
+    async def _serve_kafka(self, partition_log: LogManager) -> None:
+        s = self.settings
+        self.advertised = self._advertise()
+        first = self._kafka_servers[0][0].protocol
+        host, port = self.advertised[first]
+        listeners = ",".join(f"{p}://{h}:{n}" for p, (h, n) in self.advertised.items())
         options = BrokerOptions(
-            advertised_host=advertised,
-            advertised_port=self.kafka_port,
+            advertised_host=host,
+            advertised_port=port,
             cluster_id=cluster_id_for(s.store_url, s.namespace),
             auto_create_topics=s.auto_create_topics,
             default_partitions=s.default_partitions,
-            broker_configs=_broker_configs(s, f"{advertised}:{self.kafka_port}"),
+            broker_configs=_broker_configs(s, listeners),
             groups=group_settings(s),
             offsets_topic_partitions=s.offsets_topic_num_partitions,
         )
         self.broker = Broker(options, partition_log, self.metrics)
+        if any(listener.protocol.sasl for listener, _ in self._kafka_servers):
+            assert self._store is not None
+            self.broker.authenticator = Authenticator(
+                s.sasl_mechanisms(),
+                UserCache(UserStore(self._store, s.namespace)),
+                reauth_ms=s.connections_max_reauth_ms,
+                on_result=self.metrics.observe_sasl,
+            )
         await self.broker.start()
-        await self._kafka_server.start_serving()
-        log.info(
-            "serving Kafka on %s:%d (advertised as %s:%d)",
-            host,
-            self.kafka_port,
-            advertised,
-            self.kafka_port,
-        )
+        for listener, server in self._kafka_servers:
+            await server.start_serving()
+            log.info(
+                "serving Kafka %s on %s:%d (advertised as %s:%d)",
+                listener.protocol,
+                listener.host,
+                self.listener_port(listener.protocol),
+                *self.advertised[listener.protocol],
+            )
 
-    async def _accept(self, stream: FrameStream) -> None:
+    def reload_tls(self) -> None:
+        """SIGHUP: load the TLS certificate and key again; open connections keep theirs."""
+        if self._tls is None:
+            log.info("SIGHUP: no TLS listener, nothing to reload")
+            return
+        self._tls.reload()
+
+    async def _accept(self, listener: Listener, stream: FrameStream) -> None:
         if self._stopping or self.broker is None:
             stream.close()
             return
-        connection = _Connection(self, self.broker, stream)
+        connection = _Connection(
+            self, self.broker, stream, listener, self.advertised.get(listener.protocol)
+        )
         self._connections.add(connection)
         self.metrics.connections.inc()
         self.metrics.connections_accepted.inc()
@@ -468,8 +532,8 @@ class KfsServer:
         self._stopping = True
         self._ready = False
         self.metrics.ready.set(0)
-        if self._kafka_server is not None:
-            self._kafka_server.close()
+        for _, server in self._kafka_servers:
+            server.close()
         if self.broker is not None:
             self.broker.stop()
         tasks = [c.stop_reading() for c in list(self._connections)]
@@ -486,9 +550,9 @@ class KfsServer:
                 await asyncio.wait(late, timeout=5)
 
     async def _close(self) -> None:
-        """Close the listener; flush and close the log, then the WAL, then the store."""
-        if self._kafka_server is not None:
-            self._kafka_server.close()
+        """Close the listeners; flush and close the log, then the WAL, then the store."""
+        for _, server in self._kafka_servers:
+            server.close()
         if self.broker is not None:
             await self.broker.close()
         if self._log is not None:
@@ -514,6 +578,9 @@ class KfsServer:
 
 # --- one client connection --------------------------------------------------------
 
+#: What a connection may send before (and while re-doing) SASL authentication.
+_SASL_OPEN_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -532,6 +599,8 @@ class _Connection:
         server: KfsServer,
         broker: Broker,
         stream: FrameStream,
+        listener: Listener | None = None,
+        advertised: tuple[str, int] | None = None,
     ) -> None:
         self._server = server
         self._broker = broker
@@ -545,6 +614,11 @@ class _Connection:
         self._broken = False
         peer = stream.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        protocol = listener.protocol if listener is not None else SecurityProtocol.PLAINTEXT
+        # A verified client certificate names the principal (mutual TLS); SASL may replace it.
+        principal = principal_of(stream.get_extra_info("peercert")) if protocol.tls else None
+        self.session = Session.on(protocol, self.peer.rsplit(":", 1)[0], principal)
+        self._advertised = advertised
 
     def stop_reading(self) -> asyncio.Task[Any] | None:
         """Shutdown: read no more requests; the task ends once those read are answered."""
@@ -556,6 +630,8 @@ class _Connection:
         self._task = asyncio.current_task()
         # Handlers run in tasks made from this one, so they see the client's host.
         CLIENT_HOST.set(f"/{self.peer.rsplit(':', 1)[0]}")
+        SESSION.set(self.session)
+        ADVERTISED.set(self._advertised)
         responder = asyncio.create_task(self._respond())
         try:
             if await self._read_requests():
@@ -640,6 +716,12 @@ class _Connection:
             barrier = request.api_key != ApiKey.PRODUCE
             if barrier or self._barriers_in_flight:
                 await self._queue.join()
+            if self._broken:
+                return False  # a failed SASL exchange: its answer was the last
+            refusal = self._refusal(request.api_key)
+            if refusal:
+                log.info("closing %s: %s", self.peer, refusal)
+                return False
             try:
                 future = await self._broker.begin(request)
             except Exception as exc:
@@ -648,6 +730,17 @@ class _Connection:
             await self._enqueue(_Pending(request, future, None, started, barrier))
         return False
 
+    def _refusal(self, api_key: ApiKey) -> str | None:
+        """Why the session may not send ``api_key`` now (the connection closes), or None."""
+        session = self.session
+        if api_key in _SASL_OPEN_APIS:
+            return None
+        if not session.authenticated:
+            return f"{api_key.name} before SASL authentication (Kafka closes the connection too)"
+        if session.expired():
+            return "the SASL session expired without re-authentication"
+        return None
+
     async def _respond(self) -> None:
         while True:
             item = await self._queue.get()
@@ -655,6 +748,9 @@ class _Connection:
                 if item is None:
                     return
                 await self._answer(item)
+                if self.session.failed:  # a failed SASL exchange: answered, now close
+                    self._broken = True
+                    self._stream.close()
             except Exception:
                 log.exception("answering %s failed; closing the connection", self.peer)
                 self._abort()

@@ -23,6 +23,7 @@ from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
 from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OffsetLog
 from kfs_core.log.log_manager import LogManager
+from kfs_core.security.sasl import Authenticator
 from kfs_core.server.apis import REGISTRY
 from kfs_core.server.apis.base import CLIENT_HOST
 from kfs_core.server.apis.producer_ids import ProducerIds
@@ -76,6 +77,8 @@ class Broker:
         self.metrics = metrics
         self.notifier = AppendNotifier()
         self.producer_ids = ProducerIds()
+        # SASL listeners' authenticator (`kfs_core.security.sasl`); None: no SASL listener.
+        self.authenticator: Authenticator | None = None
         self.groups = GroupCoordinator(
             OffsetLog(partition_log, partitions=options.offsets_topic_partitions),
             self._topic_partitions,

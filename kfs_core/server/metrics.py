@@ -183,6 +183,12 @@ class ServerMetrics:
             registry=r,
         )
         self.ready = Gauge("kfs_ready", "1 once the daemon serves Kafka clients", registry=r)
+        self.sasl_authentications = Counter(
+            "kfs_sasl_authentications",
+            "SASL authentications by mechanism and result (success, failure)",
+            ["mechanism", "result"],
+            registry=r,
+        )
         self.store_health = StoreHealth()
         Gauge(
             "kfs_store_unavailable_seconds",
@@ -215,6 +221,10 @@ class ServerMetrics:
         """`LogManager`'s ``flush_observer``: one partition flush committed."""
         self.flush_seconds.observe(seconds)
         self.flush_bytes.observe(size)
+
+    def observe_sasl(self, mechanism: str, ok: bool) -> None:
+        """One SASL authentication's outcome (the authenticator's ``on_result``)."""
+        self.sasl_authentications.labels(mechanism, "success" if ok else "failure").inc()
 
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)

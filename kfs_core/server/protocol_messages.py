@@ -101,6 +101,12 @@ with warnings.catch_warnings():
         TxnOffsetCommitRequest,
         TxnOffsetCommitResponse,
     )
+    from kafka.protocol.sasl import (
+        SaslAuthenticateRequest,
+        SaslAuthenticateResponse,
+        SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    )
 
 __all__ = [
     "AddOffsetsToTxnRequest",
@@ -161,6 +167,10 @@ __all__ = [
     "OffsetFetchResponse",
     "ProduceRequest",
     "ProduceResponse",
+    "SaslAuthenticateRequest",
+    "SaslAuthenticateResponse",
+    "SaslHandshakeRequest",
+    "SaslHandshakeResponse",
     "SyncGroupRequest",
     "SyncGroupResponse",
     "TxnOffsetCommitRequest",
@@ -184,6 +194,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -196,6 +207,7 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44

@@ -158,6 +158,7 @@ GOLDEN_TABLE = [
     "000e 0000 0005",  # SyncGroup        v0-v5
     "000f 0000 0006",  # DescribeGroups   v0-v6
     "0010 0000 0005",  # ListGroups       v0-v5
+    "0011 0001 0001",  # SaslHandshake    v1
     "0012 0000 0004",  # ApiVersions      v0-v4
     "0013 0002 0007",  # CreateTopics     v2-v7
     "0014 0001 0005",  # DeleteTopics     v1-v5
@@ -170,6 +171,7 @@ GOLDEN_TABLE = [
     "0020 0001 0004",  # DescribeConfigs  v1-v4
     "0021 0000 0002",  # AlterConfigs     v0-v2
     "0023 0001 0004",  # DescribeLogDirs  v1-v4
+    "0024 0000 0002",  # SaslAuthenticate v0-v2
     "0025 0000 0003",  # CreatePartitions v0-v3
     "002a 0000 0002",  # DeleteGroups     v0-v2
     "002c 0000 0001",  # IncrementalAlterConfigs v0-v1
@@ -549,12 +551,12 @@ def test_librdkafkas_all_topics_metadata_v12_decodes() -> None:
 
 
 def test_unknown_api_key_is_reported_with_its_header() -> None:
-    frame = I16(17) + I16(1) + I32(42) + I16(3) + b"cli" + b"\x00\x05PLAIN"  # SaslHandshake
+    frame = I16(57) + I16(1) + I32(42) + I16(3) + b"cli" + b"\x00\x05bytes"  # UpdateFeatures
     with pytest.raises(UnknownApiKey) as caught:
         decode_request(frame)
     error = caught.value
     assert (error.api_key, error.api_version, error.correlation_id, error.client_id) == (
-        17,
+        57,
         1,
         42,
         "cli",

@@ -159,6 +159,8 @@ def test_kafka_python_negotiates_its_highest_versions() -> None:
         ApiKey.CREATE_PARTITIONS: 3,
         ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
         ApiKey.DESCRIBE_CLUSTER: 2,
+        ApiKey.SASL_HANDSHAKE: 1,
+        ApiKey.SASL_AUTHENTICATE: 2,
     }
 
 

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import socket
 import struct
@@ -27,6 +26,7 @@ import confluent_kafka
 import pytest
 
 from kfs_core.records.batch import Record, encode_batch
+from kfs_core.security.listeners import SecurityProtocol
 from kfs_core.server.protocol import ErrorCode
 from tests.conftest import wait_for
 from tests.server.conftest import DaemonFactory, RawClient, ThreadedServer
@@ -310,8 +310,7 @@ def test_an_idempotent_producer_through_resets_writes_each_value_once_in_order(
     assert server.broker is not None
     proxy = ResettingProxy(("127.0.0.1", server.kafka_port), reset_every=48 * 1024)
     # Clients learn the broker's address from Metadata: make it the proxy's.
-    direct = server.broker.options
-    server.broker.options = dataclasses.replace(direct, advertised_port=proxy.port)
+    server.advertised[SecurityProtocol.PLAINTEXT] = ("127.0.0.1", proxy.port)
     topic, count = "through-resets", 20_000
     producer = confluent_kafka.Producer(
         {
@@ -346,7 +345,7 @@ def test_an_idempotent_producer_through_resets_writes_each_value_once_in_order(
         del producer  # stops librdkafka's threads before the proxy goes away
         proxy.close()
         # The proxy is gone: the consumer below must be told the broker's own address.
-        server.broker.options = direct
+        server.advertised[SecurityProtocol.PLAINTEXT] = ("127.0.0.1", server.kafka_port)
     assert not errors, errors[:3]
     assert proxy.resets >= 3, "the proxy never reset a connection: the test proves nothing"
 

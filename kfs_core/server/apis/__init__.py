@@ -20,6 +20,7 @@ declaration there, a new family is one line below.
     cluster         DescribeCluster, DescribeLogDirs, DeleteRecords
     producer_ids    InitProducerId; AddPartitionsToTxn, AddOffsetsToTxn,
                     EndTxn, TxnOffsetCommit (refused: no transactions)
+    sasl            SaslHandshake, SaslAuthenticate
     (here)          ApiVersions: the table itself
 """
 
@@ -37,6 +38,7 @@ from kfs_core.server.apis import (
     offsets,
     produce,
     producer_ids,
+    sasl,
     topics,
 )
 from kfs_core.server.apis.base import Api
@@ -108,6 +110,7 @@ REGISTRY: Final[Mapping[ApiKey, Api]] = MappingProxyType(
         cluster.APIS,
         groups.APIS,
         producer_ids.APIS,
+        sasl.APIS,
     )
 )
 

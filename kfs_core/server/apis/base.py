@@ -32,6 +32,7 @@ from kfs_core.errors import (
     UnsupportedCodec,
     WalError,
 )
+from kfs_core.security.sasl import Session
 from kfs_core.server.protocol_errors import ErrorCode
 from kfs_core.server.protocol_messages import ApiKey, MessagePair
 
@@ -42,7 +43,10 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol import Request
 
 __all__ = [
+    "ADVERTISED",
     "CLIENT_HOST",
+    "SESSION",
+    "advertised_address",
     "LEADER_EPOCH",
     "NODE_ID",
     "Api",
@@ -60,6 +64,21 @@ LEADER_EPOCH: Final = 0
 # The client's address as Kafka shows it ("/127.0.0.1"); the connection sets it,
 # and the handler tasks it starts inherit it.
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("kfs_client_host", default="")
+# The connection's security session (listener, principal, SASL state), set the same way;
+# None outside a connection (a handler called directly).
+SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
+    "kfs_session", default=None
+)
+# The (host, port) Metadata names for the connection's listener; None: the broker options'.
+ADVERTISED: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
+    "kfs_advertised", default=None
+)
+
+
+def advertised_address(options: BrokerOptions) -> tuple[str, int]:
+    """The (host, port) to name for this broker: the connection's listener's, else the options'."""
+    return ADVERTISED.get() or (options.advertised_host, options.advertised_port)
+
 
 Handler = Callable[["Broker", "Request"], Awaitable[Any]]
 # Produce starts in request order on a connection and finishes later.

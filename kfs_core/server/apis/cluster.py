@@ -24,6 +24,7 @@ from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.server.apis.base import (
     NODE_ID,
     Api,
+    advertised_address,
     error_code_for,
     log_failure,
     message_of,
@@ -80,8 +81,8 @@ async def _describe_cluster(broker: Broker, request: Request) -> Any:
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
                 broker_id=NODE_ID,
-                host=options.advertised_host,
-                port=options.advertised_port,
+                host=advertised_address(options)[0],
+                port=advertised_address(options)[1],
                 rack=None,
                 is_fenced=False,
             )

@@ -23,6 +23,7 @@ from kfs_core.server.apis.base import (
     CLIENT_HOST,
     NODE_ID,
     Api,
+    advertised_address,
     error_code_for,
     log_failure,
     message_of,
@@ -106,8 +107,8 @@ async def _find_coordinator(broker: Broker, request: Request) -> Any:
             dict(
                 key=key,
                 node_id=NODE_ID if ok else -1,
-                host=options.advertised_host if ok else "",
-                port=options.advertised_port if ok else -1,
+                host=advertised_address(options)[0] if ok else "",
+                port=advertised_address(options)[1] if ok else -1,
                 error_code=int(code),
                 error_message=message,
             )

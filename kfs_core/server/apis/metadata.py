@@ -15,6 +15,7 @@ from kfs_core.server.apis.base import (
     LEADER_EPOCH,
     NODE_ID,
     Api,
+    advertised_address,
     error_code_for,
     log_failure,
 )
@@ -85,9 +86,8 @@ async def _one_topic(broker: Broker, entry: Any, allow_create: bool) -> Any:
 
 def broker_entry(options: BrokerOptions) -> Any:
     """This broker as Metadata lists it."""
-    return MetadataResponse.MetadataResponseBroker(
-        node_id=NODE_ID, host=options.advertised_host, port=options.advertised_port, rack=None
-    )
+    host, port = advertised_address(options)
+    return MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=host, port=port, rack=None)
 
 
 def topic_metadata(info: LogTopicInfo) -> Any:

@@ -1,0 +1,81 @@
+"""SaslHandshake and SaslAuthenticate: the connection's session moves through its SASL exchange.
+
+The work is `kfs_core.security.sasl.Authenticator`'s; these handlers read the
+connection's `Session` (the ``SESSION`` context variable the connection sets)
+and turn results into responses.  The connection itself refuses every other
+API before authentication and closes after a failure (`kfs_core.server.app`).
+
+    SaslHandshake     v1 (v0 clients send raw tokens after it, which KFS does not read)
+    SaslAuthenticate  v0-v2 (v1 adds the session lifetime, KIP-368)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kfs_core.server.apis.base import SESSION, Api
+from kfs_core.server.protocol_errors import ErrorCode
+from kfs_core.server.protocol_messages import (
+    ApiKey,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+if TYPE_CHECKING:
+    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.protocol import Request
+
+
+async def _handshake(broker: Broker, request: Request) -> Any:
+    session = SESSION.get()
+    authenticator = broker.authenticator
+    if session is None or authenticator is None:
+        return _handshake_error(request, ErrorCode.ILLEGAL_SASL_STATE, None, broker.options)
+    code, mechanisms = authenticator.handshake(session, request.body.mechanism or "")
+    return SaslHandshakeResponse(
+        version=request.api_version, error_code=code, mechanisms=mechanisms
+    )
+
+
+def _handshake_error(request: Request, code: ErrorCode, _: str | None, __: BrokerOptions) -> Any:
+    return SaslHandshakeResponse(version=request.api_version, error_code=int(code), mechanisms=[])
+
+
+async def _authenticate(broker: Broker, request: Request) -> Any:
+    session = SESSION.get()
+    authenticator = broker.authenticator
+    if session is None or authenticator is None:
+        return _authenticate_error(request, ErrorCode.ILLEGAL_SASL_STATE, None, broker.options)
+    result = await authenticator.authenticate(session, bytes(request.body.auth_bytes or b""))
+    return SaslAuthenticateResponse(
+        version=request.api_version,
+        error_code=result.error_code,
+        error_message=result.message,
+        auth_bytes=result.auth_bytes,
+        session_lifetime_ms=result.session_lifetime_ms,
+    )
+
+
+def _authenticate_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    session = SESSION.get()
+    if session is not None:
+        session.failed = True
+    return SaslAuthenticateResponse(
+        version=request.api_version,
+        error_code=int(code),
+        error_message=message,
+        auth_bytes=b"",
+        session_lifetime_ms=0,
+    )
+
+
+APIS = (
+    Api(ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, (1, 1), _handshake,
+        _handshake_error),
+    Api(ApiKey.SASL_AUTHENTICATE, SaslAuthenticateRequest, SaslAuthenticateResponse, (0, 2),
+        _authenticate, _authenticate_error),
+)  # fmt: skip

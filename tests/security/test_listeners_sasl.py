@@ -1,0 +1,264 @@
+"""TLS listeners and SASL (PLAIN, SCRAM-SHA-256/512) with real clients over real sockets.
+
+A `kfs serve` with several listeners at once (Kafka's ``listeners`` shape):
+confluent-kafka and kafka-python produce and consume over SSL, mutual TLS,
+SASL_SSL with SCRAM-SHA-512 and PLAIN, and SASL_PLAINTEXT with
+SCRAM-SHA-256, each connection told the address of its own listener by
+Metadata.  Users are kept in the store: two daemons on one namespace share
+them, a restart keeps them, a new password takes effect without a restart.
+Wrong passwords, unknown users and unsupported mechanisms get
+SASL_AUTHENTICATION_FAILED / UNSUPPORTED_SASL_MECHANISM, counted in the
+metrics, while other clients carry on.  SIGHUP reloads the certificate.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import ssl
+import time
+import uuid
+import warnings
+from typing import Any
+
+import pytest
+
+from tests.conftest import _free_port, wait_for
+from tests.security.conftest import Pki, add_user, tls_args
+from tests.server.conftest import Daemon, DaemonFactory, confluent_kafka
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    import kafka
+    import kafka.errors
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+PASSWORD = "correct horse battery staple"
+
+
+def _listeners(**ports: int) -> str:
+    return ",".join(f"{protocol}://127.0.0.1:{port}" for protocol, port in ports.items())
+
+
+def _start(daemons: DaemonFactory, pki: Pki, name: str, *, mutual: bool = False,
+           store_url: str | None = None, **protocols: int) -> Daemon:  # fmt: skip
+    args = ["--listeners", _listeners(**protocols), *tls_args(pki, mutual=mutual)]
+    return daemons.start(name=name, extra_args=args, store_url=store_url)
+
+
+def _confluent(port: int, protocol: str, pki: Pki, **extra: str) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": f"127.0.0.1:{port}",
+        "security.protocol": protocol,
+        "log_level": 2,
+    }
+    if "SSL" in protocol:
+        conf["ssl.ca.location"] = str(pki.ca)
+    return conf | extra
+
+
+def _round_trip(conf: dict[str, Any], topic: str, count: int = 20) -> list[bytes]:
+    """Produce ``count`` values with confluent-kafka over ``conf``, consume them back."""
+    producer = confluent_kafka.Producer({**conf, "acks": "all", "message.timeout.ms": 20_000})
+    errors: list[Any] = []
+    values = [b"%s-%d" % (topic.encode(), i) for i in range(count)]
+    for value in values:
+        producer.produce(topic, value, on_delivery=lambda err, msg: err and errors.append(err))
+    assert producer.flush(30) == 0 and not errors, errors
+    consumer = confluent_kafka.Consumer(
+        {**conf, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"}
+    )
+    got: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def _sasl(mechanism: str, user: str = "alice", password: str = PASSWORD) -> dict[str, str]:
+    return {"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+
+
+def _auth_fails(conf: dict[str, Any]) -> str:
+    """What librdkafka reports (its error callback) for a connection whose login is refused."""
+    errors: list[Any] = []
+    producer = confluent_kafka.Producer({**conf, "error_cb": errors.append})
+
+    def refused() -> bool:
+        producer.poll(0.2)
+        return any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors)
+
+    wait_for(refused, timeout=20, what="an authentication error")
+    return " ".join(e.str() for e in errors)
+
+
+def test_ssl_and_plaintext_listeners_each_advertise_themselves(
+    daemons: DaemonFactory, pki: Pki
+) -> None:
+    ssl_port, plain_port = _free_port(), _free_port()
+    _start(daemons, pki, "two", SSL=ssl_port, PLAINTEXT=plain_port)
+    for port, protocol in ((ssl_port, "SSL"), (plain_port, "PLAINTEXT")):
+        conf = _confluent(port, protocol, pki)
+        brokers = confluent_kafka.admin.AdminClient(conf).list_topics(timeout=10).brokers
+        assert [(b.host, b.port) for b in brokers.values()] == [("127.0.0.1", port)]
+        values = _round_trip(conf, f"over-{protocol.lower()}")
+        assert sorted(values) == sorted(
+            b"over-%s-%d" % (protocol.lower().encode(), i) for i in range(20)
+        )
+    # kafka-python over TLS too
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=f"127.0.0.1:{ssl_port}", security_protocol="SSL",
+        ssl_cafile=str(pki.ca), acks="all",
+    )  # fmt: skip
+    metadata = producer.send("over-ssl", b"kafka-python").get(30)
+    producer.close()
+    assert metadata.offset == 20
+
+
+def test_mutual_tls_wants_a_certificate_the_ca_signed(daemons: DaemonFactory, pki: Pki) -> None:
+    port = _free_port()
+    daemon = _start(daemons, pki, "mtls", mutual=True, SSL=port)
+    good = _confluent(port, "SSL", pki, **{
+        "ssl.certificate.location": str(pki.client_cert), "ssl.key.location": str(pki.client_key)})  # fmt: skip
+    assert len(_round_trip(good, "mtls")) == 20
+    for cert, key in (
+        (None, None),
+        (pki.rogue_cert, pki.rogue_key),
+        (pki.expired_cert, pki.expired_key),
+    ):
+        conf = _confluent(port, "SSL", pki, **({"ssl.certificate.location": str(cert),
+                                                "ssl.key.location": str(key)} if cert else {}))  # fmt: skip
+        with pytest.raises(confluent_kafka.KafkaException):
+            confluent_kafka.admin.AdminClient(conf).list_topics(timeout=5)
+    assert daemon.alive() and len(_round_trip(good, "mtls-after", 5)) == 5
+
+
+def test_scram_and_plain_over_sasl_ssl_and_sasl_plaintext(daemons: DaemonFactory, pki: Pki) -> None:
+    sasl_ssl, sasl_plain = _free_port(), _free_port()
+    daemon = _start(daemons, pki, "sasl", SASL_SSL=sasl_ssl, SASL_PLAINTEXT=sasl_plain)
+    add_user(daemon, "alice", PASSWORD)
+    scram512 = _confluent(sasl_ssl, "SASL_SSL", pki, **_sasl("SCRAM-SHA-512"))
+    assert len(_round_trip(scram512, "orders")) == 20
+    plain = _confluent(sasl_ssl, "SASL_SSL", pki, **_sasl("PLAIN"))
+    assert len(_round_trip(plain, "orders-plain")) == 20
+    scram256 = _confluent(sasl_plain, "SASL_PLAINTEXT", pki, **_sasl("SCRAM-SHA-256"))
+    assert len(_round_trip(scram256, "orders-256")) == 20
+    for mechanism in ("PLAIN", "SCRAM-SHA-512"):
+        consumer = kafka.KafkaConsumer(
+            "orders", bootstrap_servers=f"127.0.0.1:{sasl_ssl}", security_protocol="SASL_SSL",
+            ssl_cafile=str(pki.ca), sasl_mechanism=mechanism, sasl_plain_username="alice",
+            sasl_plain_password=PASSWORD, auto_offset_reset="earliest", consumer_timeout_ms=10_000,
+        )  # fmt: skip
+        assert len(list(consumer)) == 20
+        consumer.close()
+
+    before = daemon.http("/metrics")[1]
+    assert 'kfs_sasl_authentications_total{mechanism="SCRAM-SHA-512",result="success"}' in before
+    for conf in (
+        _confluent(sasl_ssl, "SASL_SSL", pki, **_sasl("SCRAM-SHA-512", password="wrong")),
+        _confluent(sasl_ssl, "SASL_SSL", pki, **_sasl("PLAIN", password="wrong")),
+        _confluent(sasl_ssl, "SASL_SSL", pki, **_sasl("SCRAM-SHA-256", user="mallory")),
+    ):
+        assert "Authentication failed" in _auth_fails(conf)
+    metrics = daemon.http("/metrics")[1]
+    assert 'kfs_sasl_authentications_total{mechanism="PLAIN",result="failure"} 1.0' in metrics
+    # A client speaking plain Kafka to a SASL port, or TLS to a plaintext one, gets nowhere;
+    # the good client carries on.
+    with pytest.raises(confluent_kafka.KafkaException):
+        confluent_kafka.admin.AdminClient(_confluent(sasl_plain, "PLAINTEXT", pki)).list_topics(
+            timeout=5
+        )
+    with pytest.raises(confluent_kafka.KafkaException):
+        confluent_kafka.admin.AdminClient(
+            _confluent(sasl_plain, "SASL_SSL", pki, **_sasl("PLAIN"))).list_topics(timeout=5)  # fmt: skip
+    assert len(_round_trip(scram512, "after-abuse", 5)) == 5
+    assert "secret" not in daemon.log() and PASSWORD not in daemon.log()
+
+
+def test_users_are_shared_by_daemons_survive_restart_and_change_without_one(
+    daemons: DaemonFactory, pki: Pki
+) -> None:
+    first_port, second_port = _free_port(), _free_port()
+    first = _start(daemons, pki, "first", SASL_PLAINTEXT=first_port)
+    second = _start(daemons, pki, "second", store_url=first.store_url, SASL_PLAINTEXT=second_port)
+    add_user(first, "bob", PASSWORD, "SCRAM-SHA-512")
+    for port in (first_port, second_port):
+        conf = _confluent(port, "SASL_PLAINTEXT", pki, **_sasl("SCRAM-SHA-512", "bob"))
+        assert len(_round_trip(conf, f"shared-{port}", 5)) == 5
+    # Only SCRAM-SHA-512 was stored: SCRAM-SHA-256 has no credential to check.
+    assert "Authentication failed" in _auth_fails(
+        _confluent(first_port, "SASL_PLAINTEXT", pki, **_sasl("SCRAM-SHA-256", "bob")))  # fmt: skip
+    second.stop()
+    second.start()
+    conf = _confluent(second_port, "SASL_PLAINTEXT", pki, **_sasl("SCRAM-SHA-512", "bob"))
+    assert len(_round_trip(conf, "after-restart", 5)) == 5
+
+    import subprocess
+    import sys
+
+    subprocess.run(
+        [sys.executable, "-m", "kfs_core.cli", "--store-url", first.store_url, "--namespace",
+         "test", "users", "set-password", "bob"], input="new password\n", text=True, check=True,
+    )  # fmt: skip
+
+    def old_refused() -> bool:
+        try:
+            confluent_kafka.admin.AdminClient(conf).list_topics(timeout=5)
+        except confluent_kafka.KafkaException:
+            return True
+        return False
+
+    wait_for(old_refused, timeout=30, what="the old password refused")
+    new = _confluent(second_port, "SASL_PLAINTEXT", pki,
+                     **_sasl("SCRAM-SHA-512", "bob", "new password"))  # fmt: skip
+    assert len(_round_trip(new, "new-password", 5)) == 5
+
+
+def test_sighup_reloads_the_certificate_and_keeps_open_connections(
+    daemons: DaemonFactory, pki: Pki, tmp_path: Any
+) -> None:
+    cert, key = tmp_path / "live.pem", tmp_path / "live.key"
+    shutil.copy(pki.server_cert, cert)
+    shutil.copy(pki.server_key, key)
+    port = _free_port()
+    args = ["--listeners", f"SSL://127.0.0.1:{port}", "--tls-cert-file", str(cert),
+            "--tls-key-file", str(key)]  # fmt: skip
+    daemon = daemons.start(name="reload", extra_args=args)
+
+    def served_serial() -> int:
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            der = tls.getpeercert(binary_form=True)
+        from cryptography import x509
+
+        return int(x509.load_der_x509_certificate(der).serial_number)
+
+    producer = confluent_kafka.Producer(_confluent(port, "SSL", pki, acks="all"))
+    producer.produce("reloaded", b"before")
+    assert producer.flush(30) == 0
+    old = served_serial()
+    new_cert, new_key = pki.server("server-2")
+    shutil.copy(new_cert, cert)
+    shutil.copy(new_key, key)
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: served_serial() != old, timeout=10, what="the new certificate served")
+    producer.produce("reloaded", b"after")  # the connection opened before the reload
+    assert producer.flush(30) == 0
+    # A broken file on the next reload keeps the current certificate.
+    key.write_text("not a key")
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "TLS reload failed" in daemon.log(), timeout=10, what="the refused reload")
+    assert served_serial() != old and daemon.alive()
