@@ -206,6 +206,21 @@ class Settings:
         "SASL mechanisms of SASL listeners",
         broker_config="sasl.enabled.mechanisms",
     )
+    authorizer: str = setting(
+        "none",
+        "enforce Kafka ACLs (acl) or let every client do everything (none)",
+        choices=("none", "acl"),
+    )
+    super_users: str = setting(
+        "",
+        "principals ACLs never restrict, ';'-separated (User:admin;User:ops)",
+        broker_config="super.users",
+    )
+    allow_everyone_if_no_acl_found: bool = setting(
+        False,
+        "with the acl authorizer: allow a resource no ACL names",
+        broker_config="allow.everyone.if.no.acl.found",
+    )
     connections_max_reauth_ms: int = setting(
         0,
         "SASL session lifetime; clients re-authenticate before it ends (0: no limit)",
@@ -321,6 +336,10 @@ class Settings:
         "without a producer-state snapshot, rebuild from at most this much of the newest segments",
         minimum=0,
     )
+
+    def super_user_principals(self) -> list[str]:
+        """``KFS_SUPER_USERS`` as principals (Kafka separates them with ';'; ',' works too)."""
+        return [p.strip() for p in self.super_users.replace(",", ";").split(";") if p.strip()]
 
     def sasl_mechanisms(self) -> list[str]:
         """``KFS_SASL_ENABLED_MECHANISMS`` as a list, upper-cased."""

@@ -26,6 +26,7 @@ import click
 
 from kfs_core import __version__
 from kfs_core.cli import (
+    acls,
     catalog,
     clients,
     groups,
@@ -66,5 +67,6 @@ for _command in (
     lifecycle.lifecycle,
     jobs.jobs,
     users.users,
+    acls.acls,
 ):
     main.add_command(_command)

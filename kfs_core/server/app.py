@@ -59,6 +59,7 @@ from kfs_core.errors import CorruptWal, KfsError
 from kfs_core.groups.coordinator import GroupSettings
 from kfs_core.log.log_manager import LogManager
 from kfs_core.log.wal_writer import WalWriter
+from kfs_core.security.acls import AclStore, Authorizer
 from kfs_core.security.listeners import (
     Listener,
     SecurityProtocol,
@@ -69,6 +70,7 @@ from kfs_core.security.sasl import Authenticator, Session
 from kfs_core.security.tls import ServerTls, TlsFiles, principal_of
 from kfs_core.security.users import UserCache, UserStore
 from kfs_core.server.allocator import tune_allocator
+from kfs_core.server.apis import acls as acl_api
 from kfs_core.server.apis.base import ADVERTISED, SESSION
 from kfs_core.server.broker import (
     CLIENT_HOST,
@@ -218,6 +220,7 @@ class KfsServer:
         self._connections: set[_Connection] = set()
         self._kafka_servers: list[tuple[Listener, asyncio.Server]] = []
         self._tls: ServerTls | None = None
+        self._acl_refresh: asyncio.Future[None] | None = None
         # What Metadata names for each listener (the address a client should use).
         self.advertised: dict[SecurityProtocol, tuple[str, int]] = {}
         self._ops = OpsHttpServer(self.metrics, lambda: self._ready, self._conditions)
@@ -494,6 +497,15 @@ class KfsServer:
                 reauth_ms=s.connections_max_reauth_ms,
                 on_result=self.metrics.observe_sasl,
             )
+        if s.authorizer == "acl":
+            assert self._store is not None
+            self.broker.acl_store = AclStore(self._store, s.namespace)
+            self.broker.authorizer = Authorizer(
+                super_users=s.super_user_principals(),
+                allow_if_no_acl=s.allow_everyone_if_no_acl_found,
+            )
+            await acl_api.refresh(self.broker)  # the ACLs are in force before the first client
+            self._acl_refresh = asyncio.ensure_future(acl_api.refresh_forever(self.broker))
         await self.broker.start()
         for listener, server in self._kafka_servers:
             await server.start_serving()
@@ -553,6 +565,8 @@ class KfsServer:
         """Close the listeners; flush and close the log, then the WAL, then the store."""
         for _, server in self._kafka_servers:
             server.close()
+        if self._acl_refresh is not None:
+            self._acl_refresh.cancel()
         if self.broker is not None:
             await self.broker.close()
         if self._log is not None:

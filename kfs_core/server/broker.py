@@ -23,10 +23,12 @@ from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
 from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OffsetLog
 from kfs_core.log.log_manager import LogManager
+from kfs_core.security.acls import AclStore, Authorizer
 from kfs_core.security.sasl import Authenticator
 from kfs_core.server.apis import REGISTRY
-from kfs_core.server.apis.base import CLIENT_HOST
+from kfs_core.server.apis.base import CLIENT_HOST, SESSION
 from kfs_core.server.apis.producer_ids import ProducerIds
+from kfs_core.server.authz import AuditLog, check, filter_response
 from kfs_core.server.directory import TopicDirectory
 from kfs_core.server.metrics import ServerMetrics
 from kfs_core.server.notifier import AppendNotifier
@@ -79,6 +81,10 @@ class Broker:
         self.producer_ids = ProducerIds()
         # SASL listeners' authenticator (`kfs_core.security.sasl`); None: no SASL listener.
         self.authenticator: Authenticator | None = None
+        # KFS_AUTHORIZER=acl: the ACLs in force and where they are kept; None: no authorizer.
+        self.authorizer: Authorizer | None = None
+        self.acl_store: AclStore | None = None
+        self.audit = AuditLog()
         self.groups = GroupCoordinator(
             OffsetLog(partition_log, partitions=options.offsets_topic_partitions),
             self._topic_partitions,
@@ -112,6 +118,29 @@ class Broker:
         Called in request order on a connection.  Exceptions, here or in the
         future, are the caller's to answer with `error_response`.
         """
+        session = SESSION.get()
+        authorizer = self.authorizer
+        if authorizer is None or session is None:
+            return await self._dispatch(request)
+        plan = check(authorizer, session, self.audit, request)
+        if plan is None:
+            future = await self._dispatch(request)
+        elif plan.whole is not None:
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(self.error_response(request, plan.whole))
+            return future
+        else:
+            future = await self._dispatch(plan.request or request)
+
+        async def finish() -> Any:
+            response = await future
+            if plan is not None:
+                response = plan.merge(response, self.error_response)
+            return filter_response(authorizer, session, self.audit, request, response)
+
+        return asyncio.ensure_future(finish())
+
+    async def _dispatch(self, request: Request) -> asyncio.Future[Any]:
         api = REGISTRY[request.api_key]
         if api.start is not None:
             return await api.start(self, request)

@@ -168,6 +168,9 @@ GOLDEN_TABLE = [
     "0019 0000 0003",  # AddOffsetsToTxn  v0-v3 (refused)
     "001a 0000 0003",  # EndTxn           v0-v3 (refused)
     "001c 0000 0003",  # TxnOffsetCommit  v0-v3 (refused)
+    "001d 0001 0002",  # DescribeAcls     v1-v2
+    "001e 0001 0002",  # CreateAcls       v1-v2
+    "001f 0001 0002",  # DeleteAcls       v1-v2
     "0020 0001 0004",  # DescribeConfigs  v1-v4
     "0021 0000 0002",  # AlterConfigs     v0-v2
     "0023 0001 0004",  # DescribeLogDirs  v1-v4

@@ -161,6 +161,9 @@ def test_kafka_python_negotiates_its_highest_versions() -> None:
         ApiKey.DESCRIBE_CLUSTER: 2,
         ApiKey.SASL_HANDSHAKE: 1,
         ApiKey.SASL_AUTHENTICATE: 2,
+        ApiKey.DESCRIBE_ACLS: 2,
+        ApiKey.CREATE_ACLS: 2,
+        ApiKey.DELETE_ACLS: 2,
     }
 
 

@@ -21,6 +21,7 @@ declaration there, a new family is one line below.
     producer_ids    InitProducerId; AddPartitionsToTxn, AddOffsetsToTxn,
                     EndTxn, TxnOffsetCommit (refused: no transactions)
     sasl            SaslHandshake, SaslAuthenticate
+    acls            DescribeAcls, CreateAcls, DeleteAcls
     (here)          ApiVersions: the table itself
 """
 
@@ -31,6 +32,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.server.apis import (
+    acls,
     cluster,
     fetch,
     groups,
@@ -111,6 +113,7 @@ REGISTRY: Final[Mapping[ApiKey, Api]] = MappingProxyType(
         groups.APIS,
         producer_ids.APIS,
         sasl.APIS,
+        acls.APIS,
     )
 )
 
