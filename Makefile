@@ -45,6 +45,7 @@ bench: install kcat ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.kfs_page
 	$(BIN)/python -m bench.maintenance
 	$(BIN)/python -m bench.groups
+	$(BIN)/python -m bench.security
 
 soak: install ## Long fault campaigns (not in make test): kill -9 cycles, store faults, WAL recovery, decoder fuzzing; one table
 	$(BIN)/python -m soak

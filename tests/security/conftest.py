@@ -107,7 +107,12 @@ def _issue(
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    root = tmp_path_factory.mktemp("pki")
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def make_pki(root: Path) -> Pki:
+    """A CA and the certificates the tests (and bench.security) use, as PEM files in ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     ca_cert = (
