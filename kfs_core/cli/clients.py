@@ -1,6 +1,7 @@
 """`kfs produce` and `kfs consume`: a Kafka client on the command line (confluent-kafka).
 
-Both find the daemon through ``--bootstrap``, else ``KFS_LISTEN``.
+Both find the daemon through ``--bootstrap``, else ``KFS_LISTEN``; a TLS or
+SASL listener needs ``--command-config FILE`` (Kafka's client properties).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from typing import Any
 
 import click
 
-from kfs_core.cli.common import CliError, cli_settings
+from kfs_core.cli.common import CliError, cli_settings, client_config, command_config_option
 
 
 def _bootstrap_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = command_config_option(func)
     return click.option(
         "--bootstrap",
         "bootstrap",
@@ -57,11 +59,13 @@ def produce(
     acks: str,
     compression: str,
     bootstrap: str | None,
+    command_config: str | None,
 ) -> None:
     """Send each line of stdin (or each --value) to TOPIC as one message."""
     kafka = _confluent()
     producer = kafka.Producer(
         {
+            **client_config(command_config),
             "bootstrap.servers": _bootstrap(ctx, bootstrap),
             "acks": acks,
             "compression.type": compression,
@@ -126,6 +130,7 @@ def consume(
     timeout: float | None,
     print_offsets: bool,
     bootstrap: str | None,
+    command_config: str | None,
 ) -> None:
     """Print the values of TOPIC's messages, one per line (partitions are assigned, no group)."""
     import time
@@ -133,6 +138,7 @@ def consume(
     kafka = _confluent()
     consumer = kafka.Consumer(
         {
+            **client_config(command_config),
             # librdkafka insists on a group id; assign() never joins the group.
             "bootstrap.servers": _bootstrap(ctx, bootstrap),
             "group.id": "kfs-consume",

@@ -8,8 +8,10 @@ traceback: raise `CliError`, or wrap the work in `operator_errors()`.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -75,3 +77,70 @@ def format_ms(ts: int) -> str:
     if ts < 0:
         return str(ts)
     return dt.datetime.fromtimestamp(ts / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+# --- Kafka client settings of the commands that talk to a daemon --------------------------
+
+#: The security settings a ``--command-config`` file may give (librdkafka's names, which
+#: are Kafka's); ``sasl.jaas.config`` (the Java clients' form) is read for its user and password.
+CLIENT_SECURITY_KEYS = frozenset(
+    {
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.key.password",
+        "ssl.endpoint.identification.algorithm",
+    }
+)
+_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def client_config(path: str | None) -> dict[str, str]:
+    """librdkafka settings from a Kafka client properties file (``--command-config``).
+
+    Kafka's tools take the same file (``--command-config client.properties``):
+    ``key=value`` lines, ``#`` comments.  Only security settings are taken; a
+    password lives in the file, never on the command line.
+    """
+    if not path:
+        return {}
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise CliError(f"--command-config {path}: {exc.strerror or exc}") from None
+    config: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            raise CliError(f"--command-config {path}:{number}: expected key=value")
+        if key == "sasl.jaas.config":
+            for field, found in _JAAS_FIELD.findall(value):
+                config[f"sasl.{field}"] = found.replace('\\"', '"')
+        elif key in CLIENT_SECURITY_KEYS:
+            config["sasl.mechanism" if key == "sasl.mechanisms" else key] = value
+        else:
+            raise CliError(
+                f"--command-config {path}:{number}: {key!r} is not a security setting "
+                f"({', '.join(sorted(CLIENT_SECURITY_KEYS))})"
+            )
+    return config
+
+
+def command_config_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--command-config",
+        "command_config",
+        type=click.Path(dir_okay=False),
+        envvar="KFS_CLIENT_CONFIG",
+        help="Kafka client properties for TLS/SASL (security.protocol=SASL_SSL, sasl.mechanism, "
+        "sasl.username, sasl.password, ssl.ca.location ...) [KFS_CLIENT_CONFIG]",
+    )(func)

@@ -4,7 +4,8 @@
 over the Kafka protocol through confluent-kafka's AdminClient, exactly as
 Kafka's own tool talks to a broker; nothing here reads the store.  The
 daemon is found the way ``kfs produce`` / ``kfs consume`` find it:
-``--bootstrap-server`` (or ``--bootstrap``), else ``KFS_LISTEN``.
+``--bootstrap-server`` (or ``--bootstrap``), else ``KFS_LISTEN``; a TLS or SASL
+listener needs ``--command-config FILE`` (Kafka's client properties file).
 
 Mistakes (an unknown group or topic, two reset targets, no daemon) end with
 one ``kfs: error: …`` line and a non-zero exit, never a traceback.
@@ -20,7 +21,7 @@ from typing import Any, Final, NoReturn, TypeVar
 
 import click
 
-from kfs_core.cli.common import CliError
+from kfs_core.cli.common import CliError, client_config
 from kfs_core.config import Settings
 
 __all__ = ["groups"]
@@ -59,7 +60,9 @@ class GroupAdmin:
     wait loop polls for it and gives up with the reason.
     """
 
-    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+    def __init__(
+        self, bootstrap: str, timeout_s: float, security: dict[str, str] | None = None
+    ) -> None:
         try:
             from confluent_kafka.admin import AdminClient
         except ImportError:
@@ -68,6 +71,7 @@ class GroupAdmin:
         self.timeout_s = timeout_s
         self._brokers_down = False
         config: dict[str, Any] = {
+            **(security or {}),
             "bootstrap.servers": bootstrap,
             "client.id": "kfs-groups",
             "error_cb": self._on_error,
@@ -305,7 +309,20 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
 # --- options -------------------------------------------------------------------------------
 
 
+def _remember_command_config(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
+    ctx.meta["kfs_command_config"] = value
+
+
 def _connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option(
+        "--command-config",
+        type=click.Path(dir_okay=False),
+        envvar="KFS_CLIENT_CONFIG",
+        expose_value=False,
+        callback=_remember_command_config,
+        help="Kafka client properties for TLS/SASL (security.protocol, sasl.mechanism, "
+        "sasl.username, sasl.password, ssl.ca.location ...) [KFS_CLIENT_CONFIG]",
+    )(func)
     func = click.option(
         "--timeout",
         "timeout_s",
@@ -330,7 +347,8 @@ def _admin(ctx: click.Context, bootstrap: str | None, timeout_s: float) -> Group
             settings = Settings.from_env()
         except ValueError as exc:
             _fail(str(exc))
-    return GroupAdmin(bootstrap or settings.listen, timeout_s)
+    security = client_config(ctx.meta.get("kfs_command_config"))
+    return GroupAdmin(bootstrap or settings.listen, timeout_s, security)
 
 
 def _existing(admin: GroupAdmin, group_id: str) -> GroupView:

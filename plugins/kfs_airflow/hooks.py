@@ -6,8 +6,13 @@ Connection ``kfs_default`` (type ``kfs``)::
                "namespace": "default",
                "s3_endpoint_url": "http://minio:9000",     # MinIO, moto; optional
                "region_name": "eu-west-1",                 # optional
-               "bootstrap_servers": "kfs:9092"}            # the daemon's Kafka address;
+               "bootstrap_servers": "kfs:9092",            # the daemon's Kafka address;
                                                            # optional (no consumer groups)
+               "security_protocol": "SASL_SSL",            # the daemon's listener, if not
+               "sasl_mechanism": "SCRAM-SHA-512",          # PLAINTEXT; optional
+               "sasl_username": "airflow",
+               "sasl_password": "...",                     # masked by Airflow in logs
+               "ssl_ca_location": "/etc/kfs/ca.pem"}
     login     AWS access key id      (optional; else the usual AWS chain)
     password  AWS secret access key  (optional)
 
@@ -69,6 +74,18 @@ _SUMMARY_THREADS = 8
 
 class KfsConnectionError(ValueError):
     """The ``kfs`` connection is missing a setting or names an unusable store."""
+
+
+#: The extra's keys for the daemon's TLS/SASL listener (librdkafka's names with ``_``).
+_DAEMON_SECURITY_KEYS = (
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_ca_location",
+    "ssl_certificate_location",
+    "ssl_key_location",
+)
 
 
 class KfsHook(BaseHook):
@@ -155,6 +172,20 @@ class KfsHook(BaseHook):
         """
         extra = self._connection.extra_dejson or {}
         return str(extra.get("bootstrap_servers") or "").strip()
+
+    def daemon_security(self) -> dict[str, str]:
+        """librdkafka TLS/SASL settings for the daemon from the extra (Kafka's names, ``_`` for ``.``).
+
+        The SASL password sits in the extra under ``sasl_password``: Airflow's secrets
+        masker hides any extra value whose key says "password" in logs and the UI; the
+        connection's own password field is the store's (AWS) secret.
+        """
+        extra = self._connection.extra_dejson or {}
+        return {
+            key.replace("_", "."): str(extra[key])
+            for key in _DAEMON_SECURITY_KEYS
+            if extra.get(key) not in (None, "")
+        }
 
     @property
     def store_identity(self) -> str:
@@ -410,6 +441,7 @@ class KfsHook(BaseHook):
                 "socket.connection.setup.timeout.ms": timeout_ms,
                 # The page shows what went wrong; keep librdkafka's retry lines out of the logs.
                 "log_level": 0,
+                **self.daemon_security(),
                 **config,
             }
         )

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -219,3 +220,43 @@ def test_the_hook_reads_run_summaries_history_and_validation_reports(kfs_connect
         assert hook.data_docs_file(by_key, "../report.json") is None
         with pytest.raises(ObjectNotFound):
             hook.data_docs_file(by_key, "index.html")
+
+
+@pytest.mark.integration
+def test_consumer_groups_through_a_sasl_ssl_listener(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The connection's extra carries the daemon's TLS/SASL settings; the password is masked."""
+    from kfs_airflow.hooks import KfsHook
+
+    from tests.security.conftest import add_user, make_pki
+    from tests.server.conftest import DaemonFactory
+
+    pki = make_pki(tmp_path / "pki")
+    port = _free_port()
+    factory = DaemonFactory(tmp_path)
+    try:
+        daemon = factory.start(name="sasl", extra_args=[
+            "--listeners", f"SASL_SSL://127.0.0.1:{port}",
+            "--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key)])  # fmt: skip
+        add_user(daemon, "airflow", "airflow secret")
+        monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(
+            daemon.store_url, "test", bootstrap_servers=f"127.0.0.1:{port}",
+            security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+            sasl_username="airflow", sasl_password="airflow secret", ssl_ca_location=str(pki.ca),
+        ))  # fmt: skip
+        hook = KfsHook()
+        assert hook.daemon_security()["sasl.username"] == "airflow"
+        assert hook.consumer_groups(timeout_s=20) == []  # answered over SASL_SSL
+        monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(
+            daemon.store_url, "test", bootstrap_servers=f"127.0.0.1:{port}",
+            security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+            sasl_username="airflow", sasl_password="wrong", ssl_ca_location=str(pki.ca),
+        ))  # fmt: skip
+        from kfs_airflow.groups import DaemonUnreachable
+
+        with pytest.raises(DaemonUnreachable) as refused:
+            KfsHook().consumer_groups(timeout_s=10)
+        assert "wrong" not in str(refused.value)
+    finally:
+        factory.close()

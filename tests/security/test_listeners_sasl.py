@@ -262,3 +262,42 @@ def test_sighup_reloads_the_certificate_and_keeps_open_connections(
     daemon.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: "TLS reload failed" in daemon.log(), timeout=10, what="the refused reload")
     assert served_serial() != old and daemon.alive()
+
+
+def test_kfs_commands_reach_a_sasl_listener_with_a_command_config(
+    daemons: DaemonFactory, pki: Pki, tmp_path: Any
+) -> None:
+    import subprocess
+    import sys
+
+    port = _free_port()
+    daemon = _start(daemons, pki, "cli", SASL_SSL=port)
+    add_user(daemon, "alice", PASSWORD)
+    properties = tmp_path / "client.properties"
+    properties.write_text(
+        "# as for Kafka's own tools\n"
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="alice" password="{PASSWORD}";\n'
+        f"ssl.ca.location={pki.ca}\n"
+    )
+    kfs = [sys.executable, "-m", "kfs_core.cli"]
+    at = ["--bootstrap", f"127.0.0.1:{port}", "--command-config", str(properties)]
+    subprocess.run([*kfs, "produce", "cli-topic", "--value", "one", "--value", "two", *at],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    consumed = subprocess.run(
+        [*kfs, "consume", "cli-topic", "--from-beginning", "--max-messages", "2", *at],
+        check=True, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert consumed.stdout.split() == ["one", "two"]
+    listed = subprocess.run(
+        [*kfs, "groups", "list", *at], capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 0, listed.stderr
+    properties.write_text("bootstrap.servers=elsewhere:9092\n")
+    bad = subprocess.run(
+        [*kfs, "consume", "cli-topic", *at], capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode != 0 and "is not a security setting" in bad.stderr
+    assert "Traceback" not in bad.stderr
