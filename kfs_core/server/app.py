@@ -489,11 +489,12 @@ class KfsServer:
             offsets_topic_partitions=s.offsets_topic_num_partitions,
         )
         self.broker = Broker(options, partition_log, self.metrics)
+        assert self._store is not None
+        self.broker.users = UserStore(self._store, s.namespace)
         if any(listener.protocol.sasl for listener, _ in self._kafka_servers):
-            assert self._store is not None
             self.broker.authenticator = Authenticator(
                 s.sasl_mechanisms(),
-                UserCache(UserStore(self._store, s.namespace)),
+                UserCache(self.broker.users),
                 reauth_ms=s.connections_max_reauth_ms,
                 on_result=self.metrics.observe_sasl,
             )

@@ -17,8 +17,8 @@ connection's principal and host, per Kafka's table:
     CreatePartitions     ALTER topic            DescribeConfigs      DESCRIBE_CONFIGS topic/cluster
     AlterConfigs, IncrementalAlterConfigs      ALTER_CONFIGS topic/cluster
     InitProducerId       IDEMPOTENT_WRITE cluster, or WRITE on any topic (KIP-679)
-    DescribeCluster, DescribeLogDirs, DescribeAcls   DESCRIBE cluster
-    CreateAcls, DeleteAcls                     ALTER cluster
+    DescribeCluster, DescribeLogDirs, DescribeAcls, DescribeUserScramCredentials   DESCRIBE cluster
+    CreateAcls, DeleteAcls, AlterUserScramCredentials                          ALTER cluster
 
 A denied topic (or group, in DescribeGroups and DeleteGroups) gets its
 authorization error code in its own response entry while the allowed ones
@@ -173,6 +173,8 @@ _GROUP_APIS = {
 _CLUSTER_APIS: dict[ApiKey, Operation] = {
     ApiKey.DESCRIBE_CLUSTER: Operation.DESCRIBE,
     ApiKey.DESCRIBE_LOG_DIRS: Operation.DESCRIBE,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Operation.DESCRIBE,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Operation.ALTER,
 }
 _OPEN = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 _CONFIG_RESOURCES = {2: ResourceType.TOPIC, 4: ResourceType.CLUSTER}

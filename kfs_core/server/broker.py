@@ -25,6 +25,7 @@ from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OffsetLog
 from kfs_core.log.log_manager import LogManager
 from kfs_core.security.acls import AclStore, Authorizer
 from kfs_core.security.sasl import Authenticator
+from kfs_core.security.users import UserStore
 from kfs_core.server.apis import REGISTRY
 from kfs_core.server.apis.base import CLIENT_HOST, SESSION
 from kfs_core.server.apis.producer_ids import ProducerIds
@@ -84,6 +85,8 @@ class Broker:
         # KFS_AUTHORIZER=acl: the ACLs in force and where they are kept; None: no authorizer.
         self.authorizer: Authorizer | None = None
         self.acl_store: AclStore | None = None
+        # The SASL users in the store (Describe/AlterUserScramCredentials); None outside a daemon.
+        self.users: UserStore | None = None
         self.audit = AuditLog()
         self.groups = GroupCoordinator(
             OffsetLog(partition_log, partitions=options.offsets_topic_partitions),

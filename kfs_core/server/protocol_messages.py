@@ -36,6 +36,8 @@ with warnings.catch_warnings():
     from kafka.protocol.admin import (
         AlterConfigsRequest,
         AlterConfigsResponse,
+        AlterUserScramCredentialsRequest,
+        AlterUserScramCredentialsResponse,
         CreateAclsRequest,
         CreateAclsResponse,
         CreatePartitionsRequest,
@@ -60,6 +62,8 @@ with warnings.catch_warnings():
         DescribeGroupsResponse,
         DescribeLogDirsRequest,
         DescribeLogDirsResponse,
+        DescribeUserScramCredentialsRequest,
+        DescribeUserScramCredentialsResponse,
         IncrementalAlterConfigsRequest,
         IncrementalAlterConfigsResponse,
         ListGroupsRequest,
@@ -121,6 +125,8 @@ __all__ = [
     "AddPartitionsToTxnResponse",
     "AlterConfigsRequest",
     "AlterConfigsResponse",
+    "AlterUserScramCredentialsRequest",
+    "AlterUserScramCredentialsResponse",
     "ApiKey",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
@@ -148,6 +154,8 @@ __all__ = [
     "DescribeGroupsResponse",
     "DescribeLogDirsRequest",
     "DescribeLogDirsResponse",
+    "DescribeUserScramCredentialsRequest",
+    "DescribeUserScramCredentialsResponse",
     "EndTxnRequest",
     "EndTxnResponse",
     "FetchRequest",
@@ -227,6 +235,8 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
 
 

@@ -218,3 +218,43 @@ def test_without_an_authorizer_the_acl_apis_say_security_disabled(daemons: Daemo
     with pytest.raises(confluent_kafka.KafkaException) as info:
         admin.create_acls([binding])[binding].result(30)
     assert info.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+
+def test_scram_credentials_through_the_admin_api(secured: tuple[Daemon, int, Any]) -> None:
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    daemon, port, admin = secured
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    upsert = UserScramCredentialUpsertion("carol", info, b"carol's password")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        assert future.result(30) is None
+    futures = admin.describe_user_scram_credentials(["carol", "nobody"])
+    carol = futures["carol"].result(30)
+    assert [(c.mechanism, c.iterations) for c in carol.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_512, 8192)
+    ]
+    with pytest.raises(confluent_kafka.KafkaException) as missing:
+        futures["nobody"].result(30)
+    assert missing.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
+    # The new user logs in (its salted password came from the client, never the password).
+    carol_conf = _confluent(port, "SASL_PLAINTEXT", None,  # type: ignore[arg-type]
+                            **_sasl("SCRAM-SHA-512", "carol", "carol's password"))  # fmt: skip
+    assert confluent_kafka.admin.AdminClient(carol_conf).list_topics(timeout=10) is not None
+    bad = UserScramCredentialUpsertion(
+        "dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100), b"pw"
+    )
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        admin.alter_user_scram_credentials([bad])["dave"].result(30)
+    assert refused.value.args[0].code() == KafkaError.UNACCEPTABLE_CREDENTIAL
+    alice = confluent_kafka.admin.AdminClient(_conf(port, "alice"))
+    with pytest.raises(confluent_kafka.KafkaException) as denied:
+        alice.alter_user_scram_credentials([upsert])["carol"].result(30)
+    assert denied.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    deletion = UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)
+    assert admin.alter_user_scram_credentials([deletion])["carol"].result(30) is None
+    assert PASSWORD not in daemon.log() and "carol's password" not in daemon.log()

@@ -164,6 +164,8 @@ def test_kafka_python_negotiates_its_highest_versions() -> None:
         ApiKey.DESCRIBE_ACLS: 2,
         ApiKey.CREATE_ACLS: 2,
         ApiKey.DELETE_ACLS: 2,
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     }
 
 

@@ -22,6 +22,7 @@ declaration there, a new family is one line below.
                     EndTxn, TxnOffsetCommit (refused: no transactions)
     sasl            SaslHandshake, SaslAuthenticate
     acls            DescribeAcls, CreateAcls, DeleteAcls
+    users           DescribeUserScramCredentials, AlterUserScramCredentials
     (here)          ApiVersions: the table itself
 """
 
@@ -42,6 +43,7 @@ from kfs_core.server.apis import (
     producer_ids,
     sasl,
     topics,
+    users,
 )
 from kfs_core.server.apis.base import Api
 from kfs_core.server.protocol_errors import ErrorCode
@@ -114,6 +116,7 @@ REGISTRY: Final[Mapping[ApiKey, Api]] = MappingProxyType(
         producer_ids.APIS,
         sasl.APIS,
         acls.APIS,
+        users.APIS,
     )
 )
 

@@ -1,0 +1,183 @@
+"""DescribeUserScramCredentials and AlterUserScramCredentials: the SASL users, through a daemon.
+
+What kafka-configs.sh ``--entity-type users`` and an AdminClient's
+``describe_user_scram_credentials`` / ``alter_user_scram_credentials`` use.
+The client salts and iterates the password itself and sends the salted
+password, from which the stored keys are derived (`credential_from_salted`);
+no password reaches the daemon.  Users live in the store
+(`kfs_core.security.users`), as ``kfs users`` writes them.  Kafka's per-user
+errors: RESOURCE_NOT_FOUND (no such user or credential), DUPLICATE_RESOURCE
+(a user twice in one request), UNSUPPORTED_SASL_MECHANISM,
+UNACCEPTABLE_CREDENTIAL (iterations outside 4096..16384, an empty name or salt).
+
+    DescribeUserScramCredentials, AlterUserScramCredentials   v0
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from kfs_core.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted
+from kfs_core.server.apis.base import Api
+from kfs_core.server.protocol_errors import ErrorCode
+from kfs_core.server.protocol_messages import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    ApiKey,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
+
+if TYPE_CHECKING:
+    from kfs_core.security.users import UserStore
+    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.protocol import Request
+
+#: Kafka's ScramMechanism numbers.
+MECHANISM_NUMBERS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+NUMBER_OF = {name: number for number, name in MECHANISM_NUMBERS.items()}
+
+
+def _describe_sync(
+    users: UserStore, names: list[str] | None
+) -> list[tuple[str, int, str | None, list[Any]]]:
+    """(user, error code, message, [(mechanism number, iterations)]) per user asked for."""
+    counts = Counter(names or [])
+    out: list[tuple[str, int, str | None, list[Any]]] = []
+    for name in names if names is not None else list(users.names()):
+        if counts[name] > 1:
+            out.append((name, int(ErrorCode.DUPLICATE_RESOURCE), "user named twice", []))
+            continue
+        credentials = users.credentials(name)
+        if not credentials:
+            out.append((name, int(ErrorCode.RESOURCE_NOT_FOUND), f"no user {name!r}", []))
+            continue
+        infos = [(NUMBER_OF[m], c.iterations) for m, c in sorted(credentials.items())]
+        out.append((name, 0, None, infos))
+    return out
+
+
+async def _describe(broker: Broker, request: Request) -> Any:
+    users = broker.users
+    if users is None:
+        return _describe_error(
+            request, ErrorCode.SECURITY_DISABLED, "no user store", broker.options
+        )
+    asked = request.body.users
+    names = None if asked is None else [u.name or "" for u in asked]
+    rows = await asyncio.to_thread(_describe_sync, users, names)
+    result = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+    return DescribeUserScramCredentialsResponse(
+        version=request.api_version,
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        results=[
+            result(
+                user=name,
+                error_code=code,
+                error_message=message,
+                credential_infos=[
+                    result.CredentialInfo(mechanism=m, iterations=i) for m, i in infos
+                ],
+            )
+            for name, code, message, infos in rows
+        ],
+    )
+
+
+def _describe_error(
+    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
+    return DescribeUserScramCredentialsResponse(
+        version=request.api_version, throttle_time_ms=0, error_code=int(code),
+        error_message=message, results=[],
+    )  # fmt: skip
+
+
+def _alter_sync(users: UserStore, body: Any) -> dict[str, tuple[int, str | None]]:
+    """Apply the deletions and upsertions; per user, the first error (or success)."""
+    results: dict[str, tuple[int, str | None]] = {}
+    seen = Counter([d.name for d in body.deletions or []] + [u.name for u in body.upsertions or []])
+
+    def fail(name: str, code: ErrorCode, message: str) -> None:
+        results.setdefault(name, (int(code), message))
+
+    for name, count in seen.items():
+        if count > 1:
+            fail(name, ErrorCode.DUPLICATE_RESOURCE, "a user may appear once per request")
+    for deletion in body.deletions or []:
+        name, mechanism = deletion.name or "", MECHANISM_NUMBERS.get(deletion.mechanism)
+        if name in results:
+            continue
+        if mechanism is None:
+            fail(name, ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"mechanism {deletion.mechanism}")
+        elif not users.delete_credential(name, mechanism):
+            fail(name, ErrorCode.RESOURCE_NOT_FOUND, f"{name!r} has no {mechanism} credential")
+        else:
+            results[name] = (0, None)
+    for upsertion in body.upsertions or []:
+        name, mechanism = upsertion.name or "", MECHANISM_NUMBERS.get(upsertion.mechanism)
+        if name in results:
+            continue
+        if mechanism is None:
+            fail(name, ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"mechanism {upsertion.mechanism}")
+        elif not name:
+            fail(name, ErrorCode.UNACCEPTABLE_CREDENTIAL, "an empty user name")
+        elif not MIN_ITERATIONS <= upsertion.iterations <= MAX_ITERATIONS:
+            fail(name, ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                 f"iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}")  # fmt: skip
+        elif not upsertion.salt or not upsertion.salted_password:
+            fail(name, ErrorCode.UNACCEPTABLE_CREDENTIAL, "an empty salt or salted password")
+        else:
+            users.set_credential(
+                name,
+                credential_from_salted(
+                    mechanism, bytes(upsertion.salted_password), bytes(upsertion.salt),
+                    upsertion.iterations,
+                ),
+            )  # fmt: skip
+            results[name] = (0, None)
+    return results
+
+
+async def _alter(broker: Broker, request: Request) -> Any:
+    users = broker.users
+    if users is None:
+        return _alter_error(request, ErrorCode.SECURITY_DISABLED, "no user store", broker.options)
+    results = await asyncio.to_thread(_alter_sync, users, request.body)
+    if broker.authenticator is not None:
+        for name in results:
+            broker.authenticator.users.forget(name)
+    result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+    return AlterUserScramCredentialsResponse(
+        version=request.api_version,
+        throttle_time_ms=0,
+        results=[
+            result(user=name, error_code=code, error_message=message)
+            for name, (code, message) in results.items()
+        ],
+    )
+
+
+def _alter_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
+    names = dict.fromkeys(
+        [d.name for d in request.body.deletions or []]
+        + [u.name for u in request.body.upsertions or []]
+    )
+    result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+    return AlterUserScramCredentialsResponse(
+        version=request.api_version,
+        throttle_time_ms=0,
+        results=[result(user=n, error_code=int(code), error_message=message) for n in names],
+    )
+
+
+APIS = (
+    Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, DescribeUserScramCredentialsRequest,
+        DescribeUserScramCredentialsResponse, (0, 0), _describe, _describe_error),
+    Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, AlterUserScramCredentialsRequest,
+        AlterUserScramCredentialsResponse, (0, 0), _alter, _alter_error),
+)  # fmt: skip
