@@ -50,8 +50,8 @@ RUN pip install --no-deps -c constraints.txt . \
 # The directories below are created here, owned by it, so that the named volumes
 # compose mounts on them start out writable.
 RUN useradd --uid 50000 --gid 0 --home-dir /home/kfs --create-home kfs \
-    && mkdir -p /var/lib/kfs /opt/airflow /var/lib/spark \
-    && chown -R kfs:0 /var/lib/kfs /opt/airflow /var/lib/spark
+    && mkdir -p /var/lib/kfs /opt/airflow /var/lib/spark /etc/kfs/certs \
+    && chown -R kfs:0 /var/lib/kfs /opt/airflow /var/lib/spark /etc/kfs/certs
 
 ENV SPARK_CONF_DIR=/opt/kfs/infra/spark \
     SPARK_WORKER_DIR=/var/lib/spark/work \
@@ -65,6 +65,6 @@ ENV SPARK_CONF_DIR=/opt/kfs/infra/spark \
 
 USER kfs
 
-# Kafka protocol, and /metrics, /livez, /readyz.
-EXPOSE 9092 9644
+# Kafka protocol (PLAINTEXT, and SASL_SSL when KFS_LISTENERS opens it), and /metrics, /livez, /readyz.
+EXPOSE 9092 9093 9644
 CMD ["kfs", "serve"]

@@ -12,6 +12,7 @@ daemon's environment goes through `Settings.from_env`, the connections through
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import os
@@ -245,7 +246,7 @@ def test_dependencies_exist_are_acyclic_and_their_conditions_can_be_met() -> Non
 
 def test_long_running_services_have_healthchecks_and_restart() -> None:
     one_shot = {name for name, s in services().items() if "restart" not in s}
-    assert one_shot == {"minio", "minio-init", "airflow-init"}
+    assert one_shot == {"minio", "minio-init", "airflow-init", "kfs-security-init"}
     for name, service in services().items():
         if name not in one_shot:
             assert "healthcheck" in service, name
@@ -564,3 +565,39 @@ def test_the_airflow_init_script_runs(tmp_path: Path) -> None:
     assert pool.returncode == 0, pool.stderr[-2000:]
     [row] = json.loads(pool.stdout)
     assert (row["pool"], int(row["slots"])) == ("kfs_spark", 2)
+
+
+def test_the_sasl_ssl_listener_has_its_certificates_and_user(tmp_path: Path) -> None:
+    """kfs-security-init makes what the daemon's TLS settings name, before the daemon starts."""
+    import subprocess
+    import sys
+
+    from kfs_core.security.tls import ServerTls
+    from kfs_core.server.app import listeners_of, tls_files
+
+    env = effective_env("kfs")
+    settings = Settings.from_env(env)
+    protocols = {listener.protocol.value: listener.port for listener in listeners_of(settings)}
+    assert protocols == {"PLAINTEXT": 9092, "SASL_SSL": 9093}
+    assert all(published("kfs")[port] == port for port in protocols.values())
+    assert services()["kfs"]["depends_on"]["kfs-security-init"]["condition"] == (
+        "service_completed_successfully"
+    )
+    init_env = effective_env("kfs-security-init")
+    assert init_env["KFS_STORE_URL"] == env["KFS_STORE_URL"] and init_env["KFS_SASL_PASSWORD"]
+    certs = PurePosixPath(settings.tls_cert_file).parent
+    for name in ("kfs", "kfs-security-init"):
+        assert any(
+            PurePosixPath(t) == certs for _, t in [(s, t.split(":")[0]) for s, t in mounts(name)]
+        )
+    script = ROOT / "infra" / "compose" / "make_certs.py"
+    out = tmp_path / "certs"
+    for _ in range(2):  # the second run keeps the first certificate
+        subprocess.run([sys.executable, str(script), str(out), "kfs", "localhost", "127.0.0.1"],
+                       check=True, capture_output=True)  # fmt: skip
+    local = dataclasses.replace(
+        settings,
+        tls_cert_file=str(out / PurePosixPath(settings.tls_cert_file).name),
+        tls_key_file=str(out / PurePosixPath(settings.tls_key_file).name),
+    )
+    ServerTls(tls_files(local))  # the daemon accepts the pair
