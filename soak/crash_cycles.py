@@ -33,6 +33,7 @@ from soak.load import (
     Findings,
     LoadProducer,
     Position,
+    ReadStalled,
     Record,
     TailConsumer,
     check_log,
@@ -119,7 +120,12 @@ def run(
             killed = time.monotonic()
             daemon.start()
             recoveries.append(time.monotonic() - killed)
-            got, ends = read_range(daemon.bootstrap, read_ends)
+            try:
+                got, ends = read_range(daemon.bootstrap, read_ends)
+            except ReadStalled as exc:  # a finding, not a crash of the campaign
+                findings.problem("read-back", f"cycle {cycle + 1}: {exc}")
+                cycles = cycle + 1
+                break
             for position, record in got.items():
                 if position in log and log[position] != record:
                     findings.changed.add(position)
@@ -136,16 +142,21 @@ def run(
             producer.stop()
     sent, acked = model()
     # The tail catches up to everything, then the whole topic is read once more from 0.
-    final, ends = read_range(daemon.bootstrap, {})
-    wait_until(lambda: tail.count() >= sum(ends.values()), 120, "the tail consumer")
-    tail.stop()
-    for position, record in final.items():
-        if position in log and log[position] != record:
-            findings.changed.add(position)
-    check_log(final, sent, acked, findings, ends)
-    for position, record in tail.seen.items():
-        if final.get(position) != record:
-            findings.changed.add(position)
+    try:
+        final, ends = read_range(daemon.bootstrap, {}, timeout_s=300)
+    except ReadStalled as exc:
+        findings.problem("read-back", f"the final read: {exc}")
+        tail.stop()
+    else:
+        wait_until(lambda: tail.count() >= sum(ends.values()), 300, "the tail consumer")
+        tail.stop()
+        for position, record in final.items():
+            if position in log and log[position] != record:
+                findings.changed.add(position)
+        check_log(final, sent, acked, findings, ends)
+        for position, record in tail.seen.items():
+            if final.get(position) != record:
+                findings.changed.add(position)
     for error in tail.errors[:EXAMPLES]:
         findings.problem("tail consumer error", error)
     for producer in producers:

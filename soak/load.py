@@ -312,6 +312,10 @@ class TailConsumer:
         self._thread.join(30)
 
 
+class ReadStalled(TimeoutError):
+    """A read-back that stopped short of the high watermarks it was asked for."""
+
+
 def read_range(
     bootstrap: str,
     starts: dict[int, int],
@@ -346,19 +350,27 @@ def read_range(
         begin = {p: max(starts.get(p, 0), low) for p, (low, _) in marks.items()}
         pending = {p for p in range(partitions) if ends[p] > begin[p]}
         consumer.assign([confluent_kafka.TopicPartition(topic, p, begin[p]) for p in pending])
+        # A slow store is not a failure; a read that stops advancing is.
         deadline = time.monotonic() + timeout_s
+        last: dict[int, int] = {}
         while pending:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"read-back did not reach the high watermarks {ends}")
+                stuck = {p: (last.get(p, begin[p] - 1), ends[p]) for p in sorted(pending)}
+                raise ReadStalled(
+                    f"read-back made no progress for {timeout_s:g} s; partition: "
+                    f"(last offset read, high watermark) {stuck}"
+                )
             msg = consumer.poll(0.2)
             if msg is None:
                 continue
+            deadline = time.monotonic() + timeout_s
             error = msg.error()
             if error is not None:
                 if error.name() in RESTART_ERRORS:
                     continue
                 raise RuntimeError(f"read-back failed: {error.name()}: {error.str()}")
             position = (msg.partition(), msg.offset())
+            last[msg.partition()] = msg.offset()
             if msg.offset() < ends[msg.partition()]:
                 got[position] = Record.of(msg)
             if msg.offset() >= ends[msg.partition()] - 1:
