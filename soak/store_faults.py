@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -94,16 +92,9 @@ class Observed:
 class OpsView:
     """The daemon's /readyz and /metrics, and its RSS, as the campaign samples them."""
 
-    def __init__(self, metrics_url: str, pid: int) -> None:
-        self.metrics_url = metrics_url
-        self.process = psutil.Process(pid)
-
-    def _get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(self.metrics_url + path, timeout=5) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
+    def __init__(self, daemon: Any) -> None:
+        self._get = daemon.http  # (status, body) of a GET on the ops endpoint
+        self.process = psutil.Process(daemon.proc.pid)
 
     def metrics(self) -> dict[str, float]:
         values: dict[str, float] = {}
@@ -185,7 +176,7 @@ def run(
         LoadProducer(daemon.bootstrap, i, seed, codec, rate) for i, codec in enumerate(CODECS)
     ]
     tail = TailConsumer(daemon.bootstrap)
-    ops = OpsView(daemon.metrics_url, daemon.proc.pid)
+    ops = OpsView(daemon)
     findings = Findings()
     observations: list[Observed] = []
     for producer in producers:

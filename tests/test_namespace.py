@@ -13,6 +13,8 @@ from kfs_core.errors import InvalidTopicName
 from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.namespace import DIRECTORIES, RESERVED_NAMES
 from kfs_core.reports import report_key
+from kfs_core.security.scram import make_credential
+from kfs_core.security.users import UserStore
 from kfs_core.storage.local import LocalObjectStore
 
 NS = "ns"
@@ -35,6 +37,9 @@ def test_every_directory_written_under_a_namespace_is_reserved(tmp_path: Path) -
     take_snapshot(store, NS, "first")  # {ns}/_snapshots/
     store.put(report_key(NS, "compaction", "run-1"), b"{}")  # {ns}/_reports/
     set_emergency_flag(store, NS, True)  # {ns}/_control/
+    UserStore(store, NS).set_credential(
+        "u", make_credential("SCRAM-SHA-256", "pw", 4096)
+    )  # _security/
     written = {info.key.split("/")[1] for info in store.list(f"{NS}/")}
     assert written == set(DIRECTORIES)  # this test writes under every one of them
     for name in written:

@@ -250,13 +250,7 @@ def _cut(path: str, data: bytes, damage: CorruptWal, later: list[str]) -> WalCut
     """Zero ``path`` from the damaged frame on and remove the ``later`` files: the accepted loss."""
     position = damage.offset
     assert position is not None
-    garbage_end = max(len(data.rstrip(b"\0")), position)
-    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-    try:
-        _zero_range(fd, position, garbage_end)
-        fdatasync(fd)
-    finally:
-        os.close(fd)
+    garbage_end = _zero_from(path, data, position)
     removed_bytes = 0
     for name in later:
         removed_bytes += os.path.getsize(name)
@@ -279,13 +273,7 @@ def _remove_temp_files(directory: str) -> list[str]:
 
 def _repair_torn_tail(path: str, data: bytes, end: int, reason: str) -> TornTail:
     """Zero the torn frame so a later scan of the (then sealed) file finds only padding."""
-    garbage_end = max(len(data.rstrip(b"\0")), end)
-    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-    try:
-        _zero_range(fd, end, garbage_end)
-        fdatasync(fd)
-    finally:
-        os.close(fd)
+    garbage_end = _zero_from(path, data, end)
     torn = TornTail(path, end, garbage_end - end, reason)
     log.warning(
         "WAL %s: torn tail at byte %d (%s): zeroed %d bytes of an unacknowledged write",
@@ -295,6 +283,21 @@ def _repair_torn_tail(path: str, data: bytes, end: int, reason: str) -> TornTail
         torn.discarded_bytes,
     )
     return torn
+
+
+def _zero_from(path: str, data: bytes, start: int) -> int:
+    """Zero ``path`` (whose bytes are ``data``) from ``start`` to its last nonzero byte, durably.
+
+    Returns where the zeroed range ends.
+    """
+    garbage_end = max(len(data.rstrip(b"\0")), start)
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    try:
+        _zero_range(fd, start, garbage_end)
+        fdatasync(fd)
+    finally:
+        os.close(fd)
+    return garbage_end
 
 
 def _zero_range(fd: int, start: int, stop: int) -> None:

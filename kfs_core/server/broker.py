@@ -23,7 +23,13 @@ from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
 from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OffsetLog
 from kfs_core.log.log_manager import LogManager
-from kfs_core.security.acls import AclStore, Authorizer
+from kfs_core.security.acls import (
+    CLUSTER_NAME,
+    AclStore,
+    Authorizer,
+    Operation,
+    ResourceType,
+)
 from kfs_core.security.sasl import Authenticator
 from kfs_core.security.users import UserStore
 from kfs_core.server.apis import REGISTRY
@@ -142,6 +148,16 @@ class Broker:
             return filter_response(authorizer, session, self.audit, request, response)
 
         return asyncio.ensure_future(finish())
+
+    def may_create_topic(self, name: str) -> bool:
+        """Whether this connection's principal may auto-create ``name`` (CREATE, as Kafka asks)."""
+        session, authorizer = SESSION.get(), self.authorizer
+        if authorizer is None or session is None:
+            return True
+        return any(
+            authorizer.authorize(session.principal, session.host, Operation.CREATE, rtype, res)
+            for rtype, res in ((ResourceType.CLUSTER, CLUSTER_NAME), (ResourceType.TOPIC, name))
+        )
 
     async def _dispatch(self, request: Request) -> asyncio.Future[Any]:
         api = REGISTRY[request.api_key]

@@ -9,7 +9,6 @@ expired one signed by the CA, for the refusals.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from dataclasses import dataclass
 from ipaddress import ip_address
 from pathlib import Path
@@ -20,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.server.conftest import Daemon, DaemonFactory
+from tests.server.conftest import Daemon, daemons  # noqa: F401 - a fixture, used by name
 
 
 @dataclass
@@ -134,15 +133,6 @@ def make_pki(root: Path) -> Pki:
     expired_cert, expired_key = _issue(root, "expired", issuer, expired=True)
     return Pki(ca, server_cert, server_key, client_cert, client_key, rogue_cert, rogue_key,
                expired_cert, expired_key, root)  # fmt: skip
-
-
-@pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[DaemonFactory]:
-    factory = DaemonFactory(tmp_path)
-    try:
-        yield factory
-    finally:
-        factory.close()
 
 
 def tls_args(pki: Pki, *, mutual: bool = False) -> list[str]:

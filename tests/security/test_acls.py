@@ -60,7 +60,7 @@ def _create_acls(admin: Any, bindings: list[Any]) -> None:
 
 def _produce(conf: dict[str, Any], topic: str, n: int = 3) -> list[Any]:
     """Delivery errors (empty: all delivered)."""
-    producer = confluent_kafka.Producer({**conf, "acks": "all", "message.timeout.ms": 15_000})
+    producer = confluent_kafka.Producer({"message.timeout.ms": 15_000, **conf, "acks": "all"})
     errors: list[Any] = []
     for i in range(n):
         producer.produce(topic, b"v%d" % i, on_delivery=lambda err, msg: err and errors.append(err))
@@ -258,3 +258,14 @@ def test_scram_credentials_through_the_admin_api(secured: tuple[Daemon, int, Any
     deletion = UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)
     assert admin.alter_user_scram_credentials([deletion])["carol"].result(30) is None
     assert PASSWORD not in daemon.log() and "carol's password" not in daemon.log()
+
+
+def test_auto_creating_a_topic_needs_create(secured: tuple[Daemon, int, Any]) -> None:
+    _, port, admin = secured
+    _create_acls(admin, [_allow("User:alice", AclOperation.WRITE, "fresh")])
+    alice = {**_conf(port, "alice"), "message.timeout.ms": 3000}
+    assert _produce(alice, "fresh", 1), "produced to a topic alice may not create"
+    assert "fresh" not in admin.list_topics(timeout=10).topics
+    _create_acls(admin, [_allow("User:alice", AclOperation.CREATE, "fresh")])
+    assert _produce({**alice, "message.timeout.ms": 15_000}, "fresh", 1) == []
+    assert "fresh" in admin.list_topics(timeout=10).topics

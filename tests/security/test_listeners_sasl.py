@@ -140,6 +140,13 @@ def test_mutual_tls_wants_a_certificate_the_ca_signed(daemons: DaemonFactory, pk
         with pytest.raises(confluent_kafka.KafkaException):
             confluent_kafka.admin.AdminClient(conf).list_topics(timeout=5)
     assert daemon.alive() and len(_round_trip(good, "mtls-after", 5)) == 5
+    # kafka-python with its client certificate too.
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=f"127.0.0.1:{port}", security_protocol="SSL", ssl_cafile=str(pki.ca),
+        ssl_certfile=str(pki.client_cert), ssl_keyfile=str(pki.client_key), acks="all",
+    )  # fmt: skip
+    assert producer.send("mtls", b"kafka-python").get(30).offset == 20
+    producer.close()
 
 
 def test_scram_and_plain_over_sasl_ssl_and_sasl_plaintext(daemons: DaemonFactory, pki: Pki) -> None:

@@ -60,7 +60,7 @@ async def start(broker: Broker, request: Request) -> asyncio.Future[Any]:
         topic_error = ErrorCode.NONE if acks_ok else ErrorCode.INVALID_REQUIRED_ACKS
         if topic_error == ErrorCode.NONE:
             try:
-                if options.auto_create_topics:
+                if options.auto_create_topics and broker.may_create_topic(name):
                     await broker.topics.lookup_or_create(name, options.default_partitions)
                 elif await broker.topics.lookup(name) is None:
                     topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
