@@ -53,12 +53,16 @@ from soak.report import Row
 
 NAMESPACE = "test"  # DaemonFactory's
 PARTITIONS = 3
+RETENTION_BYTES = 64 << 10  # per partition of the delete topic
+#: Acknowledged records on the delete topic before the first round: several times its
+#: retention (records average about 1.2 KB), so retention has something to remove.
+WARM_UP_RECORDS = 1000
 DELETE_TOPIC = "live-delete"
 COMPACT_TOPIC = "live-compact"
 TOPICS = {
     DELETE_TOPIC: {
         "cleanup.policy": "delete",
-        "retention.bytes": str(256 << 10),
+        "retention.bytes": str(RETENTION_BYTES),
         "retention.ms": "-1",
     },
     COMPACT_TOPIC: {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"},
@@ -185,7 +189,13 @@ def run(
     for tail in tails.values():
         tail.start()
     try:
-        wait_until(lambda: all(p.snapshot()[1] for p in producers), 60, "a first acknowledgement")
+        wait_until(
+            lambda: (
+                producers[0].acked_count() >= WARM_UP_RECORDS and producers[1].acked_count() > 0
+            ),
+            120,
+            f"{WARM_UP_RECORDS} acknowledged records on {DELETE_TOPIC}",
+        )
         for round_ in range(rounds):
             job(compaction, *compact_args)
             job(retention, *retention_args)
