@@ -203,9 +203,10 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         # Keep the transport open for writing: requests already read are answered.
+        # TLS has no half-close (asyncio would only warn): there the transport closes.
         self._eof = True
         self._end(self._truncation())
-        return True
+        return self.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
