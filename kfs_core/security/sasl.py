@@ -2,7 +2,9 @@
 
 On a SASL listener a connection starts unauthenticated: besides ApiVersions
 it may only send SaslHandshake (naming a mechanism) and then SaslAuthenticate
-(one or two rounds); anything else closes it, as Kafka does.  A failed
+(one or two rounds); anything else closes it, as Kafka does.  After a
+SaslHandshake v0 (clients before KIP-152) the SASL tokens come as bare
+size-prefixed frames instead, answered the same way (``Session.raw_tokens``).  A failed
 authentication is answered SASL_AUTHENTICATION_FAILED -- after a delay that
 grows with the failures from the client's address -- and the connection is
 closed.  A success sets the session's principal (``User:<name>``).
@@ -62,6 +64,7 @@ class Session:
     scram: ScramServer | None = None
     failed: bool = False  # answer, then close
     expires_at: float | None = None  # monotonic end of the SASL session (KIP-368)
+    raw_tokens: bool = False  # after SaslHandshake v0: bare SASL tokens, no Kafka header
 
     @classmethod
     def on(cls, protocol: SecurityProtocol, host: str, principal: str | None = None) -> Session:

@@ -45,6 +45,7 @@ import functools
 import logging
 import signal
 import socket
+import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -711,6 +712,12 @@ class _Connection:
                 self._idle = False
             if payload is None:
                 return True
+            if self.session.protocol.sasl and not self.session.authenticated:
+                await self._queue.join()  # the SASL requests before this one are answered
+                if self.session.raw_tokens:
+                    if not await self._raw_token(bytes(payload)):
+                        return False
+                    continue
             started = time.perf_counter()
             try:
                 request = decode_request(payload)
@@ -744,6 +751,20 @@ class _Connection:
                 future.set_exception(exc)
             await self._enqueue(_Pending(request, future, None, started, barrier))
         return False
+
+    async def _raw_token(self, token: bytes) -> bool:
+        """One bare SASL token after SaslHandshake v0; whether the connection goes on."""
+        authenticator = self._broker.authenticator
+        if authenticator is None:
+            return False
+        result = await authenticator.authenticate(self.session, token)
+        if result.error_code:
+            log.info("closing %s: SASL (handshake v0) failed", self.peer)
+            return False  # a v0 client learns of the failure from the closed connection
+        await self._write([struct.pack(">i", len(result.auth_bytes)), result.auth_bytes])
+        if self.session.authenticated:
+            self.session.raw_tokens = False
+        return True
 
     def _refusal(self, api_key: ApiKey) -> str | None:
         """Why the session may not send ``api_key`` now (the connection closes), or None."""

@@ -8,6 +8,10 @@ real client authenticates and produces.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import struct
 import warnings
 
 import pytest
@@ -105,3 +109,51 @@ def test_an_exchange_cut_midway_and_sasl_on_plaintext_harm_nobody(sasl_daemon: D
     assert sasl_daemon.alive()
     conf = _confluent(sasl_daemon.kafka_port, "SASL_PLAINTEXT", None, **_sasl("SCRAM-SHA-512"))  # type: ignore[arg-type]
     assert len(_round_trip(conf, "after-bad-sasl", 5)) == 5
+
+
+def _raw_token(client: RawClient, token: bytes) -> bytes | None:
+    """A bare SASL token (after SaslHandshake v0) and the daemon's bare answer."""
+    client.send_raw(struct.pack(">i", len(token)) + token)
+    return client.read_frame()
+
+
+def _scram_client_final(
+    first_answer: bytes, client_first_bare: str, password: str
+) -> tuple[str, bytes]:
+    """RFC 5802 on the client side, written out here, independent of kfs_core.security.scram."""
+    attrs = dict(part.split("=", 1) for part in first_answer.decode().split(","))
+    salted = hashlib.pbkdf2_hmac("sha512", password.encode(), base64.b64decode(attrs["s"]),
+                                 int(attrs["i"]))  # fmt: skip
+    client_key = hmac.digest(salted, b"Client Key", "sha512")
+    stored_key = hashlib.sha512(client_key).digest()
+    without_proof = f"c=biws,r={attrs['r']}"
+    auth_message = f"{client_first_bare},{first_answer.decode()},{without_proof}".encode()
+    signature = hmac.digest(stored_key, auth_message, "sha512")
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server_key = hmac.digest(salted, b"Server Key", "sha512")
+    expected = b"v=" + base64.b64encode(hmac.digest(server_key, auth_message, "sha512"))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}", expected
+
+
+def test_sasl_handshake_v0_reads_bare_tokens(sasl_daemon: Daemon) -> None:
+    """Clients before KIP-152 send the SASL tokens as bare frames after SaslHandshake v0."""
+    with RawClient(sasl_daemon.bootstrap) as client:
+        assert client.request(SaslHandshakeRequest(version=0, mechanism="PLAIN")).error_code == 0
+        assert _raw_token(client, b"\0alice\0" + PASSWORD.encode()) == b""
+        metadata = client.request(MetadataRequest(version=1, topics=None))
+        assert [b.port for b in metadata.brokers] == [sasl_daemon.kafka_port]
+    with RawClient(sasl_daemon.bootstrap) as client:
+        assert (
+            client.request(SaslHandshakeRequest(version=0, mechanism="SCRAM-SHA-512")).error_code
+            == 0
+        )
+        bare = "n=alice,r=fyko+d2lbbFgONRv9qkxdawL"
+        first = _raw_token(client, f"n,,{bare}".encode())
+        assert first is not None and first.startswith(b"r=fyko+d2lbbFgONRv9qkxdawL")
+        final, expected = _scram_client_final(first, bare, PASSWORD)
+        assert _raw_token(client, final.encode()) == expected  # the server proved itself too
+        assert client.request(MetadataRequest(version=1, topics=None)).brokers
+    with RawClient(sasl_daemon.bootstrap) as client:
+        assert client.request(SaslHandshakeRequest(version=0, mechanism="PLAIN")).error_code == 0
+        client.send_raw(struct.pack(">i", 13) + b"\0alice\0wrong!")
+        assert client.closed_by_server()

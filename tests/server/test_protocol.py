@@ -158,7 +158,7 @@ GOLDEN_TABLE = [
     "000e 0000 0005",  # SyncGroup        v0-v5
     "000f 0000 0006",  # DescribeGroups   v0-v6
     "0010 0000 0005",  # ListGroups       v0-v5
-    "0011 0001 0001",  # SaslHandshake    v1
+    "0011 0000 0001",  # SaslHandshake    v0-v1
     "0012 0000 0004",  # ApiVersions      v0-v4
     "0013 0002 0007",  # CreateTopics     v2-v7
     "0014 0001 0005",  # DeleteTopics     v1-v5

@@ -5,7 +5,7 @@ connection's `Session` (the ``SESSION`` context variable the connection sets)
 and turn results into responses.  The connection itself refuses every other
 API before authentication and closes after a failure (`kfs_core.server.app`).
 
-    SaslHandshake     v1 (v0 clients send raw tokens after it, which KFS does not read)
+    SaslHandshake     v0-v1 (after v0 the tokens come as bare frames: the connection reads them)
     SaslAuthenticate  v0-v2 (v1 adds the session lifetime, KIP-368)
 """
 
@@ -34,6 +34,8 @@ async def _handshake(broker: Broker, request: Request) -> Any:
     if session is None or authenticator is None:
         return _handshake_error(request, ErrorCode.ILLEGAL_SASL_STATE, None, broker.options)
     code, mechanisms = authenticator.handshake(session, request.body.mechanism or "")
+    if code == ErrorCode.NONE and request.api_version == 0:
+        session.raw_tokens = True  # the connection reads the tokens as bare frames now
     return SaslHandshakeResponse(
         version=request.api_version, error_code=code, mechanisms=mechanisms
     )
@@ -74,7 +76,7 @@ def _authenticate_error(
 
 
 APIS = (
-    Api(ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, (1, 1), _handshake,
+    Api(ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, (0, 1), _handshake,
         _handshake_error),
     Api(ApiKey.SASL_AUTHENTICATE, SaslAuthenticateRequest, SaslAuthenticateResponse, (0, 2),
         _authenticate, _authenticate_error),
