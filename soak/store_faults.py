@@ -126,7 +126,7 @@ class OpsView:
         observed.max_waiters = max(observed.max_waiters, int(m.get("kfs_log_pool_waiters", 0)))
         observed.max_rss = max(observed.max_rss, self.process.memory_info().rss)
         for name, value in m.items():
-            if name.startswith('kfs_partition_errors_total{api="Produce"'):
+            if name.startswith('kfs_partition_errors_total{api="PRODUCE"'):
                 code = name.split('error="')[1].split('"')[0]
                 observed.produce_errors[code] = value - before.get(name, 0.0)
 
