@@ -76,20 +76,9 @@ def store_fault_row(factory: DaemonFactory, endpoint: str, seed: int) -> Row:
 
 def maintenance_row(factory: DaemonFactory, rounds: int, seed: int) -> Row:
     """Every mutating job, in rounds and two at once, against a live daemon (local store)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from spark_jobs.common import get_spark  # the jobs' own session: local, loopback only
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("kfs-soak")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
+    spark = get_spark("kfs-soak", "local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     try:
         daemon = factory.start(name="maintained", extra_args=maintenance_live.daemon_args())

@@ -36,6 +36,7 @@ v0 (no client id) belongs to ControlledShutdown v0, which KFS does not serve.
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 from collections.abc import Mapping
@@ -208,7 +209,7 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
             f"{key.name} v{api_version} body runs past the end of the frame", **context
         )
     if key != ApiKey.PRODUCE:  # the produce decoder checks its own fields
-        null = _forbidden_null(MESSAGES[key].request.fields, body, api_version)
+        null = _forbidden_null(_null_plan(key, api_version), body)
         if null is not None:
             raise MalformedRequest(
                 f"{key.name} v{api_version} body: {null} is null, which the spec does not allow",
@@ -230,34 +231,63 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
 _NULLABLE_SIMPLE_TYPES: Final = frozenset({"string", "bytes", "records"})
 
 
-def _forbidden_null(
-    fields: Mapping[str, Any], body: Any, version: int, path: str = ""
-) -> str | None:
+# One step of a null check: (attribute, dotted path, must not be null, kind, sub-plan);
+# kind is "structs" (an array of structs), "items" (an array of plain values), "struct" or "".
+_NullStep = tuple[str, str, bool, str, tuple[Any, ...]]
+
+
+@functools.cache
+def _null_plan(api_key: ApiKey, version: int) -> tuple[_NullStep, ...]:
+    """What `_forbidden_null` looks at for one request version, worked out once from the spec."""
+    return _plan_fields(MESSAGES[api_key].request.fields, version, "")
+
+
+def _plan_fields(fields: Mapping[str, Any], version: int, path: str) -> tuple[_NullStep, ...]:
+    steps: list[_NullStep] = []
+    for name, spec in fields.items():
+        if not spec.for_version_q(version) or spec.tagged_field_q(version):
+            continue
+        nullable_type = spec.is_array() or spec.type_str in _NULLABLE_SIMPLE_TYPES
+        required = nullable_type and not spec.nullable_for_version_q(version)
+        kind = ""
+        sub: tuple[_NullStep, ...] = ()
+        if spec.is_struct_array():
+            kind, sub = "structs", _plan_fields(spec.fields, version, f"{path}{spec.name}[].")
+        elif spec.is_array():
+            kind = "items"
+        elif spec.is_struct():
+            kind, sub = "struct", _plan_fields(spec.fields, version, f"{path}{spec.name}.")
+        if kind in ("structs", "struct") and not sub:
+            kind = ""  # nothing inside can be null: no need to walk it
+        if required or kind:
+            steps.append((name, f"{path}{spec.name}", required, kind, sub))
+    return tuple(steps)
+
+
+def _forbidden_null(plan: tuple[_NullStep, ...], body: Any) -> str | None:
     """The first field (a dotted path) that is null where the spec says it never is, or None.
 
     kafka-python decodes a length of -1 as None for every string, bytes and
     array field; Kafka's own parser refuses it where the field is not
     nullable, and so must we, or a handler meets a None it cannot iterate.
+    ``plan`` is `_null_plan`'s for the request's API and version.
     """
-    for name, spec in fields.items():
-        if not spec.for_version_q(version) or spec.tagged_field_q(version):
-            continue
+    for name, where, required, kind, sub in plan:
         value = getattr(body, name, None)
         if value is None:
-            nullable_type = spec.is_array() or spec.type_str in _NULLABLE_SIMPLE_TYPES
-            if nullable_type and not spec.nullable_for_version_q(version):
-                return f"{path}{spec.name}"
+            if required:
+                return where
             continue
-        if spec.is_struct_array():
+        if kind == "structs":
             for item in value:
-                found = _forbidden_null(spec.fields, item, version, f"{path}{spec.name}[].")
+                found = _forbidden_null(sub, item)
                 if found is not None:
                     return found
-        elif spec.is_array():
+        elif kind == "items":
             if any(item is None for item in value):
-                return f"{path}{spec.name}[]"
-        elif spec.is_struct():
-            found = _forbidden_null(spec.fields, value, version, f"{path}{spec.name}.")
+                return f"{where}[]"
+        elif kind == "struct":
+            found = _forbidden_null(sub, value)
             if found is not None:
                 return found
     return None
