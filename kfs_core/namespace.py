@@ -8,6 +8,7 @@ these, whose names start with ``_`` so they sort apart from the topics::
     {ns}/_reports/...     maintenance job run summaries and reports (`kfs_core.reports`)
     {ns}/_control/...     the daemon's signals to the jobs (`kfs_core.maintenance_pause`)
     {ns}/_security/...    SASL users and ACLs (`kfs_core.security`)
+    {ns}/_page/...        the KFS page's last overview (`kfs_airflow.overview_cache`)
 
 A topic named like one of them would share its objects, so every name here is
 a reserved topic name (`RESERVED_NAMES`, checked by
@@ -23,6 +24,7 @@ from __future__ import annotations
 __all__ = [
     "CONTROL_DIR",
     "DIRECTORIES",
+    "PAGE_DIR",
     "REPORTS_DIR",
     "RESERVED_NAMES",
     "SECURITY_DIR",
@@ -35,9 +37,10 @@ SNAPSHOTS_DIR = "_snapshots"
 REPORTS_DIR = "_reports"
 CONTROL_DIR = "_control"
 SECURITY_DIR = "_security"
+PAGE_DIR = "_page"
 
 #: Every directory KFS writes directly under a namespace, other than the topics'.
-DIRECTORIES = (TOPICS_DIR, SNAPSHOTS_DIR, REPORTS_DIR, CONTROL_DIR, SECURITY_DIR)
+DIRECTORIES = (TOPICS_DIR, SNAPSHOTS_DIR, REPORTS_DIR, CONTROL_DIR, SECURITY_DIR, PAGE_DIR)
 
 #: Topic names that would collide with `DIRECTORIES`.
 RESERVED_NAMES = frozenset(DIRECTORIES)

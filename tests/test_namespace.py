@@ -11,7 +11,7 @@ from kfs_core.catalog.config import RESERVED_TOPIC_NAMES, validate_topic_name
 from kfs_core.catalog.snapshots import take_snapshot
 from kfs_core.errors import InvalidTopicName
 from kfs_core.maintenance_pause import set_emergency_flag
-from kfs_core.namespace import DIRECTORIES, RESERVED_NAMES
+from kfs_core.namespace import DIRECTORIES, PAGE_DIR, RESERVED_NAMES
 from kfs_core.reports import report_key
 from kfs_core.security.scram import make_credential
 from kfs_core.security.users import UserStore
@@ -40,6 +40,7 @@ def test_every_directory_written_under_a_namespace_is_reserved(tmp_path: Path) -
     UserStore(store, NS).set_credential(
         "u", make_credential("SCRAM-SHA-256", "pw", 4096)
     )  # _security/
+    store.put(f"{NS}/{PAGE_DIR}/overview.json", b"{}")  # the KFS page's copy
     written = {info.key.split("/")[1] for info in store.list(f"{NS}/")}
     assert written == set(DIRECTORIES)  # this test writes under every one of them
     for name in written:

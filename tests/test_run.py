@@ -371,8 +371,13 @@ def test_first_start_triggers_validation_and_its_report_reaches_the_kfs_page(
     ]
     assert "triggered kfs_validation" in launched.output
 
-    status, overview = http("GET", f"{launched.airflow_url}/kfs/api/overview", token=auth)
-    assert status == 200, overview
+    def overview_read() -> Any:
+        # The page answers "loading" while its first read of the catalogs runs.
+        status, overview = http("GET", f"{launched.airflow_url}/kfs/api/overview", token=auth)
+        assert status == 200, overview
+        return None if overview["loading"] else overview
+
+    overview = wait_for(overview_read, timeout=60, interval=0.5, what="the KFS page's first read")
     assert "demo-events" in {t["name"] for t in overview["topics"]}, overview
     latest = next(r for r in overview["validation"] if r["success"] is not None)
     assert latest["success"] is True, latest

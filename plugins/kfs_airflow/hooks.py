@@ -415,6 +415,29 @@ class KfsHook(BaseHook):
         key = data_docs_key(self.namespace, run_id, path)
         return None if key is None else self.get_conn().get(key)
 
+    # --- the KFS page's copy --------------------------------------------------------
+
+    @property
+    def page_copy_key(self) -> str:
+        """``{ns}/_page/overview.json``: the KFS page's last overview (`kfs_airflow.overview_cache`)."""
+        from kfs_core.catalog.layout import join
+        from kfs_core.namespace import PAGE_DIR
+
+        return join(self.namespace, PAGE_DIR, "overview.json")
+
+    def page_copy(self) -> bytes | None:
+        """The stored copy of the KFS page's overview; None if there is none yet."""
+        from kfs_core.errors import ObjectNotFound
+
+        try:
+            return self.get_conn().get(self.page_copy_key)
+        except ObjectNotFound:
+            return None
+
+    def save_page_copy(self, data: bytes) -> None:
+        """Replace the stored copy of the KFS page's overview."""
+        self.get_conn().put(self.page_copy_key, data)
+
     # --- the daemon ---------------------------------------------------------------
 
     def get_admin_client(self, **config: Any) -> AdminClient:

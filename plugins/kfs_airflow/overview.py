@@ -202,6 +202,12 @@ class Overview(BaseModel):
     age_s: float | None = None
     #: A background refresh was running when this copy was served: reload for newer data.
     refreshing: bool = False
+    #: Nothing was read yet (a first read still under way): the page shows how far it got.
+    loading: bool = False
+    #: While ``loading``: partitions whose catalog was read, of ``partitions_total``
+    #: (None until the topics are listed).
+    partitions_read: int = 0
+    partitions_total: int | None = None
 
     @property
     def latest_report(self) -> ValidationRun | None:
@@ -234,17 +240,19 @@ def read_overview(
     *,
     max_runs: int = DEFAULT_MAX_RUNS,
     read_partition: ReadPartition | None = None,
+    planned: Callable[[int], None] | None = None,
 ) -> Overview:
     """Topics, partitions and the recent compaction and validation runs of the hook's namespace.
 
     ``read_partition`` gives one partition's summary (default: a full catalog
-    load through ``hook``); it must not raise.
+    load through ``hook``); it must not raise.  ``planned`` hears how many
+    partitions are about to be read, once the topics are listed.
     """
     overview = Overview(
         namespace=hook.namespace, store_url=redact_url(hook.get_conn().url), generated_at=_now()
     )
     try:
-        overview.topics = read_topics(hook, read_partition)
+        overview.topics = read_topics(hook, read_partition, planned)
     except Exception as exc:  # noqa: BLE001 - the page shows it instead of failing
         overview.problems.append(f"cannot list the topics: {describe_error(exc)}")
     overview.compaction = read_compaction(hook, max_runs=max_runs)
@@ -268,7 +276,11 @@ def read_overview(
 ReadPartition = Callable[[str, int], PartitionSummary]
 
 
-def read_topics(hook: KfsHook, read_partition: ReadPartition | None = None) -> list[TopicSummary]:
+def read_topics(
+    hook: KfsHook,
+    read_partition: ReadPartition | None = None,
+    planned: Callable[[int], None] | None = None,
+) -> list[TopicSummary]:
     """Every topic with its partitions' catalog state; per-topic and per-partition errors kept."""
     read = read_partition or (lambda topic, partition: _read_partition(hook, topic, partition))
     registry = hook.topics()
@@ -285,6 +297,8 @@ def read_topics(hook: KfsHook, read_partition: ReadPartition | None = None) -> l
         topic.partition_count = description.partitions
         topic.cleanup_policy = description.effective_configs.get("cleanup.policy", "")
         pairs.extend((topic, p) for p in range(description.partitions))
+    if planned is not None:
+        planned(len(pairs))
     if pairs:
         with ThreadPoolExecutor(min(_CATALOG_THREADS, len(pairs))) as pool:
             summaries = list(pool.map(lambda pair: read(pair[0].name, pair[1]), pairs))

@@ -42,10 +42,12 @@ def _kfs_page_reads_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
     """The KFS page serves no cached copy here: every request waits for its own read.
 
     So a test that writes and then loads the page sees the write (the reads are
-    still the cache's incremental ones); `tests/airflow/test_overview_cache.py`
-    sets the ages it tests on its own `OverviewCache`.
+    still the cache's incremental ones), however long a loaded machine takes
+    over it; `tests/airflow/test_overview_cache.py` sets the ages and waits it
+    tests on its own `OverviewCache`.
     """
     monkeypatch.setenv("KFS_PAGE_MAX_AGE_S", "0")
+    monkeypatch.setenv("KFS_PAGE_WAIT_S", "inf")
 
 
 @pytest.fixture

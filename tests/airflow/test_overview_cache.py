@@ -10,6 +10,8 @@ every call reaches the real backend).  A settable clock stands in for
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -216,7 +218,7 @@ def test_the_cache_is_per_store_and_credentials(
 
 def test_nothing_raises_out_of_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kfs_airflow.hooks import KfsHook
-    from kfs_airflow.overview_cache import OverviewCache, max_age_from_env
+    from kfs_airflow.overview_cache import OverviewCache, max_age_from_env, wait_from_env
 
     url = (tmp_path / "s").as_uri()
     store = open_store(url)
@@ -239,6 +241,9 @@ def test_nothing_raises_out_of_the_cache(tmp_path: Path, monkeypatch: pytest.Mon
     assert max_age_from_env({"KFS_PAGE_MAX_AGE_S": "5"}) == 5.0
     assert max_age_from_env({"KFS_PAGE_MAX_AGE_S": "soon"}) == 30.0
     assert max_age_from_env({}) == 30.0
+    assert wait_from_env({"KFS_PAGE_WAIT_S": "inf"}) == math.inf
+    assert wait_from_env({"KFS_PAGE_WAIT_S": "nan"}) == wait_from_env({}) == 1.0
+    assert wait_from_env({"KFS_PAGE_WAIT_S": "-3"}) == 0.0
 
 
 def test_the_page_says_how_old_its_catalog_state_is(local_url: str) -> None:
@@ -284,7 +289,146 @@ def test_the_page_bench_runs_small(moto_server: str) -> None:
     table = format_table(rows)
     print(table)
     cases = [r["case"] for r in rows]
-    assert "first request (empty cache)" in cases and "warm request (cached copy)" in cases
+    assert "first request (nothing read, no stored copy)" in cases
+    assert "warm request (cached copy)" in cases
     assert all(r["seconds"] >= 0 for r in rows)
-    assert "20 partition rows rendered" in table
+    restarted = next(r for r in rows if r["case"] == "first request after an api-server restart")
+    assert restarted["note"].startswith("20 partition rows")
     assert len(table.splitlines()) == len(rows) + 2
+
+
+class GatedStore(InstrumentedStore):
+    """A real store whose catalog GETs wait at a gate the test opens (a slow S3, on demand)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.log_gate = threading.Event()
+        self.log_gate.set()
+
+    def get(self, key: str, byte_range: Any = None) -> bytes:
+        if "/_log/" in key and not self.log_gate.wait(60):
+            raise TimeoutError("the test never opened the catalog gate")
+        return super().get(key, byte_range)
+
+
+def _gated_hook() -> Any:
+    from kfs_airflow.hooks import KfsHook
+
+    class GatedHook(KfsHook):
+        stores: ClassVar[list[GatedStore]] = []
+        closed_gate = False  # the next store opened starts with its gate closed
+
+        def get_store(self) -> ObjectStore:
+            store = GatedStore(super().get_store())
+            if GatedHook.closed_gate:
+                store.log_gate.clear()
+            GatedHook.stores.append(store)
+            return store
+
+    return GatedHook
+
+
+def test_a_slow_first_read_answers_loading_within_the_wait(local_url: str) -> None:
+    from fastapi.testclient import TestClient
+    from kfs_airflow.overview_cache import OverviewCache
+    from kfs_airflow.ui import create_app
+    from kfs_airflow.ui.auth import airflow_user, airflow_user_page
+
+    class User:
+        def get_name(self) -> str:
+            return "tester"
+
+    hook_class = _gated_hook()
+    hook_class.closed_gate = True
+    cache = OverviewCache(max_age_s=30.0, wait_s=0.2)
+    app = create_app(hook_class, lambda: ("", []), cache)
+    app.dependency_overrides[airflow_user] = User
+    app.dependency_overrides[airflow_user_page] = User
+    client = TestClient(app)
+    try:
+        loading = client.get("/api/overview").json()
+        assert loading["loading"] and loading["refreshing"] and loading["topics"] == []
+        assert loading["partitions_read"] == 0 and loading["partitions_total"] in (None, 3)
+        page = client.get("/").text
+        assert 'http-equiv="refresh"' in page and "Reading the catalogs for the first time" in page
+        assert 'id="compaction"' not in page  # no "no runs yet" while nothing is read
+
+        hook_class.stores[0].log_gate.set()
+        assert cache.store(*_identity_and_hook()).wait(timeout_s=60)
+        page = client.get("/").text
+        assert 'http-equiv="refresh"' not in page and page.count("data-partition=") == 3
+    finally:
+        for store in hook_class.stores:
+            store.log_gate.set()
+        cache.close()
+
+
+def test_a_restarted_page_serves_the_stored_copy_while_it_reads(local_url: str) -> None:
+    from kfs_airflow.hooks import KfsHook
+    from kfs_airflow.overview_cache import OverviewCache
+
+    first_cache = OverviewCache(max_age_s=0.0, wait_s=math.inf)
+    try:
+        first = first_cache.overview(KfsHook())
+        kept = first_cache.store(*_identity_and_hook())
+        assert kept.wait(timeout_s=60) and kept.copies_saved == 1
+        again = first_cache.overview(KfsHook())  # nothing changed: not written again
+        assert kept.wait(timeout_s=60) and kept.copies_saved == 1 and again.topics == first.topics
+    finally:
+        first_cache.close()
+    store = open_store(local_url)
+    stored = store.get(f"{NS}/_page/overview.json")
+    store.close()
+    assert b'"format":1' in stored and b'"orders"' in stored
+
+    # A new process: its catalog reads are slow, so it answers with the stored copy.
+    hook_class = _gated_hook()
+    hook_class.closed_gate = True
+    cache = OverviewCache(max_age_s=0.0, wait_s=0.2)
+    try:
+        served = cache.overview(hook_class())
+        assert not served.loading and served.refreshing
+        assert served.as_of == first.generated_at and served.age_s is not None
+        assert _partitions(served) == _partitions(first)
+        hook_class.stores[0].log_gate.set()
+        assert cache.store(*_identity_and_hook()).wait(timeout_s=60)
+        fresh = cache.overview(hook_class())
+        assert fresh.as_of is None and _partitions(fresh) == _partitions(first)
+    finally:
+        for gated in hook_class.stores:
+            gated.log_gate.set()
+        cache.close()
+
+
+def test_a_store_that_refuses_the_copy_or_holds_garbage_still_shows_the_page(
+    local_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from kfs_airflow.overview_cache import OverviewCache
+
+    writer = open_store(local_url)
+    writer.put(f"{NS}/_page/overview.json", b"{not json")
+    writer.close()
+    hook_class = _gated_hook()
+    cache = OverviewCache(max_age_s=0.0, wait_s=math.inf)
+    try:
+        with caplog.at_level("WARNING", logger="kfs_airflow.overview_cache"):
+            hook = hook_class()
+            hook.get_conn().fail_puts = 1  # read-only credentials, as far as the copy goes
+            overview = cache.overview(hook)
+            store = cache.store(*_identity_and_hook())
+            assert store.wait(timeout_s=60)
+        assert not overview.problems and len(_partitions(overview)) == 3
+        assert "ignoring the stored copy" in caplog.text
+        assert "cannot store its copy" in caplog.text and store.copies_saved == 0
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="kfs_airflow.overview_cache"):
+            writer = open_store(local_url)
+            PartitionCatalog(writer, NS, "orders", 0).set_log_start_offset(3)
+            writer.close()
+            changed = cache.overview(hook_class())
+            assert store.wait(timeout_s=60)
+        assert _partitions(changed)[("orders", 0)].log_start_offset == 3
+        assert "cannot store" not in caplog.text  # given up after the first refusal
+        assert hook_class.stores[0].puts == [f"{NS}/_page/overview.json"]
+    finally:
+        cache.close()
