@@ -44,7 +44,8 @@ COPY plugins plugins
 COPY dags dags
 COPY infra infra
 RUN pip install --no-deps -c constraints.txt . \
-    && rm -rf build ./*.egg-info
+    && rm -rf build ./*.egg-info \
+    && python infra/spark/pyspark_bytecode.py
 
 # Everything runs as an unprivileged user, uid 50000 as in Airflow's own image.
 # The directories below are created here, owned by it, so that the named volumes

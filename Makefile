@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python infra/spark/pyspark_bytecode.py
 	@touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install KFS with every pinned dependency

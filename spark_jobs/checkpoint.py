@@ -43,7 +43,6 @@ invisible; running it again with the same name completes it).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -506,4 +505,4 @@ if __name__ == "__main__":
     # the per-partition functions by reference to spark_jobs.checkpoint.
     from spark_jobs.checkpoint import main as _main
 
-    sys.exit(_main())
+    common.exit_driver(_main())

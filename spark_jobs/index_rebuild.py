@@ -28,7 +28,6 @@ an index holds.  Running the job again after a success finds nothing to do.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -261,4 +260,4 @@ if __name__ == "__main__":
     # the per-segment functions by reference to spark_jobs.index_rebuild.
     from spark_jobs.index_rebuild import main as _main
 
-    sys.exit(_main())
+    common.exit_driver(_main())

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -607,4 +606,4 @@ if __name__ == "__main__":
     # the per-partition functions by reference to spark_jobs.retention.
     from spark_jobs.retention import main as _main
 
-    sys.exit(_main())
+    common.exit_driver(_main())

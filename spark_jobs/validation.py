@@ -60,7 +60,6 @@ import contextlib
 import datetime as _dt
 import math
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
@@ -812,7 +811,7 @@ if __name__ == "__main__":
     # the per-segment functions by reference to spark_jobs.validation.
     from spark_jobs.validation import main as _main
 
-    sys.exit(_main())
+    common.exit_driver(_main())
 
 
 __all__ = [

@@ -360,7 +360,9 @@ class StoreCache:
                 return
             stored = StoredCopy.model_validate_json(data)
         except Exception as exc:  # noqa: BLE001 - only a head start: the refresh reads anyway
-            log.warning("KFS page: ignoring the stored copy of the overview: %s", describe_error(exc))
+            log.warning(
+                "KFS page: ignoring the stored copy of the overview: %s", describe_error(exc)
+            )
             return
         overview = stored.overview
         if overview.namespace != self.hook.namespace:

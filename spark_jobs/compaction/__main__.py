@@ -7,9 +7,8 @@ executors' functions are pickled by reference to ``spark_jobs.compaction.*``,
 never by value from this copy.
 """
 
-import sys
-
+from spark_jobs.common import exit_driver
 from spark_jobs.compaction import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_driver(main())
