@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import spark_jobs
 from kfs_core.reports import EXIT_OK, EXIT_USAGE
 
-_NOT_JOBS = {"common", "__main__"}
+_NOT_JOBS = {"common", "server", "__main__"}
 
 
 def jobs() -> list[str]:

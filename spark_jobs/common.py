@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import dataclasses
 import datetime as _dt
 import json
@@ -82,7 +83,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 
 from kfs_core.catalog import PartitionCatalog, PartitionState, SegmentEntry, TopicRegistry, layout
 from kfs_core.errors import KfsError, UnknownTopic
@@ -117,6 +118,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "JOB_OUTPUT",
     "REPORTS_DIR",
     "STATUS_ERROR",
     "STATUS_FAILED",
@@ -140,6 +142,7 @@ __all__ = [
     "new_run_id",
     "read_descriptors",
     "report_key",
+    "summary_line",
     "write_json",
 ]
 
@@ -683,15 +686,32 @@ def _summary(ctx: JobContext, result: JobResult, started: float, t0: float) -> R
     )
 
 
-def _publish(store: ObjectStore, summary: RunSummary) -> None:
-    store.put(summary.report_key, summary.to_json())
+#: Where a job's own lines go (its summary line on "stdout", its one-line errors on
+#: "stderr"): the process's streams, unless a caller running jobs on threads (the
+#: job server, `spark_jobs.server`) collects each run's lines itself.
+JOB_OUTPUT: contextvars.ContextVar[TextIO | None] = contextvars.ContextVar(
+    "kfs_job_output", default=None
+)
+
+
+def _say(line: str, *, error: bool = False) -> None:
+    stream = JOB_OUTPUT.get() or (sys.stderr if error else sys.stdout)
+    print(line, file=stream, flush=True)
+
+
+def summary_line(summary: RunSummary) -> str:
+    """The one line a run prints: status, message, counts, run id, duration, report key."""
     counts = " ".join(f"{k}={v}" for k, v in sorted(summary.counts.items()))
-    line = (
+    return (
         f"kfs {summary.job} {summary.status.upper()}: {summary.message}"
         f"{' [' + counts + ']' if counts else ''} "
         f"(run {summary.run_id}, {summary.duration_s:.1f}s, report {summary.report_key})"
     )
-    print(line, flush=True)
+
+
+def _publish(store: ObjectStore, summary: RunSummary) -> None:
+    store.put(summary.report_key, summary.to_json())
+    _say(summary_line(summary))
 
 
 def exit_driver(code: int) -> NoReturn:
@@ -733,12 +753,12 @@ def main(
     try:
         summary = run(args)
     except (UnknownTopic, UsageError) as exc:
-        print(f"{parser.prog}: error: {exc}", file=sys.stderr, flush=True)
+        _say(f"{parser.prog}: error: {exc}", error=True)
         return EXIT_USAGE
     except KfsError as exc:
-        print(f"{parser.prog}: failed: {exc}", file=sys.stderr, flush=True)
+        _say(f"{parser.prog}: failed: {exc}", error=True)
         return EXIT_ERROR
     except Exception as exc:  # noqa: BLE001 - the operator gets one line, not a traceback
-        print(f"{parser.prog}: failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        _say(f"{parser.prog}: failed: {type(exc).__name__}: {exc}", error=True)
         return EXIT_ERROR
     return int(summary["exit_code"])

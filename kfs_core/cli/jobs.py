@@ -30,7 +30,7 @@ from kfs_core.reports import job_application
 __all__ = ["job_command", "job_environment", "job_file", "jobs"]
 
 # Modules of spark_jobs/ that are not jobs.
-_NOT_JOBS = frozenset({"__init__", "__main__", "common"})
+_NOT_JOBS = frozenset({"__init__", "__main__", "common", "server"})
 _REPOSITORY = Path(__file__).resolve().parents[2]
 
 
@@ -115,10 +115,19 @@ def jobs_list() -> None:
     help="run the job's file through spark-submit (flags after JOB such as --master "
     "go to the job) instead of in this Python",
 )
+@click.option(
+    "--server",
+    envvar="KFS_JOBS_SERVER",
+    metavar="URL",
+    help="run the job on a job server (`kfs jobs serve`), e.g. http://127.0.0.1:7079 "
+    "[env KFS_JOBS_SERVER]; --spark-submit wins over it",
+)
 @click.argument("job")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED, metavar="[JOB FLAGS]...")
 @click.pass_context
-def jobs_run(ctx: click.Context, spark_submit: bool, job: str, job_args: tuple[str, ...]) -> None:
+def jobs_run(
+    ctx: click.Context, spark_submit: bool, server: str | None, job: str, job_args: tuple[str, ...]
+) -> None:
     """Run maintenance job JOB with its own flags (`kfs jobs run JOB --help` lists them).
 
     Without --store-url / --namespace the job works on kfs's store
@@ -128,7 +137,84 @@ def jobs_run(ctx: click.Context, spark_submit: bool, job: str, job_args: tuple[s
     available = available_jobs()
     if name not in available:
         raise CliError(f"unknown job {job!r}; jobs: {', '.join(available)}")
+    if server and not spark_submit and not {"-h", "--help"} & set(job_args):
+        sys.exit(_run_on_server(server, name, job_args, cli_settings(ctx)))
     argv = job_command(name, job_args, spark_submit=spark_submit)
+    env = job_environment(cli_settings(ctx), os.environ)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        raise CliError(f"cannot start {argv[0]}: {exc}") from None
+
+
+def _run_on_server(url: str, job: str, job_args: tuple[str, ...], settings: Settings) -> int:
+    """Run ``job`` on the job server at ``url``; its exit status (Ctrl-C cancels it there)."""
+    from kfs_core.jobs_client import JobServerError, cancel_on_server, run_on_server
+    from kfs_core.reports import new_run_id
+
+    args = list(job_args)
+    # The server's own environment is not this shell's: name the store explicitly.
+    if not _has_flag(args, "--store-url"):
+        args += ["--store-url", settings.store_url]
+    if not _has_flag(args, "--namespace"):
+        args += ["--namespace", settings.namespace]
+    if settings.s3_endpoint_url and not _has_flag(args, "--s3-endpoint-url"):
+        args += ["--s3-endpoint-url", settings.s3_endpoint_url]
+    if not _has_flag(args, "--run-id"):
+        args += ["--run-id", new_run_id()]
+    run_id = args[args.index("--run-id") + 1] if "--run-id" in args else ""
+    try:
+        finished = run_on_server(url, job, args)
+    except KeyboardInterrupt:
+        if run_id:
+            try:
+                cancel_on_server(url, run_id)
+            except JobServerError as exc:
+                click.echo(f"kfs: could not cancel run {run_id}: {exc}", err=True)
+            else:
+                click.echo(f"kfs: cancelled run {run_id} on {url}", err=True)
+        return 130
+    except JobServerError as exc:
+        raise CliError(str(exc)) from None
+    for line in finished.output.splitlines():
+        # The run's summary line is its stdout, as in a process of its own; the rest
+        # (usage and one-line errors) its stderr.
+        click.echo(line, err=not line.startswith("kfs "))
+    return finished.exit_code
+
+
+def _has_flag(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+@jobs.command(
+    "serve",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:7079",
+    show_default=True,
+    help="HOST:PORT the job server answers on (no authentication: keep it private)",
+)
+@click.option("--max-jobs", default=2, show_default=True, help="runs at once; more wait")
+@click.argument("spark_args", nargs=-1, type=click.UNPROCESSED, metavar="[--master URL]")
+@click.pass_context
+def jobs_serve(ctx: click.Context, listen: str, max_jobs: int, spark_args: tuple[str, ...]) -> None:
+    """Serve the jobs from one warm Spark driver (spark-submit'ed, like a task).
+
+    `kfs jobs run --server URL JOB` and the Airflow operator (a kfs connection
+    whose extra names "jobs_server") then run a job without starting a JVM,
+    a SparkSession or Great Expectations each time.
+    """
+    from kfs_core.reports import job_application
+
+    app = job_application("server")
+    spark_submit_bin = Path(sys.executable).parent / "spark-submit"
+    launcher = str(spark_submit_bin) if spark_submit_bin.exists() else "spark-submit"
+    argv = [launcher, str(app), "--listen", listen, "--max-jobs", str(max_jobs), *spark_args]
     env = job_environment(cli_settings(ctx), os.environ)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -165,6 +165,12 @@ class KfsHook(BaseHook):
         return str(self._settings["namespace"])
 
     @property
+    def jobs_server(self) -> str:
+        """The job server the maintenance tasks use (extra ``jobs_server``); "": spark-submit."""
+        extra = self._connection.extra_dejson or {}
+        return str(extra.get("jobs_server") or "").strip()
+
+    @property
     def bootstrap_servers(self) -> str:
         """The daemon's Kafka address (``bootstrap.servers``); "" when the connection has none.
 

@@ -13,6 +13,13 @@ arguments and environment filled in:
                 interpreter's ``bin/`` when ``spark-submit`` is not on it (a virtualenv
                 that was never activated).
 
+When the ``kfs`` connection's extra names a job server (``"jobs_server":
+"http://127.0.0.1:7079"``, `spark_jobs.server`, started by ``kfs jobs serve``),
+the task sends the same arguments there instead and waits for the run's end:
+no spark-submit, JVM, session or Great Expectations import per task.  The
+server runs the job with its own environment (its store credentials, its
+Spark master); killing the task cancels the run's Spark jobs there.
+
 Spark itself comes from the ``spark_default`` connection (master ``local[*]``,
 ``yarn``, ``spark://...``, ``k8s://...``).  If that connection does not exist the
 provider would fall back to YARN; this operator runs ``local[*]`` instead and
@@ -166,8 +173,18 @@ def _topics_arg(value: Any) -> list[str] | None:
     return topics or None
 
 
+class JobRunFailed(AirflowException):
+    """The job ran on the job server and ended with a non-zero ``exit_code``."""
+
+    def __init__(self, job: str, exit_code: int, output: str) -> None:
+        super().__init__(f"kfs {job} on the job server exited {exit_code}: {output}")
+        self.exit_code = exit_code
+
+
 def _exit_code(exc: BaseException) -> int | None:
-    """The spark-submit exit status in the provider's error message, if it names one."""
+    """The job's exit status: the job server's, or the one in spark-submit's error message."""
+    if isinstance(exc, JobRunFailed):
+        return exc.exit_code
     match = re.search(r"Error code is: (-?\d+)", str(exc))
     return int(match.group(1)) if match else None
 
@@ -226,6 +243,8 @@ class KfsSparkJobOperator(SparkSubmitOperator):
         self.job_args = list(job_args or [])
         self.kfs_conn_id = kfs_conn_id
         self._spark_connection_found: bool | None = None
+        self._server = ""  # the job server the running task uses ("" : spark-submit)
+        self._server_run_id = ""
 
     # --- spark-submit -----------------------------------------------------------
 
@@ -268,14 +287,19 @@ class KfsSparkJobOperator(SparkSubmitOperator):
             "--run-id",
             run_id,
         ]
-        # The interpreter and PATH of this worker mean something to a local master only;
-        # a cluster's Python is its spark-defaults' business.
-        local = self._get_hook()._connection["master"].startswith("local")
-        local_env = spark_submit_env() if local else {}
-        self.env_vars = {**local_env, **kfs.job_env(), **(self.env_vars or {})}
-        self._hook = None  # rebuilt with the arguments and environment above
+        self._server = kfs.jobs_server
+        self._server_run_id = run_id
         try:
-            super().execute(context)
+            if self._server:
+                self._run_on_server(self._server)
+            else:
+                # The interpreter and PATH of this worker mean something to a local master
+                # only; a cluster's Python is its spark-defaults' business.
+                local = self._get_hook()._connection["master"].startswith("local")
+                local_env = spark_submit_env() if local else {}
+                self.env_vars = {**local_env, **kfs.job_env(), **(self.env_vars or {})}
+                self._hook = None  # rebuilt with the arguments and environment above
+                super().execute(context)
         except Exception as exc:
             summary = self._read_summary(kfs, run_id)
             if summary is not None:
@@ -294,6 +318,31 @@ class KfsSparkJobOperator(SparkSubmitOperator):
         self.log.log(level, "kfs %s %s: %s", self.job, summary["status"], summary["message"])
         self._describe_outlet_events(context, summary)
         return summary
+
+    def _run_on_server(self, url: str) -> None:
+        """Run the job on the job server at ``url`` (no spark-submit, no JVM start)."""
+        from kfs_core.jobs_client import run_on_server
+
+        self.log.info("running kfs %s on the job server %s", self.job, url)
+        finished = run_on_server(url, self.job, [str(a) for a in self.application_args or []])
+        for line in finished.output.splitlines():
+            self.log.info("%s", line)
+        if finished.exit_code != 0:
+            raise JobRunFailed(self.job, finished.exit_code, finished.output)
+
+    def on_kill(self) -> None:
+        server = getattr(self, "_server", None)
+        if not server:
+            super().on_kill()
+            return
+        from kfs_core.jobs_client import JobServerError, cancel_on_server
+
+        try:
+            cancelled = cancel_on_server(server, self._server_run_id)
+        except JobServerError as exc:
+            self.log.warning("could not cancel run %s: %s", self._server_run_id, exc)
+        else:
+            self.log.info("run %s cancelled on the job server: %s", self._server_run_id, cancelled)
 
     def _failure(self, summary: Mapping[str, Any] | None, exc: BaseException) -> AirflowException:
         if summary is None:

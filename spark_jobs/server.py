@@ -1,0 +1,359 @@
+"""The job server: one long-lived, warm Spark driver that runs maintenance jobs on request.
+
+A scheduled task that spark-submits its job pays for a JVM, a SparkSession,
+the first Spark job's Python workers and (validation) Great Expectations'
+import every time: 6-8 s on a small machine before any work.  The job server
+pays that once.  It is an ordinary spark-submit application::
+
+    kfs jobs serve [--listen 127.0.0.1:7079] [--max-jobs 2]    (spark-submit flags via --master ...)
+
+and a task becomes one HTTP request (``kfs jobs run --server URL JOB [flags]``,
+or the Airflow operator when the ``kfs`` connection's extra names
+``jobs_server``), answered when the run ends.  The run itself is the job's
+own `run`, on the server's session: same flags, same summary in the store,
+same exit status.
+
+HTTP, JSON bodies, loopback by default (no authentication: bind it where
+only the scheduler can reach it)::
+
+    GET  /healthz           {"status": "ok", "running": [run ids], "jobs": [names]}
+    POST /jobs              {"job": "validation", "args": ["--store-url", ...]}
+                            -> {"exit_code": 0, "run_id": ..., "output": "kfs validation OK: ..."}
+    POST /jobs/cancel       {"run_id": ...} -> {"cancelled": true}
+
+A run's Spark jobs carry its run id as their job group, so a cancel (the
+client's on SIGINT/SIGTERM, the operator's ``on_kill``) stops its tasks; the
+run then ends as an error, its summary says so, and every job is safe to run
+again.  At most ``--max-jobs`` runs at once; more wait their turn.  Bad
+requests answer 400 (unknown job 404) with a one-line ``error``.
+
+The server's runs use its own environment: its store credentials and Spark
+settings, not the client's.  Under spark-submit, SIGTERM goes to the JVM,
+which stops the SparkContext and exits (143); run directly
+(``python -m spark_jobs.server``), SIGINT and SIGTERM close it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from kfs_core.reports import EXIT_ERROR, EXIT_USAGE, new_run_id
+from spark_jobs import common
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["DEFAULT_LISTEN", "JOBS", "JobServer", "main"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN = "127.0.0.1:7079"
+#: The jobs the server runs (each module's ``run`` and ``build_parser``).
+JOBS = ("checkpoint", "compaction", "index_rebuild", "retention", "validation")
+MAX_BODY_BYTES = 1 << 20
+#: How often a cancelled run's Spark job group is cancelled again, until the run ends.
+CANCEL_EVERY_S = 0.2
+
+# argparse prints its usage errors to sys.stderr: parsing is done one at a time,
+# with that stream pointed at the run's own output.
+_PARSE_LOCK = threading.Lock()
+
+
+class JobServer:
+    """Runs jobs on ``spark``, at most ``max_jobs`` at once, behind an HTTP server."""
+
+    def __init__(self, spark: SparkSession, *, max_jobs: int = 2) -> None:
+        self.spark = spark
+        self._slots = threading.BoundedSemaphore(max(1, max_jobs))
+        self._lock = threading.Lock()
+        self._running: dict[str, _Run] = {}
+        self._http: ThreadingHTTPServer | None = None
+
+    # --- warming up -------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Import every job (and Great Expectations) and start Spark's Python workers."""
+        for job in JOBS:
+            importlib.import_module(f"spark_jobs.{job}")
+        from spark_jobs import validation
+
+        validation.build_expectations(
+            common.coerce_options(
+                ["--store-url", "file:///nonexistent"],
+                validation.build_parser(),
+                validation.ValidationOptions,
+            )
+        )
+        slots = max(1, self.spark.sparkContext.defaultParallelism)
+        self.spark.sparkContext.parallelize(range(slots), slots).map(lambda x: x).count()
+
+    # --- running ----------------------------------------------------------------
+
+    @property
+    def running(self) -> dict[str, str]:
+        """Run id -> job of the runs under way."""
+        with self._lock:
+            return {run_id: run.job for run_id, run in self._running.items()}
+
+    def run(self, job: str, args: Sequence[str]) -> dict[str, Any]:
+        """Run ``job`` with ``args`` to its end: ``{"exit_code", "run_id", "output"}``."""
+        if job not in JOBS:
+            raise KeyError(job)
+        module = importlib.import_module(f"spark_jobs.{job}")
+        args = [str(a) for a in args]
+        run_id = _flag_value(args, "--run-id")
+        if run_id is None:
+            run_id = new_run_id()
+            args += ["--run-id", run_id]
+        output = io.StringIO()
+        with self._slots:
+            run = _Run(job)
+            with self._lock:
+                if run_id in self._running:
+                    raise RunIdInUse(run_id)
+                self._running[run_id] = run
+            token = common.JOB_OUTPUT.set(output)
+            try:
+                # The group is this request thread's: pyspark pins a JVM thread to it.
+                self.spark.sparkContext.setJobGroup(run_id, f"kfs {job}", interruptOnCancel=True)
+                code = self._main(module, args, output)
+            finally:
+                common.JOB_OUTPUT.reset(token)
+                with self._lock:
+                    self._running.pop(run_id, None)
+                run.done.set()
+        if run.cancelled and code != 0:
+            print(f"spark_jobs.server: run {run_id} was cancelled", file=output)
+        return {"exit_code": code, "run_id": run_id, "output": output.getvalue().rstrip("\n")}
+
+    def _main(self, module: Any, args: list[str], output: io.StringIO) -> int:
+        parser = module.build_parser()
+        with _PARSE_LOCK, contextlib.redirect_stderr(output):
+            try:
+                parsed = parser.parse_args(args)
+                if not parsed.store_url:
+                    parser.error("--store-url is required (or set KFS_STORE_URL)")
+            except SystemExit as exc:
+                return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+
+        def run_here(options: Any) -> dict[str, Any]:
+            return dict(module.run(options, spark=self.spark))
+
+        try:
+            return common.main(run_here, parser, args)
+        except SystemExit as exc:  # belt and braces: parsing was checked above
+            return int(exc.code) if isinstance(exc.code, int) else EXIT_ERROR
+
+    def cancel(self, run_id: str) -> bool:
+        """Cancel the Spark jobs of run ``run_id``, now and until it ends; False if not running.
+
+        A run between two Spark jobs (reading catalogs on the driver, say) has
+        nothing to cancel at that instant, so the group is cancelled again every
+        `CANCEL_EVERY_S` until the run is over: its next Spark job fails at once.
+        """
+        with self._lock:
+            run = self._running.get(run_id)
+            if run is None:
+                return False
+            first, run.cancelled = not run.cancelled, True
+        if first:
+            threading.Thread(
+                target=self._keep_cancelling,
+                args=(run_id, run),
+                name="kfs-jobs-cancel",
+                daemon=True,
+            ).start()
+        return True
+
+    def _keep_cancelling(self, run_id: str, run: _Run) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # the context stopping: nothing left to cancel
+                self.spark.sparkContext.cancelJobGroup(run_id)
+            if run.done.wait(CANCEL_EVERY_S):
+                return
+
+    # --- serving ----------------------------------------------------------------
+
+    def serve(self, host: str, port: int) -> ThreadingHTTPServer:
+        """Bind ``host:port`` (0: any free port) and answer requests on a thread; the server."""
+        server = ThreadingHTTPServer((host, port), _handler(self))
+        server.daemon_threads = True
+        self._http = server
+        threading.Thread(target=server.serve_forever, name="kfs-jobs-http", daemon=True).start()
+        return server
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+
+@dataclass
+class _Run:
+    job: str
+    done: threading.Event = field(default_factory=threading.Event)
+    cancelled: bool = False
+
+
+class RunIdInUse(ValueError):
+    """A run with this id is already under way on the server."""
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+class BadRequest(ValueError):
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _handler(server: JobServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "kfs-jobs"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+            log.info("%s %s", self.address_string(), format % args)
+
+        def _answer(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> dict[str, Any]:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                raise BadRequest(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
+            if not 0 < length <= MAX_BODY_BYTES:
+                raise BadRequest(HTTPStatus.BAD_REQUEST, "a JSON body is required (at most 1 MiB)")
+            try:
+                body = json.loads(self.rfile.read(length))
+            except ValueError as exc:
+                raise BadRequest(HTTPStatus.BAD_REQUEST, f"the body is not JSON: {exc}") from None
+            if not isinstance(body, dict):
+                raise BadRequest(HTTPStatus.BAD_REQUEST, "the body must be a JSON object")
+            return body
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path != "/healthz":
+                self._answer(HTTPStatus.NOT_FOUND, {"error": f"no such resource: {self.path}"})
+                return
+            running = sorted(server.running)
+            self._answer(HTTPStatus.OK, {"status": "ok", "running": running, "jobs": list(JOBS)})
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            try:
+                if self.path == "/jobs":
+                    self._answer(HTTPStatus.OK, self._run(self._body()))
+                elif self.path == "/jobs/cancel":
+                    run_id = self._body().get("run_id")
+                    if not isinstance(run_id, str) or not run_id:
+                        raise BadRequest(HTTPStatus.BAD_REQUEST, "run_id must be a string")
+                    self._answer(HTTPStatus.OK, {"cancelled": server.cancel(run_id)})
+                else:
+                    self._answer(HTTPStatus.NOT_FOUND, {"error": f"no such resource: {self.path}"})
+            except BadRequest as exc:
+                self._answer(exc.status, {"error": str(exc)})
+
+        def _run(self, body: dict[str, Any]) -> dict[str, Any]:
+            job, args = body.get("job"), body.get("args", [])
+            if not isinstance(job, str) or not job:
+                raise BadRequest(HTTPStatus.BAD_REQUEST, "job must be a job name")
+            if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+                raise BadRequest(HTTPStatus.BAD_REQUEST, "args must be a list of strings")
+            name = job.replace("-", "_")
+            if name not in JOBS:
+                raise BadRequest(
+                    HTTPStatus.NOT_FOUND, f"unknown job {job!r}; jobs: {', '.join(JOBS)}"
+                )
+            try:
+                return server.run(name, args)
+            except RunIdInUse as exc:
+                raise BadRequest(HTTPStatus.CONFLICT, f"run {exc} is already running") from None
+
+    return Handler
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spark_jobs.server",
+        description="Serve the KFS maintenance jobs from one warm Spark driver.",
+    )
+    parser.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        help=f"HOST:PORT to answer on (default {DEFAULT_LISTEN})",
+    )
+    parser.add_argument(
+        "--max-jobs", type=int, default=2, help="runs at once; more wait (default 2)"
+    )
+    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    host, _, port_text = args.listen.rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        print(
+            f"spark_jobs.server: error: --listen {args.listen!r} is not HOST:PORT", file=sys.stderr
+        )
+        return EXIT_USAGE
+    # Its own lines at INFO (requests, start, stop); the libraries' (GX is chatty) at WARNING.
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    log.setLevel(logging.INFO)
+    spark = common.get_spark("kfs-jobs-server", args.master)
+    server = JobServer(spark, max_jobs=args.max_jobs)
+    server.warm_up()
+    try:
+        http = server.serve(host or "127.0.0.1", port)
+    except OSError as exc:
+        print(f"spark_jobs.server: error: cannot listen on {args.listen}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    bound_host, bound_port = http.server_address[:2]
+    if isinstance(bound_host, bytes):
+        bound_host = bound_host.decode()
+    print(f"kfs jobs server ready on http://{bound_host}:{bound_port}", flush=True)
+    log.info("serving %s at most %d at a time", ", ".join(JOBS), args.max_jobs)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+    server.close()
+    print("kfs jobs server stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    # Run the importable module, not this __main__ copy (executors unpickle by reference).
+    from spark_jobs.server import main as _main
+
+    common.exit_driver(_main())
