@@ -84,15 +84,18 @@ exit status stays 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -388,29 +391,93 @@ def scheduled_task(job: str, store_url: str, args: Sequence[str] = ()) -> tuple[
     return wall, done.returncode, lines[-1] if lines else ""
 
 
-def task_rows(workdir: Path) -> tuple[list[Row], list[str]]:
-    """One cold spark-submit per job on a ``TASK_NAMESPACE_BYTES`` namespace: rows and problems."""
+@contextlib.contextmanager
+def job_server() -> Iterator[str]:
+    """``kfs jobs serve`` on ``local[2]`` and a free loopback port; its URL once it answers."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KFS_")}
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kfs_core.cli", "jobs", "serve", "--listen", f"127.0.0.1:{port}",
+         "--master", f"local[{PARALLELISM}]"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"kfs jobs serve exited {proc.returncode}")
+            try:
+                with urllib.request.urlopen(url + "/healthz", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("kfs jobs serve did not answer within 300 s") from None
+                time.sleep(0.2)
+        print(f"  job server ready in {time.perf_counter() - started:.1f}s (once)", flush=True)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def server_task(
+    url: str, job: str, store_url: str, args: Sequence[str] = ()
+) -> tuple[float, int, str]:
+    """Wall seconds, exit status and last line of ``kfs jobs run --server URL JOB``.
+
+    A scheduled task on the job server: the client's own start (Python, the CLI)
+    and the request, counted from the command's start to its exit.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KFS_")}
+    argv = [sys.executable, "-m", "kfs_core.cli", "jobs", "run", "--server", url, job,
+            "--store-url", store_url, "--namespace", NAMESPACE, *args]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+    wall = time.perf_counter() - started
+    lines = (done.stdout.strip() or done.stderr.strip()).splitlines()
+    return wall, done.returncode, lines[-1] if lines else ""
+
+
+def task_rows(workdir: Path, server_url: str) -> tuple[list[Row], list[str]]:
+    """One scheduled task per job on a ``TASK_NAMESPACE_BYTES`` namespace: rows and problems.
+
+    Each job twice: a cold spark-submit, and a request to the job server.
+    """
     store = workdir / "tasks"
     url = f"file://{store}"
     generate(url, TASK_NAMESPACE_BYTES, TASK_SEGMENT_BYTES)
     rows: list[Row] = []
     problems: list[str] = []
-    for job in TASK_JOBS:
-        wall, status, last = scheduled_task(job, url)
-        print(f"  scheduled task {job}: {wall:.1f}s, exit {status}: {last[:160]}", flush=True)
-        if status != 0:
-            problems.append(f"scheduled task {job} exited {status}: {last}")
-        target = TARGET_TASK_S.get(job)
-        rows.append(
-            Row(
-                f"one scheduled task, cold: {job}",
-                f"{wall:.1f} s",
-                f"{TASK_NAMESPACE_BYTES // MIB} MiB namespace, spark-submit local[{PARALLELISM}]",
-                "",
-                f"<= {target:g} s" if target else "",
-                missed=target is not None and wall > target,
+    for how, run_task in (
+        ("cold", lambda job: scheduled_task(job, url)),
+        ("on the job server", lambda job: server_task(server_url, job, url)),
+    ):
+        for job in TASK_JOBS:
+            wall, status, last = run_task(job)
+            print(f"  scheduled task {how}, {job}: {wall:.1f}s, exit {status}: {last[:160]}",
+                  flush=True)  # fmt: skip
+            if status != 0:
+                problems.append(f"scheduled task {how}, {job}, exited {status}: {last}")
+            target = TARGET_TASK_S.get(job)
+            where = "spark-submit" if how == "cold" else "kfs jobs run --server"
+            rows.append(
+                Row(
+                    f"one scheduled task, {how}: {job}",
+                    f"{wall:.1f} s",
+                    f"{TASK_NAMESPACE_BYTES // MIB} MiB namespace, {where}, local[{PARALLELISM}]",
+                    "",
+                    f"<= {target:g} s" if target else "",
+                    missed=target is not None and wall > target,
+                )
             )
-        )
     return rows, problems
 
 
@@ -524,14 +591,49 @@ def bench(directory: str, gib: float, quick: bool) -> None:
                 shutil.rmtree(scratch, ignore_errors=True)
                 shutil.rmtree(again, ignore_errors=True)
             print(describe(compaction[master]), flush=True)
+        # The same jobs as scheduled tasks on a job server (started once, not timed):
+        # validation on the same store, compaction on a copy of its own.
+        served: dict[str, float] = {}
+        with job_server() as server_url:
+            wall, status, last = server_task(server_url, "validation", base_url)
+            print(f"  validation as a task on the job server: {wall:.1f}s, exit {status}: "
+                  f"{last[:120]}", flush=True)  # fmt: skip
+            served["validation"] = wall
+            server_problems = [] if status == 0 else [f"validation on the job server: {last}"]
+            scratch = workdir / "compaction-served"
+            link_copy(base, scratch)
+            try:
+                wall, status, last = server_task(
+                    server_url, "compaction", f"file://{scratch}", ["--max-read-mb-per-s", "0"]
+                )
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            print(f"  compaction as a task on the job server: {wall:.1f}s, exit {status}: "
+                  f"{last[:120]}", flush=True)  # fmt: skip
+            served["compaction"] = wall
+            if status != 0:
+                server_problems.append(f"compaction on the job server: {last}")
+            task, task_problems = task_rows(workdir, server_url)
+        task_problems += server_problems
         print()
 
-        def cold_row(name: str, result: dict[str, Any], nbytes: int, target: float) -> Row:
-            """The job's rate with its start-up counted: a scheduled task starts cold."""
+        def cold_row(name: str, result: dict[str, Any], nbytes: int) -> Row:
+            """The job's rate with a fresh driver's start-up counted (a task of its own)."""
             seconds = sum(result[k] for k in ("wall_s", "session_s", "warmup_s", "imports_s"))
             rate = mbps(nbytes, seconds)
+            return Row(
+                f"  {name} job including a new driver's start-up, {head}",
+                f"{rate:,.0f} MB/s",
+                f"raw read+write {raw_copy:,.0f} MB/s",
+                f"{rate / raw_copy:.2f}",
+                "",
+            )
+
+        def served_row(name: str, nbytes: int, seconds: float, target: float) -> Row:
+            """The job as a scheduled task on the job server: the whole client command."""
+            rate = mbps(nbytes, seconds)
             return checked(
-                f"  {name} job including start-up, {head}",
+                f"  {name} job including start-up, as a task on the job server",
                 f"{rate:,.0f} MB/s",
                 f"raw read+write {raw_copy:,.0f} MB/s",
                 rate / raw_copy,
@@ -583,7 +685,10 @@ def bench(directory: str, gib: float, quick: bool) -> None:
             )
         )
         rows += warm_row("validation job", v, segment_bytes)
-        rows.append(cold_row("validation", v, segment_bytes, TARGET_VALIDATION))
+        rows.append(
+            served_row("validation", segment_bytes, served["validation"], TARGET_VALIDATION)
+        )
+        rows.append(cold_row("validation", v, segment_bytes))
         checks_s = v["timings"].get("segments", 0.0)
         if checks_s:
             checks = mbps(segment_bytes, checks_s)
@@ -610,7 +715,8 @@ def bench(directory: str, gib: float, quick: bool) -> None:
             )
         )
         rows += warm_row("compaction job", c, c_in)
-        rows.append(cold_row("compaction", c, c_in, TARGET_COMPACTION))
+        rows.append(served_row("compaction", c_in, served["compaction"], TARGET_COMPACTION))
+        rows.append(cold_row("compaction", c, c_in))
         saving = 1 - c_out / c_in if c_in else 0.0
         rows.append(
             checked(
@@ -647,7 +753,6 @@ def bench(directory: str, gib: float, quick: bool) -> None:
                         TARGET_SPEEDUP,
                     )
                 )
-        task, task_problems = task_rows(workdir)
         rows += task
         print_table(rows)
 

@@ -524,6 +524,21 @@ def test_the_kfs_connection_names_the_daemons_kafka_listener() -> None:
     assert port == host_port(daemon.listen)[1]
 
 
+def test_the_tasks_job_server_is_the_kfs_jobs_service_on_the_cluster() -> None:
+    """jobs_server names kfs-jobs, which serves on that port, on the network only."""
+    host, port = host_port(kfs_connection()["extra"]["jobs_server"])
+    jobs = services()["kfs-jobs"]
+    assert host == "kfs-jobs"
+    argv = jobs["command"]
+    assert argv[:3] == ["kfs", "jobs", "serve"]
+    assert argv[argv.index("--listen") + 1] == f"0.0.0.0:{port}"
+    assert argv[argv.index("--master") + 1] == spark_master_url()
+    assert "ports" not in jobs, "the job server has no authentication: never publish it"
+    assert f"localhost:{port}/healthz" in " ".join(jobs["healthcheck"]["test"])
+    scheduler_needs = services()["airflow-scheduler"]["depends_on"]
+    assert scheduler_needs["kfs-jobs"] == {"condition": "service_healthy"}
+
+
 @pytest.mark.airflow
 def test_the_spark_connection_submits_to_the_master_service(
     monkeypatch: pytest.MonkeyPatch,

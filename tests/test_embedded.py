@@ -116,6 +116,7 @@ def test_airflow_environment_points_airflow_at_this_home_and_daemon(tmp_path: Pa
             "store_url": (tmp_path / "store").as_uri(),
             "namespace": "ns1",
             "bootstrap_servers": "127.0.0.1:19092",  # the daemon's --listen
+            "jobs_server": "http://127.0.0.1:7079",  # the tasks run on kfs run's job server
         },
     }
     # spark-submit and the Python with kfs_core come first.
@@ -154,7 +155,12 @@ def test_airflow_environment_passes_an_s3_endpoint(tmp_path: Path) -> None:
         "namespace": "default",
         "s3_endpoint_url": "http://minio:9000",
         "bootstrap_servers": "127.0.0.1:9092",
+        "jobs_server": "http://127.0.0.1:7079",
     }
+    # Without the job server the tasks spark-submit their jobs: no jobs_server in the extra.
+    alone = RunOptions(Settings(), home=tmp_path / ".kfs", repository=REPO, jobs_server=False)
+    extra = json.loads(airflow_environment(alone, {})["AIRFLOW_CONN_KFS_DEFAULT"])["extra"]
+    assert "jobs_server" not in extra
 
 
 def test_run_options_addresses_for_wildcard_listeners(tmp_path: Path) -> None:

@@ -104,6 +104,7 @@ def kfs_env(home: Path, **extra: str) -> dict[str, str]:
             "KFS_LISTEN": f"127.0.0.1:{_free_port()}",
             "KFS_METRICS_LISTEN": f"127.0.0.1:{_free_port()}",
             "KFS_AIRFLOW_PORT": str(_free_port()),
+            "KFS_JOBS_PORT": str(_free_port()),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
         }
@@ -275,7 +276,9 @@ def test_banner_names_every_address(launched: KfsRun) -> None:
         "airflow-scheduler.log",
         "airflow-dag-processor.log",
         "airflow-triggerer.log",
+        "jobs-server.log",
     } <= log_names
+    assert f"jobs       http://127.0.0.1:{launched.env['KFS_JOBS_PORT']}" in out
     # Airflow's chatter goes to the logs, not the terminal.
     assert "Uvicorn running" not in out
 
@@ -370,6 +373,9 @@ def test_first_start_triggers_validation_and_its_report_reaches_the_kfs_page(
         "dag_run_id"
     ]
     assert "triggered kfs_validation" in launched.output
+    # The task ran on the job server kfs run started, not through a spark-submit of its own.
+    served = (launched.home / "logs" / "jobs-server.log").read_text()
+    assert '"POST /jobs HTTP/1.1" 200' in served, served[-3000:]
 
     def overview_read() -> Any:
         # The page answers "loading" while its first read of the catalogs runs.

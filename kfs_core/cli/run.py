@@ -37,11 +37,33 @@ from kfs_core.cli.common import cli_settings, operator_errors
     envvar="KFS_DEMO",
     help="produce the demo-events stream, a JSON event a second [KFS_DEMO=0 turns it off]",
 )
+@click.option(
+    "--jobs-server/--no-jobs-server",
+    default=True,
+    show_default=True,
+    envvar="KFS_RUN_JOBS_SERVER",
+    help="start the job server the Airflow tasks run on (`kfs jobs serve`); without it each "
+    "task spark-submits its job [KFS_RUN_JOBS_SERVER]",
+)
+@click.option(
+    "--jobs-port",
+    type=click.IntRange(1, 65535),
+    default=7079,
+    show_default=True,
+    envvar="KFS_JOBS_PORT",
+    help="loopback port of the job server [KFS_JOBS_PORT]",
+)
 @click.pass_context
 def run(
-    ctx: click.Context, airflow: bool, airflow_port: int, airflow_host: str, demo: bool
+    ctx: click.Context,
+    airflow: bool,
+    airflow_port: int,
+    airflow_host: str,
+    demo: bool,
+    jobs_server: bool,
+    jobs_port: int,
 ) -> None:
-    """Start KFS on the embedded default: the daemon, Airflow and a demo stream.
+    """Start KFS on the embedded default: the daemon, Airflow, the job server and a demo stream.
 
     Everything lives under KFS_HOME (.kfs/): the store, the WAL, Airflow's
     home and SQLite database, and a log per process in .kfs/logs/.  Ctrl-C or
@@ -56,6 +78,8 @@ def run(
             airflow_host=airflow_host,
             airflow_port=airflow_port,
             demo=demo,
+            jobs_server=jobs_server,
+            jobs_port=jobs_port,
         )
         code = Supervisor(options).run()
     ctx.exit(code)

@@ -85,6 +85,8 @@ LEFTOVER_GRACE_S: Final = 5.0
 # Start-up deadlines; the daemon has none, its WAL recovery takes what it takes.
 SETUP_COMMAND_S: Final = 300.0
 API_SERVER_START_S: Final = 240.0
+JOBS_SERVER_START_S: Final = 240.0
+JOBS_SERVER_STOP_S: Final = 20.0  # the JVM stops its SparkContext on TERM
 TICK_S: Final = 0.2
 LOG_TAIL_LINES: Final = 20
 # On first start, once the demo stream has sealed a segment, `kfs run` triggers
@@ -179,6 +181,8 @@ class RunOptions:
     airflow_host: str = "127.0.0.1"
     airflow_port: int = 8080
     demo: bool = True
+    jobs_server: bool = True  # the warm Spark driver the Airflow tasks use (with Airflow only)
+    jobs_port: int = 7079
     repository: Path | None = None  # found when Airflow starts
 
     @property
@@ -202,6 +206,15 @@ class RunOptions:
     @property
     def airflow_url(self) -> str:
         return f"http://{connect_host(self.airflow_host)}:{self.airflow_port}"
+
+    @property
+    def runs_jobs_server(self) -> bool:
+        return self.airflow and self.jobs_server
+
+    @property
+    def jobs_url(self) -> str:
+        """The job server's URL (loopback: it has no authentication)."""
+        return f"http://127.0.0.1:{self.jobs_port}"
 
 
 def daemon_environment(options: RunOptions, base: Mapping[str, str]) -> dict[str, str]:
@@ -239,6 +252,9 @@ def airflow_environment(options: RunOptions, base: Mapping[str, str]) -> dict[st
     }
     if s.s3_endpoint_url:
         extra["s3_endpoint_url"] = s.s3_endpoint_url
+    if options.runs_jobs_server:
+        # The maintenance tasks run on the job server `kfs run` starts (no JVM per task).
+        extra["jobs_server"] = options.jobs_url
     env.update(
         {
             "AIRFLOW_HOME": str(airflow_home),
@@ -512,6 +528,7 @@ class Supervisor:
         self.daemon: Child | None = None
         self.airflow: list[Child] = []
         self.demo: Child | None = None
+        self.jobs: Child | None = None
         self.setup_step: Child | None = None  # `airflow db migrate` and the like, while they run
         self.airflow_env: dict[str, str] = {}
         self._subreaper = False
@@ -548,6 +565,8 @@ class Supervisor:
         try:
             self.out.say(f"KFS {__version__}: starting on the embedded default in {o.home}")
             self._start_daemon()
+            if o.runs_jobs_server:
+                self._start_jobs_server()
             if o.airflow:
                 self._setup_airflow()
                 self._start_airflow()
@@ -579,6 +598,24 @@ class Supervisor:
             o.logs / "kfs.log",
         )
         self.daemon.start()
+
+    def _start_jobs_server(self) -> None:
+        o = self.options
+        self.jobs = Child(
+            "kfs jobs server",
+            [
+                sys.executable,
+                "-m",
+                "kfs_core.cli",
+                "jobs",
+                "serve",
+                "--listen",
+                f"127.0.0.1:{o.jobs_port}",
+            ],
+            daemon_environment(o, self.base_env),
+            o.logs / "jobs-server.log",
+        )
+        self.jobs.start()
 
     def _setup_airflow(self) -> None:
         """`airflow db migrate`, then the Spark pool: one-shot steps, one after the other."""
@@ -634,6 +671,10 @@ class Supervisor:
     def _wait_ready(self) -> None:
         o = self.options
         self._wait_until(lambda: _http_ok(f"{o.metrics_url}/readyz"), "the daemon", None)
+        if o.runs_jobs_server:
+            self._wait_until(
+                lambda: _http_ok(f"{o.jobs_url}/healthz"), "the job server", JOBS_SERVER_START_S
+            )
         if o.airflow:
             self._wait_until(
                 lambda: _http_ok(f"{o.airflow_url}/api/v2/monitor/health"),
@@ -730,7 +771,7 @@ class Supervisor:
 
     def _children(self) -> list[Child]:
         """The long-running children (a set-up step is watched by its own loop)."""
-        children = [self.daemon, *self.airflow, self.demo]
+        children = [self.daemon, self.jobs, *self.airflow, self.demo]
         return [c for c in children if c is not None]
 
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -759,6 +800,8 @@ class Supervisor:
             rest = [c for c in airflow if c not in api_server]
             for group in (rest, api_server):
                 self._stop(group, AIRFLOW_STOP_S, force=lambda: len(self.signals) >= 2)
+        if self.jobs is not None and self.jobs.returncode is None:
+            self._stop([self.jobs], JOBS_SERVER_STOP_S, force=lambda: len(self.signals) >= 2)
         clean = True
         daemon = self.daemon
         if daemon is not None:
@@ -844,6 +887,8 @@ class Supervisor:
             say(f"             (kept in {o.airflow_home / PASSWORDS_FILE})")
         else:
             say("  Airflow    not started (--no-airflow)")
+        if o.runs_jobs_server:
+            say(f"  jobs       {o.jobs_url}  (the warm Spark driver the maintenance tasks run on)")
         say(f"  store      {s.store_url}  (namespace {s.namespace!r})")
         say(f"  logs       {o.logs}")
         if o.demo:
@@ -864,6 +909,8 @@ class Supervisor:
             ("the Kafka listener (KFS_LISTEN)", o.settings.listen, 9092),
             ("the metrics endpoint (KFS_METRICS_LISTEN)", o.settings.metrics_listen, 9644),
         ]
+        if o.runs_jobs_server:
+            ports.append(("the job server (KFS_JOBS_PORT)", f"127.0.0.1:{o.jobs_port}", 7079))
         if o.airflow:
             env = self.airflow_env
             ports.append(("Airflow (KFS_AIRFLOW_PORT)", f"{o.airflow_host}:{o.airflow_port}", 8080))
