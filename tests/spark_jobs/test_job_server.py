@@ -149,3 +149,40 @@ def test_kfs_jobs_run_with_server_prints_the_run_and_exits_with_its_status(
     )
     assert down.exit_code == 1
     assert down.stderr.startswith("kfs: error: cannot reach the job server at http://127.0.0.1:9")
+
+
+def test_two_runs_at_once_each_get_their_own_outcome(
+    server: tuple[JobServer, str], tmp_path: Any
+) -> None:
+    """Two validations (each with its own Great Expectations context) at the same time."""
+    from kfs_core.storage import open_store
+
+    _, url = server
+    stores = [open_store((tmp_path / name).as_uri()) for name in ("a", "b")]
+    try:
+        write_topic(stores[0], NS, TOPIC, partitions=2, segments=2, records_per_segment=30)
+        parts = write_topic(stores[1], NS, TOPIC, partitions=1, segments=3, records_per_segment=30)
+        stores[1].delete(parts[0].index_object_key(parts[0].segments[1]))
+        results: dict[int, Any] = {}
+        threads = [
+            threading.Thread(
+                target=lambda i=i: results.__setitem__(
+                    i, run_on_server(url, "validation", _args(stores[i], "--orphan-grace-s", "0"))
+                )
+            )
+            for i in (0, 1)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=180)
+        assert results[0].exit_code == 0, results[0].output
+        assert "4 segments in 2 partitions passed" in results[0].output
+        assert results[1].exit_code == 1 and "FAILED" in results[1].output, results[1].output
+        assert results[0].run_id != results[1].run_id
+        for i, store in enumerate(stores):
+            report = _summary(store, "validation", results[i].run_id)
+            assert report["status"] == ("ok" if i == 0 else "failed")
+    finally:
+        for store in stores:
+            store.close()
