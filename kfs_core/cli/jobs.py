@@ -1,4 +1,4 @@
-"""`kfs jobs list|run`: the Spark maintenance jobs (spark_jobs/) with this installation's Python.
+"""`kfs jobs list|run|serve`: the Spark maintenance jobs (spark_jobs/) with this installation's Python.
 
 ``kfs jobs run JOB [JOB FLAGS]`` runs ``python -m spark_jobs JOB`` (Spark in
 ``local[*]`` inside that process); ``--spark-submit`` runs the job's file
@@ -11,6 +11,12 @@ directory"), this interpreter's ``bin/`` on ``PATH``, and the store `kfs`
 itself uses (``KFS_STORE_URL``, ``KFS_NAMESPACE``) unless the job's own
 ``--store-url`` / ``--namespace`` say otherwise.  The job replaces the `kfs`
 process, so its output, signals and exit status are the job's own.
+
+``kfs jobs serve`` spark-submits the job server (`spark_jobs.server`) the same
+way; ``kfs jobs run --server URL`` (or ``KFS_JOBS_SERVER``) sends the job there
+instead (`kfs_core.jobs_client`), naming kfs's store explicitly, since the
+server's environment is not this shell's; it prints the run's lines and exits
+with its status, and Ctrl-C cancels the run on the server.
 """
 
 from __future__ import annotations
@@ -88,9 +94,23 @@ def job_command(job: str, args: tuple[str, ...], *, spark_submit: bool) -> list[
     """The argv that runs ``job`` with ``args``, in this interpreter or through spark-submit."""
     if not spark_submit:
         return [sys.executable, "-m", "spark_jobs", job, *args]
+    return [_spark_submit(), str(job_file(job)), *args]
+
+
+def _spark_submit() -> str:
+    """The spark-submit beside this interpreter (a virtualenv's), else the one on PATH."""
     spark_submit_bin = Path(sys.executable).parent / "spark-submit"
-    launcher = str(spark_submit_bin) if spark_submit_bin.exists() else "spark-submit"
-    return [launcher, str(job_file(job)), *args]
+    return str(spark_submit_bin) if spark_submit_bin.exists() else "spark-submit"
+
+
+def _become(argv: list[str], env: dict[str, str]) -> None:
+    """Replace this process with ``argv``: its output, signals and exit status are its own."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        raise CliError(f"cannot start {argv[0]}: {exc}") from None
 
 
 @click.group()
@@ -139,14 +159,10 @@ def jobs_run(
         raise CliError(f"unknown job {job!r}; jobs: {', '.join(available)}")
     if server and not spark_submit and not {"-h", "--help"} & set(job_args):
         sys.exit(_run_on_server(server, name, job_args, cli_settings(ctx)))
-    argv = job_command(name, job_args, spark_submit=spark_submit)
-    env = job_environment(cli_settings(ctx), os.environ)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvpe(argv[0], argv, env)
-    except OSError as exc:
-        raise CliError(f"cannot start {argv[0]}: {exc}") from None
+    _become(
+        job_command(name, job_args, spark_submit=spark_submit),
+        job_environment(cli_settings(ctx), os.environ),
+    )
 
 
 def _run_on_server(url: str, job: str, job_args: tuple[str, ...], settings: Settings) -> int:
@@ -209,16 +225,8 @@ def jobs_serve(ctx: click.Context, listen: str, max_jobs: int, spark_args: tuple
     whose extra names "jobs_server") then run a job without starting a JVM,
     a SparkSession or Great Expectations each time.
     """
-    from kfs_core.reports import job_application
-
     app = job_application("server")
-    spark_submit_bin = Path(sys.executable).parent / "spark-submit"
-    launcher = str(spark_submit_bin) if spark_submit_bin.exists() else "spark-submit"
-    argv = [launcher, str(app), "--listen", listen, "--max-jobs", str(max_jobs), *spark_args]
-    env = job_environment(cli_settings(ctx), os.environ)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvpe(argv[0], argv, env)
-    except OSError as exc:
-        raise CliError(f"cannot start {argv[0]}: {exc}") from None
+    _become(
+        [_spark_submit(), str(app), "--listen", listen, "--max-jobs", str(max_jobs), *spark_args],
+        job_environment(cli_settings(ctx), os.environ),
+    )
