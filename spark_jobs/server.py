@@ -77,8 +77,10 @@ class JobServer:
 
     def __init__(self, spark: SparkSession, *, max_jobs: int = 2) -> None:
         self.spark = spark
-        self._slots = threading.BoundedSemaphore(max(1, max_jobs))
+        self._max_jobs = max(1, max_jobs)
         self._lock = threading.Lock()
+        self._slot_free = threading.Condition(self._lock)  # or a waiting run cancelled
+        self._active = 0  # runs holding a slot
         self._running: dict[str, _Run] = {}
         self._http: ThreadingHTTPServer | None = None
 
@@ -104,7 +106,7 @@ class JobServer:
 
     @property
     def running(self) -> dict[str, str]:
-        """Run id -> job of the runs under way."""
+        """Run id -> job of the runs under way (or waiting for a slot)."""
         with self._lock:
             return {run_id: run.job for run_id, run in self._running.items()}
 
@@ -119,22 +121,36 @@ class JobServer:
             run_id = new_run_id()
             args += ["--run-id", run_id]
         output = io.StringIO()
-        with self._slots:
-            run = _Run(job)
-            with self._lock:
-                if run_id in self._running:
-                    raise RunIdInUse(run_id)
-                self._running[run_id] = run
-            token = common.JOB_OUTPUT.set(output)
-            try:
-                # The group is this request thread's: pyspark pins a JVM thread to it.
-                self.spark.sparkContext.setJobGroup(run_id, f"kfs {job}", interruptOnCancel=True)
-                code = self._main(module, args, output)
-            finally:
-                common.JOB_OUTPUT.reset(token)
-                with self._lock:
-                    self._running.pop(run_id, None)
-                run.done.set()
+        run = _Run(job)
+        with self._lock:  # registered while it waits for a slot, so a cancel finds it
+            if run_id in self._running:
+                raise RunIdInUse(run_id)
+            self._running[run_id] = run
+        started = False
+        try:
+            with self._slot_free:
+                while self._active >= self._max_jobs and not run.cancelled:
+                    self._slot_free.wait()
+                started = not run.cancelled
+                self._active += started
+            if not started:
+                code = EXIT_ERROR  # cancelled while it waited: nothing was started
+            else:
+                token = common.JOB_OUTPUT.set(output)
+                try:
+                    # The group is this request thread's: pyspark pins a JVM thread to it.
+                    self.spark.sparkContext.setJobGroup(
+                        run_id, f"kfs {job}", interruptOnCancel=True
+                    )
+                    code = self._main(module, args, output)
+                finally:
+                    common.JOB_OUTPUT.reset(token)
+        finally:
+            with self._slot_free:
+                self._active -= started
+                self._running.pop(run_id, None)
+                self._slot_free.notify_all()
+            run.done.set()
         if run.cancelled and code != 0:
             print(f"spark_jobs.server: run {run_id} was cancelled", file=output)
         return {"exit_code": code, "run_id": run_id, "output": output.getvalue().rstrip("\n")}
@@ -164,11 +180,12 @@ class JobServer:
         nothing to cancel at that instant, so the group is cancelled again every
         `CANCEL_EVERY_S` until the run is over: its next Spark job fails at once.
         """
-        with self._lock:
+        with self._slot_free:
             run = self._running.get(run_id)
             if run is None:
                 return False
             first, run.cancelled = not run.cancelled, True
+            self._slot_free.notify_all()  # a run waiting for a slot gives up
         if first:
             threading.Thread(
                 target=self._keep_cancelling,

@@ -188,7 +188,7 @@ class StoreCache:
                     return self._served(latest, asked, refreshing)
                 if self._closed:
                     break
-                if not self._running:
+                if not self._reading:  # none running (or one only saving its copy)
                     self._start_locked()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

@@ -186,3 +186,37 @@ def test_two_runs_at_once_each_get_their_own_outcome(
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_run_waiting_for_a_slot_can_be_cancelled_before_it_starts(
+    spark: Any, local_store: ObjectStore
+) -> None:
+    job_server = JobServer(spark, max_jobs=1)
+    http = job_server.serve("127.0.0.1", 0)
+    url = "http://{}:{}".format(*http.server_address[:2])
+    write_topic(local_store, NS, TOPIC, partitions=2, segments=4, records_per_segment=200)
+    finished: dict[str, Any] = {}
+
+    def submit(run_id: str, *more: str) -> None:
+        args = _args(local_store, "--run-id", run_id, *more)
+        finished[run_id] = run_on_server(url, "compaction", args)
+
+    try:
+        slow = threading.Thread(target=submit, args=("slow-2", "--max-read-mb-per-s", "0.001"))
+        slow.start()
+        wait_for(lambda: "slow-2" in job_server.running, timeout=60, what="the first run")
+        queued = threading.Thread(target=submit, args=("queued-1",))
+        queued.start()
+        wait_for(lambda: "queued-1" in job_server.running, timeout=60, what="the second run")
+        assert cancel_on_server(url, "queued-1") is True
+        queued.join(timeout=60)
+        assert not queued.is_alive() and finished["queued-1"].exit_code == 3
+        assert "run queued-1 was cancelled" in finished["queued-1"].output
+        # It never started: no summary, and the first run is still going.
+        assert not local_store.exists(f"{NS}/_reports/compaction/queued-1.json")
+        assert "slow-2" in job_server.running
+        assert cancel_on_server(url, "slow-2") is True
+        slow.join(timeout=120)
+        assert not slow.is_alive() and finished["slow-2"].exit_code == 3
+    finally:
+        job_server.close()
