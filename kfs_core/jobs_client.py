@@ -22,6 +22,9 @@ __all__ = ["JobServerError", "ServerRun", "cancel_on_server", "run_on_server"]
 
 #: How long to wait for a cancel to be acknowledged.
 CANCEL_TIMEOUT_S = 10.0
+#: Straight to the server: never through an HTTP proxy from the environment, which
+#: could not reach a loopback server and would see the job's arguments.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class JobServerError(KfsError):
@@ -30,11 +33,12 @@ class JobServerError(KfsError):
 
 @dataclass(frozen=True)
 class ServerRun:
-    """How a run on the server ended: the job's exit status, run id and its own output lines."""
+    """How a run on the server ended: its exit status, run id, and its stdout and stderr lines."""
 
     exit_code: int
     run_id: str
     output: str
+    errors: str = ""
 
 
 def _post(url: str, path: str, body: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
@@ -45,7 +49,7 @@ def _post(url: str, path: str, body: dict[str, Any], timeout_s: float | None) ->
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with _OPENER.open(request, timeout=timeout_s) as response:
             answer = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -67,7 +71,12 @@ def run_on_server(
     """Run ``job`` with ``args`` on the server at ``url``; returns when the run ends."""
     answer = _post(url, "/jobs", {"job": job, "args": [str(a) for a in args]}, timeout_s)
     try:
-        return ServerRun(int(answer["exit_code"]), str(answer["run_id"]), str(answer["output"]))
+        return ServerRun(
+            int(answer["exit_code"]),
+            str(answer["run_id"]),
+            str(answer["output"]),
+            str(answer.get("errors") or ""),
+        )
     except (KeyError, TypeError, ValueError):
         raise JobServerError(f"job server {url}: unexpected answer {answer!r}") from None
 

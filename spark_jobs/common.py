@@ -142,6 +142,7 @@ __all__ = [
     "new_run_id",
     "read_descriptors",
     "report_key",
+    "say",
     "summary_line",
     "write_json",
 ]
@@ -686,16 +687,22 @@ def _summary(ctx: JobContext, result: JobResult, started: float, t0: float) -> R
     )
 
 
-#: Where a job's own lines go (its summary line on "stdout", its one-line errors on
-#: "stderr"): the process's streams, unless a caller running jobs on threads (the
-#: job server, `spark_jobs.server`) collects each run's lines itself.
-JOB_OUTPUT: contextvars.ContextVar[TextIO | None] = contextvars.ContextVar(
+#: Where a job's own lines go, ``(stdout, stderr)``: its summary and dry-run lines on
+#: the first, its one-line errors on the second.  The process's streams, unless a
+#: caller running jobs on threads (the job server, `spark_jobs.server`) collects
+#: each run's lines itself.
+JOB_OUTPUT: contextvars.ContextVar[tuple[TextIO, TextIO] | None] = contextvars.ContextVar(
     "kfs_job_output", default=None
 )
 
 
-def _say(line: str, *, error: bool = False) -> None:
-    stream = JOB_OUTPUT.get() or (sys.stderr if error else sys.stdout)
+def say(line: str, *, error: bool = False) -> None:
+    """Print one of the job's own lines (see `JOB_OUTPUT`)."""
+    streams = JOB_OUTPUT.get()
+    if streams is None:
+        stream = sys.stderr if error else sys.stdout
+    else:
+        stream = streams[1] if error else streams[0]
     print(line, file=stream, flush=True)
 
 
@@ -711,7 +718,7 @@ def summary_line(summary: RunSummary) -> str:
 
 def _publish(store: ObjectStore, summary: RunSummary) -> None:
     store.put(summary.report_key, summary.to_json())
-    _say(summary_line(summary))
+    say(summary_line(summary))
 
 
 def exit_driver(code: int) -> NoReturn:
@@ -753,12 +760,12 @@ def main(
     try:
         summary = run(args)
     except (UnknownTopic, UsageError) as exc:
-        _say(f"{parser.prog}: error: {exc}", error=True)
+        say(f"{parser.prog}: error: {exc}", error=True)
         return EXIT_USAGE
     except KfsError as exc:
-        _say(f"{parser.prog}: failed: {exc}", error=True)
+        say(f"{parser.prog}: failed: {exc}", error=True)
         return EXIT_ERROR
     except Exception as exc:  # noqa: BLE001 - the operator gets one line, not a traceback
-        _say(f"{parser.prog}: failed: {type(exc).__name__}: {exc}", error=True)
+        say(f"{parser.prog}: failed: {type(exc).__name__}: {exc}", error=True)
         return EXIT_ERROR
     return int(summary["exit_code"])

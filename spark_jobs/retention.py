@@ -490,20 +490,20 @@ def _print_dry_run(
     for outcome, sweep in zip(outcomes, sweeps, strict=True):
         plan = outcome.plan
         for segment, reason in zip(plan.remove, plan.reasons, strict=True):
-            print(
+            common.say(
                 f"would remove {segment.key} (offsets {segment.base_offset}..{segment.last_offset}, "
                 f"{segment.size_bytes} bytes, {reason})"
             )
         if plan.new_log_start_offset is not None:
-            print(
+            common.say(
                 f"would move the log start offset of {plan.topic}/{plan.partition} from "
                 f"{plan.log_start_offset} to {plan.new_log_start_offset}"
             )
         if sweep is not None:
             for key in sweep.deleted:
-                print(f"would delete {key} (removed, grace passed)")
+                common.say(f"would delete {key} (removed, grace passed)")
             for key in sweep.orphans_deleted:
-                print(f"would delete {key} (orphan)")
+                common.say(f"would delete {key} (orphan)")
 
 
 def _body(ctx: JobContext, options: RetentionOptions, clock: Clock) -> JobResult:

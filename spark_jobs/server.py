@@ -111,67 +111,84 @@ class JobServer:
             return {run_id: run.job for run_id, run in self._running.items()}
 
     def run(self, job: str, args: Sequence[str]) -> dict[str, Any]:
-        """Run ``job`` with ``args`` to its end: ``{"exit_code", "run_id", "output"}``."""
+        """Run ``job`` with ``args`` to its end: ``{"exit_code", "run_id", "output", "errors"}``.
+
+        ``output`` and ``errors`` are the lines the run printed on its stdout and
+        stderr (summary and dry-run lines; usage and one-line errors).
+        """
         if job not in JOBS:
             raise KeyError(job)
         module = importlib.import_module(f"spark_jobs.{job}")
         args = [str(a) for a in args]
-        run_id = _flag_value(args, "--run-id")
-        if run_id is None:
-            run_id = new_run_id()
+        out, err = io.StringIO(), io.StringIO()
+
+        def answer(code: int, run_id: str) -> dict[str, Any]:
+            return {"exit_code": code, "run_id": run_id,
+                    "output": out.getvalue().rstrip("\n"), "errors": err.getvalue().rstrip("\n")}  # fmt: skip
+
+        parser = module.build_parser()
+        # argparse prints usage, errors and --help to the process's streams: parsing is
+        # done one request at a time, with those pointed at this run's buffers.
+        with _PARSE_LOCK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                parsed = parser.parse_args(args)
+                if not parsed.store_url:
+                    parser.error("--store-url is required (or set KFS_STORE_URL)")
+            except SystemExit as exc:
+                return answer(int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE, "")
+        # The run id as the job will see it (argparse: the last --run-id given).
+        run_id = parsed.run_id or new_run_id()
+        if not parsed.run_id:
             args += ["--run-id", run_id]
-        output = io.StringIO()
         run = _Run(job)
         with self._lock:  # registered while it waits for a slot, so a cancel finds it
             if run_id in self._running:
                 raise RunIdInUse(run_id)
             self._running[run_id] = run
         started = False
+        code = EXIT_ERROR
         try:
             with self._slot_free:
                 while self._active >= self._max_jobs and not run.cancelled:
                     self._slot_free.wait()
                 started = not run.cancelled
-                self._active += started
-            if not started:
-                code = EXIT_ERROR  # cancelled while it waited: nothing was started
-            else:
-                token = common.JOB_OUTPUT.set(output)
+                self._active += int(started)
+            if started:  # else: cancelled while it waited, nothing was started
+                token = common.JOB_OUTPUT.set((out, err))
                 try:
                     # The group is this request thread's: pyspark pins a JVM thread to it.
                     self.spark.sparkContext.setJobGroup(
                         run_id, f"kfs {job}", interruptOnCancel=True
                     )
-                    code = self._main(module, args, output)
+                    code = self._main(module, parser, args)
                 finally:
                     common.JOB_OUTPUT.reset(token)
         finally:
             with self._slot_free:
-                self._active -= started
+                self._active -= int(started)
                 self._running.pop(run_id, None)
                 self._slot_free.notify_all()
             run.done.set()
         if run.cancelled and code != 0:
-            print(f"spark_jobs.server: run {run_id} was cancelled", file=output)
-        return {"exit_code": code, "run_id": run_id, "output": output.getvalue().rstrip("\n")}
+            print(f"spark_jobs.server: run {run_id} was cancelled", file=err)
+        return answer(code, run_id)
 
-    def _main(self, module: Any, args: list[str], output: io.StringIO) -> int:
-        parser = module.build_parser()
-        with _PARSE_LOCK, contextlib.redirect_stderr(output):
-            try:
-                parsed = parser.parse_args(args)
-                if not parsed.store_url:
-                    parser.error("--store-url is required (or set KFS_STORE_URL)")
-            except SystemExit as exc:
-                return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-
+    def _main(self, module: Any, parser: argparse.ArgumentParser, args: list[str]) -> int:
         def run_here(options: Any) -> dict[str, Any]:
             return dict(module.run(options, spark=self.spark))
 
         try:
             return common.main(run_here, parser, args)
-        except SystemExit as exc:  # belt and braces: parsing was checked above
+        except SystemExit as exc:  # belt and braces: the arguments parsed above
             return int(exc.code) if isinstance(exc.code, int) else EXIT_ERROR
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the SparkContext is still running (a stopped one runs nothing)."""
+        try:
+            return not self.spark.sparkContext._jsc.sc().isStopped()
+        except Exception:  # noqa: BLE001 - the JVM gone: not healthy
+            return False
 
     def cancel(self, run_id: str) -> bool:
         """Cancel the Spark jobs of run ``run_id``, now and until it ends; False if not running.
@@ -230,15 +247,6 @@ class RunIdInUse(ValueError):
     """A run with this id is already under way on the server."""
 
 
-def _flag_value(args: Sequence[str], flag: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 class BadRequest(ValueError):
     def __init__(self, status: HTTPStatus, message: str) -> None:
         super().__init__(message)
@@ -254,11 +262,29 @@ def _handler(server: JobServer) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, status: HTTPStatus, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                log.info("%s hung up before the answer", self.address_string())
+
+        def _refuse_browsers(self) -> None:
+            """Only programs may post here, never a web page (the server has no login).
+
+            A browser sends ``Origin`` with every POST, a rebound DNS name included,
+            and can only send a JSON content type after a CORS preflight, which this
+            server never grants.  Neither the CLI nor the operator sends ``Origin``.
+            """
+            if self.headers.get("Origin") is not None:
+                raise BadRequest(HTTPStatus.FORBIDDEN, "requests from web pages are refused")
+            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            if content_type.lower() != "application/json":
+                raise BadRequest(
+                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "the body must be application/json"
+                )
 
         def _body(self) -> dict[str, Any]:
             try:
@@ -280,10 +306,15 @@ def _handler(server: JobServer) -> type[BaseHTTPRequestHandler]:
                 self._answer(HTTPStatus.NOT_FOUND, {"error": f"no such resource: {self.path}"})
                 return
             running = sorted(server.running)
+            if not server.healthy:
+                self._answer(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "spark stopped",
+                             "running": running, "jobs": list(JOBS)})  # fmt: skip
+                return
             self._answer(HTTPStatus.OK, {"status": "ok", "running": running, "jobs": list(JOBS)})
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             try:
+                self._refuse_browsers()
                 if self.path == "/jobs":
                     self._answer(HTTPStatus.OK, self._run(self._body()))
                 elif self.path == "/jobs/cancel":
@@ -295,6 +326,11 @@ def _handler(server: JobServer) -> type[BaseHTTPRequestHandler]:
                     self._answer(HTTPStatus.NOT_FOUND, {"error": f"no such resource: {self.path}"})
             except BadRequest as exc:
                 self._answer(exc.status, {"error": str(exc)})
+            except Exception as exc:  # noqa: BLE001 - the caller gets one line, the log the rest
+                log.exception("%s %s failed", self.command, self.path)
+                self._answer(
+                    HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"}
+                )
 
         def _run(self, body: dict[str, Any]) -> dict[str, Any]:
             job, args = body.get("job"), body.get("args", [])

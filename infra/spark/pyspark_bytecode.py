@@ -85,8 +85,12 @@ def add_bytecode(path: Path) -> int:
                 if info.filename.endswith(".py"):
                     pyc = zipfile.ZipInfo(info.filename + "c", info.date_time)
                     pyc.external_attr = info.external_attr
+                    # Named as zipimport names the module's file (pyspark's traceback
+                    # trimming compares frames' file names with that place).
                     target.writestr(
-                        pyc, bytecode(data, info.filename), compress_type=zipfile.ZIP_DEFLATED
+                        pyc,
+                        bytecode(data, str(path / info.filename)),
+                        compress_type=zipfile.ZIP_DEFLATED,
                     )
                     compiled += 1
         os.chmod(tmp, path.stat().st_mode & 0o777)

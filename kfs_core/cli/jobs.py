@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -166,43 +167,65 @@ def jobs_run(
 
 
 def _run_on_server(url: str, job: str, job_args: tuple[str, ...], settings: Settings) -> int:
-    """Run ``job`` on the job server at ``url``; its exit status (Ctrl-C cancels it there)."""
+    """Run ``job`` on the job server at ``url``; its exit status (Ctrl-C or TERM cancel it)."""
     from kfs_core.jobs_client import JobServerError, cancel_on_server, run_on_server
     from kfs_core.reports import new_run_id
 
-    args = list(job_args)
+    args = [_absolute_store(a) for a in job_args]
     # The server's own environment is not this shell's: name the store explicitly.
-    if not _has_flag(args, "--store-url"):
+    if _flag(args, "--store-url") is None:
         args += ["--store-url", settings.store_url]
-    if not _has_flag(args, "--namespace"):
+    if _flag(args, "--namespace") is None:
         args += ["--namespace", settings.namespace]
-    if settings.s3_endpoint_url and not _has_flag(args, "--s3-endpoint-url"):
+    if settings.s3_endpoint_url and _flag(args, "--s3-endpoint-url") is None:
         args += ["--s3-endpoint-url", settings.s3_endpoint_url]
-    if not _has_flag(args, "--run-id"):
-        args += ["--run-id", new_run_id()]
-    run_id = args[args.index("--run-id") + 1] if "--run-id" in args else ""
+    run_id = _flag(args, "--run-id")
+    if run_id is None:
+        run_id = new_run_id()
+        args += ["--run-id", run_id]
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         finished = run_on_server(url, job, args)
     except KeyboardInterrupt:
-        if run_id:
-            try:
-                cancel_on_server(url, run_id)
-            except JobServerError as exc:
-                click.echo(f"kfs: could not cancel run {run_id}: {exc}", err=True)
-            else:
-                click.echo(f"kfs: cancelled run {run_id} on {url}", err=True)
+        try:
+            cancelled = cancel_on_server(url, run_id)
+        except JobServerError as exc:
+            click.echo(f"kfs: could not cancel run {run_id}: {exc}", err=True)
+        else:
+            what = "cancelled" if cancelled else "was not running (yet, or any more)"
+            click.echo(f"kfs: run {run_id} on {url} {what}", err=True)
         return 130
     except JobServerError as exc:
         raise CliError(str(exc)) from None
-    for line in finished.output.splitlines():
-        # The run's summary line is its stdout, as in a process of its own; the rest
-        # (usage and one-line errors) its stderr.
-        click.echo(line, err=not line.startswith("kfs "))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if finished.output:
+        click.echo(finished.output)
+    if finished.errors:
+        click.echo(finished.errors, err=True)
     return finished.exit_code
 
 
-def _has_flag(args: list[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in args)
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # a TERM cancels the run on the server, as Ctrl-C does
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    """The value of ``flag`` as argparse takes it: the last ``--flag VALUE`` or ``--flag=VALUE``."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _absolute_store(arg: str) -> str:
+    """A relative ``file:`` URL made absolute here: the server resolves paths in its own directory."""
+    if arg.startswith("file:") and not arg.startswith("file:/"):
+        return Path(arg[len("file:") :]).resolve().as_uri()
+    return arg
 
 
 @jobs.command(

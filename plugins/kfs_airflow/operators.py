@@ -327,8 +327,11 @@ class KfsSparkJobOperator(SparkSubmitOperator):
         finished = run_on_server(url, self.job, [str(a) for a in self.application_args or []])
         for line in finished.output.splitlines():
             self.log.info("%s", line)
+        for line in finished.errors.splitlines():
+            self.log.warning("%s", line)
         if finished.exit_code != 0:
-            raise JobRunFailed(self.job, finished.exit_code, finished.output)
+            text = "; ".join(t for t in (finished.errors, finished.output) if t)
+            raise JobRunFailed(self.job, finished.exit_code, text)
 
     def on_kill(self) -> None:
         server = getattr(self, "_server", None)

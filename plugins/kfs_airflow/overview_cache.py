@@ -29,7 +29,8 @@ and answers from it:
   shows the write whenever that read fits the wait.
 - Every refresh that read something new writes the overview back to the store
   (``{ns}/_page/overview.json``, `StoredCopy`; one PUT, skipped when nothing
-  shown changed, and given up quietly with read-only credentials).  An
+  shown changed; after a refusal, such as read-only credentials, tried again
+  every `COPY_RETRY_S`, with one warning).  An
   api-server that starts, or a store seen for the first time, serves that copy
   (with its age) while its own first read of every catalog runs: a restart does
   not leave the page empty for the minute a thousand catalogs take on S3.
@@ -95,6 +96,8 @@ DEFAULT_WAIT_S = 1.0
 BACKGROUND_AFTER_S = 2.0
 #: Stores kept at once (one per connection setting seen recently).
 MAX_STORES = 4
+#: After the store refused the page's copy, how long until the next try.
+COPY_RETRY_S = 300.0
 
 Clock = Callable[[], float]
 
@@ -159,7 +162,7 @@ class StoreCache:
         self._summaries: dict[tuple[str, int], PartitionSummary] = {}
         self._seen: set[tuple[str, int]] = set()
         self._copy_checked = False  # looked for the stored copy
-        self._copy_writable = True  # False once a save failed: not tried again
+        self._copy_retry_at = 0.0  # monotonic time before which no save is tried (0: none failed)
         self._stored_state: str | None = None  # what the stored copy holds (see _state_of)
         self.refreshes = 0
         self.catalogs_created = 0
@@ -260,24 +263,30 @@ class StoreCache:
     # --- reading ------------------------------------------------------------------
 
     def _background(self) -> None:
+        closed = False
         try:
             if not self._copy_checked:
                 self._copy_checked = True
                 self._load_stored_copy()
             while True:
                 self._save_copy(self._refresh())
-                with self._cond:  # asked for another read while saving?
-                    if not self._reading or self._closed:
-                        break
+                with self._cond:
+                    if self._reading and not self._closed:
+                        continue  # asked for another read while this one was saving
+                    # Decided and released under one lock: a request never finds a
+                    # running thread that is about to leave without its read.
+                    self._running = False
+                    closed = self._closed
+                    self._cond.notify_all()
+                    break
         except Exception:  # _refresh keeps its errors; a thread must not die noisily
             log.exception("KFS page: background refresh failed")
-        finally:
             with self._cond:
                 self._running = self._reading = False
                 closed = self._closed
                 self._cond.notify_all()
-            if closed:
-                self._close_hook()
+        if closed:
+            self._close_hook()
 
     def _close_hook(self) -> None:
         # Called once no refresh runs, so no read is using the hook's client.
@@ -358,24 +367,25 @@ class StoreCache:
             data = self.hook.page_copy()
             if data is None:
                 return
-            stored = StoredCopy.model_validate_json(data)
+            overview = StoredCopy.model_validate_json(data).overview
+            read_at = _dt.datetime.fromisoformat(overview.generated_at)
+            if read_at.tzinfo is None:
+                read_at = read_at.replace(tzinfo=_dt.UTC)
+            age = max(0.0, (_dt.datetime.now(_dt.UTC) - read_at).total_seconds())
         except Exception as exc:  # noqa: BLE001 - only a head start: the refresh reads anyway
             log.warning(
                 "KFS page: ignoring the stored copy of the overview: %s", describe_error(exc)
             )
             return
-        overview = stored.overview
         if overview.namespace != self.hook.namespace:
             return
-        read_at = _dt.datetime.fromisoformat(overview.generated_at)
-        age = max(0.0, (_dt.datetime.now(_dt.UTC) - read_at).total_seconds())
         self._stored_state = _state_of(overview)
         self._publish(_Copy(overview, self._clock() - age))
 
     def _save_copy(self, copy: _Copy) -> None:
         """Write ``copy`` back to the store when it says something the stored one does not."""
         overview = copy.overview
-        if not self._copy_writable or overview.problems or overview.loading:
+        if time.monotonic() < self._copy_retry_at or overview.problems or overview.loading:
             return
         state = _state_of(overview)
         if state == self._stored_state:
@@ -383,13 +393,18 @@ class StoreCache:
         try:
             self.hook.save_page_copy(StoredCopy(overview=overview).model_dump_json().encode())
         except Exception as exc:  # noqa: BLE001 - read-only credentials are fine for the page
-            self._copy_writable = False
-            log.warning(
-                "KFS page: cannot store its copy of the overview (%s); a restarted "
-                "api-server will read every catalog before showing them",
-                describe_error(exc),
-            )
+            # Read-only credentials, or the store failing for now: try again later.
+            if self._copy_retry_at == 0.0:
+                log.warning(
+                    "KFS page: cannot store its copy of the overview (%s); trying again every "
+                    "%.0f s. Until it can, a restarted api-server reads every catalog before "
+                    "showing them",
+                    describe_error(exc),
+                    COPY_RETRY_S,
+                )
+            self._copy_retry_at = time.monotonic() + COPY_RETRY_S
             return
+        self._copy_retry_at = 0.0
         self._stored_state = state
         with self._cond:
             self.copies_saved += 1

@@ -83,17 +83,38 @@ def test_bad_requests_get_one_line_errors(
 
     unknown_topic = run_on_server(url, "retention", _args(local_store, "--topics", "nope"))
     assert unknown_topic.exit_code == 2
-    assert "spark_jobs.retention: error:" in unknown_topic.output and "nope" in unknown_topic.output
+    assert unknown_topic.errors == "spark_jobs.retention: error: unknown topic 'nope'"
+    assert unknown_topic.output.startswith("kfs retention ERROR: UnknownTopic")
     bad_flag = run_on_server(url, "checkpoint", _args(local_store, "--no-such-flag"))
-    assert bad_flag.exit_code == 2 and "unrecognized arguments: --no-such-flag" in bad_flag.output
+    assert bad_flag.exit_code == 2 and "unrecognized arguments: --no-such-flag" in bad_flag.errors
+    assert bad_flag.run_id == ""  # refused before any run began
+    helped = run_on_server(url, "checkpoint", ["--help"])
+    assert helped.exit_code == 0 and helped.output.startswith("usage: spark_jobs.checkpoint")
 
     with pytest.raises(JobServerError, match="unknown job 'compactoin'; jobs: checkpoint,"):
         run_on_server(url, "compactoin", [])
-    request = urllib.request.Request(url + "/jobs", data=b"{not json", method="POST")
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(request, timeout=10)
-    assert refused.value.code == 400
-    assert json.loads(refused.value.read())["error"].startswith("the body is not JSON")
+
+    def post(body: bytes, **headers: str) -> tuple[int, str]:
+        request = urllib.request.Request(url + "/jobs", data=body, method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, json.loads(answer.read()).get("error", "")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())["error"]
+
+    json_type = {"Content-Type": "application/json"}
+    code, error = post(b"{not json", **json_type)
+    assert code == 400 and error.startswith("the body is not JSON")
+    # Never from a web page: a browser's simple POST, or one carrying an Origin.
+    job = json.dumps({"job": "checkpoint", "args": _args(local_store)}).encode()
+    assert post(job, **{"Content-Type": "text/plain"}) == (
+        415,
+        "the body must be application/json",
+    )
+    assert post(job, Origin="http://evil.example", **json_type) == (
+        403,
+        "requests from web pages are refused",
+    )
     with urllib.request.urlopen(url + "/healthz", timeout=10) as answer:
         health = json.loads(answer.read())
     assert health == {"status": "ok", "running": [], "jobs": list(JOBS)}
@@ -120,7 +141,7 @@ def test_a_cancelled_run_stops_and_says_so(
     assert not worker.is_alive(), "the cancelled run did not end"
     (run,) = finished
     assert run.exit_code == 3, run.output
-    assert "run slow-1 was cancelled" in run.output
+    assert "run slow-1 was cancelled" in run.errors
     assert _summary(local_store, "compaction", "slow-1")["status"] == "error"
     assert job_server.running == {}
 
@@ -132,9 +153,11 @@ def test_kfs_jobs_run_with_server_prints_the_run_and_exits_with_its_status(
     write_topic(local_store, NS, TOPIC, partitions=1, segments=2, records_per_segment=20)
     runner = CliRunner()
     env = {"KFS_STORE_URL": local_store.url, "KFS_NAMESPACE": NS}
-    ok = runner.invoke(kfs_main, ["jobs", "run", "--server", url, "checkpoint"], env=env)
+    ok = runner.invoke(
+        kfs_main, ["jobs", "run", "--server", url, "checkpoint", "--run-id=cli-1"], env=env
+    )
     assert ok.exit_code == 0, ok.output
-    assert ok.stdout.startswith("kfs checkpoint OK:")
+    assert ok.stdout.startswith("kfs checkpoint OK:") and "(run cli-1," in ok.stdout
     usage = runner.invoke(
         kfs_main,
         ["jobs", "run", "checkpoint", "--topics", "nope"],
@@ -211,7 +234,7 @@ def test_a_run_waiting_for_a_slot_can_be_cancelled_before_it_starts(
         assert cancel_on_server(url, "queued-1") is True
         queued.join(timeout=60)
         assert not queued.is_alive() and finished["queued-1"].exit_code == 3
-        assert "run queued-1 was cancelled" in finished["queued-1"].output
+        assert finished["queued-1"].errors == "spark_jobs.server: run queued-1 was cancelled"
         # It never started: no summary, and the first run is still going.
         assert not local_store.exists(f"{NS}/_reports/compaction/queued-1.json")
         assert "slow-2" in job_server.running
