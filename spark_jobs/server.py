@@ -13,18 +13,22 @@ or the Airflow operator when the ``kfs`` connection's extra names
 own `run`, on the server's session: same flags, same summary in the store,
 same exit status.
 
-HTTP, JSON bodies, loopback by default (no authentication: bind it where
-only the scheduler can reach it)::
+HTTP, JSON bodies, loopback by default.  There is no authentication: bind it
+where only the scheduler can reach it.  Requests from web pages are refused
+(one with an ``Origin`` header, or a body not sent as ``application/json``), so
+a page in a browser on the same machine cannot start a job::
 
-    GET  /healthz           {"status": "ok", "running": [run ids], "jobs": [names]}
+    GET  /healthz           {"status": "ok", "running": [run ids], "jobs": [names]} (503: Spark stopped)
     POST /jobs              {"job": "validation", "args": ["--store-url", ...]}
-                            -> {"exit_code": 0, "run_id": ..., "output": "kfs validation OK: ..."}
+                            -> {"exit_code": 0, "run_id": ..., "output": "kfs validation OK: ...",
+                                "errors": ""}    (the run's stdout and stderr lines)
     POST /jobs/cancel       {"run_id": ...} -> {"cancelled": true}
 
 A run's Spark jobs carry its run id as their job group, so a cancel (the
 client's on SIGINT/SIGTERM, the operator's ``on_kill``) stops its tasks; the
-run then ends as an error, its summary says so, and every job is safe to run
-again.  At most ``--max-jobs`` runs at once; more wait their turn.  Bad
+run then ends as an error, its summary says so (a run cancelled while it
+waited for a slot never started and writes none), and every job is safe to
+run again.  At most ``--max-jobs`` runs at once; more wait their turn.  Bad
 requests answer 400 (unknown job 404) with a one-line ``error``.
 
 The server's runs use its own environment: its store credentials and Spark
