@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import importlib
 import io
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -70,6 +72,9 @@ JOBS = ("checkpoint", "compaction", "index_rebuild", "retention", "validation")
 MAX_BODY_BYTES = 1 << 20
 #: How often a cancelled run's Spark job group is cancelled again, until the run ends.
 CANCEL_EVERY_S = 0.2
+#: How often the idle server checks that its SparkContext (and JVM) still runs.
+HEALTH_EVERY_S = 2.0
+_PR_SET_PDEATHSIG = 1
 
 # argparse prints its usage errors to sys.stderr: parsing is done one at a time,
 # with that stream pointed at the run's own output.
@@ -403,10 +408,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    stop.wait()
-    server.close()
-    print("kfs jobs server stopped", flush=True)
+    _stop_with_parent()
+    # Under spark-submit this process is the JVM's child: when the JVM goes (a TERM
+    # to spark-submit, a crash), so must the server, or it would keep the port.
+    while not stop.wait(HEALTH_EVERY_S):
+        if not server.healthy:
+            log.warning("the SparkContext has stopped (its JVM is gone?): stopping")
+            break
+    with contextlib.suppress(Exception):  # a dead JVM's pipes may be gone too
+        server.close()
+        print("kfs jobs server stopped", flush=True)
     return 0
+
+
+def _stop_with_parent() -> None:
+    """Under spark-submit on Linux, have the kernel send this process SIGTERM when the JVM dies."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    with contextlib.suppress(Exception):  # without it the health check still notices
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before the call took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 if __name__ == "__main__":

@@ -63,9 +63,26 @@ def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.kill()
             proc.wait(timeout=30)
         # SIGTERM reaches spark-submit's JVM (the server's Python is its child), which
-        # stops the SparkContext and exits as JVMs do on a TERM.
+        # stops the SparkContext and exits as JVMs do on a TERM ...
         assert proc.returncode in (0, 143), log_path.read_text()[-3000:]
         assert "Successfully stopped SparkContext" in log_path.read_text()
+        # ... and the Python driver goes with it, freeing the port.
+        wait_for(lambda: not _server_processes(port), timeout=30, what="the driver to exit")
+
+
+def _server_processes(port: int) -> list[int]:
+    """Pids of job server drivers listening on ``port`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spark_jobs/server.py" in cmdline and f"127.0.0.1:{port}".encode() in cmdline:
+            found.append(int(entry.name))
+    return found
 
 
 @pytest.fixture
