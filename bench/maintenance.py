@@ -89,7 +89,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -394,9 +393,9 @@ def scheduled_task(job: str, store_url: str, args: Sequence[str] = ()) -> tuple[
 @contextlib.contextmanager
 def job_server() -> Iterator[str]:
     """``kfs jobs serve`` on ``local[2]`` and a free loopback port; its URL once it answers."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    from bench.produce_fetch import free_port  # confluent-kafka: only when a server starts
+
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KFS_")}
     started = time.perf_counter()
