@@ -50,6 +50,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -74,6 +75,8 @@ MAX_BODY_BYTES = 1 << 20
 CANCEL_EVERY_S = 0.2
 #: How often the idle server checks that its SparkContext (and JVM) still runs.
 HEALTH_EVERY_S = 2.0
+#: How often the idle main thread looks for a stop signal.
+STOP_POLL_S = 0.2
 _PR_SET_PDEATHSIG = 1
 
 # argparse prints its usage errors to sys.stderr: parsing is done one at a time,
@@ -405,15 +408,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         bound_host = bound_host.decode()
     print(f"kfs jobs server ready on http://{bound_host}:{bound_port}", flush=True)
     log.info("serving %s at most %d at a time", ", ".join(JOBS), args.max_jobs)
-    stop = threading.Event()
+    # The handler only flips a flag: taking a lock there (Event.set) deadlocks when the
+    # signal lands while this thread holds that lock itself, waiting on the Event.
+    signals: list[int] = []
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, lambda signum, _frame: signals.append(signum))
     _stop_with_parent()
     # Under spark-submit this process is the JVM's child: when the JVM goes (a TERM
     # to spark-submit, a crash), so must the server, or it would keep the port.
-    while not stop.wait(HEALTH_EVERY_S):
-        if not server.healthy:
-            log.warning("the SparkContext has stopped (its JVM is gone?): stopping")
+    parent = os.getppid()
+    next_check = time.monotonic() + HEALTH_EVERY_S
+    while not signals:
+        time.sleep(STOP_POLL_S)
+        if time.monotonic() < next_check:
+            continue
+        next_check = time.monotonic() + HEALTH_EVERY_S
+        if os.getppid() != parent or not server.healthy:
+            log.warning("the SparkContext or its JVM is gone: stopping")
             break
     with contextlib.suppress(Exception):  # a dead JVM's pipes may be gone too
         server.close()
