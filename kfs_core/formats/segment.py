@@ -41,6 +41,7 @@ import crc32c
 
 from kfs_core.errors import CorruptRecordBatch, CorruptSegment
 from kfs_core.formats.index import IndexEntry, IndexSampler, encode_index
+from kfs_core.records.crc import batches_crc
 from kfs_core.records.header import (
     CODEC_MASK,
     CRC_OFFSET,
@@ -378,7 +379,9 @@ class SegmentWriter:
     def index_interval(self) -> int:
         return self._sampler.interval
 
-    def append(self, batch_bytes: Buffer, *, borrow: bool = False) -> int:
+    def append(
+        self, batch_bytes: Buffer, *, borrow: bool = False, crcs_checked: bool = False
+    ) -> int:
         """Add one or more concatenated batches; returns the first one's file position.
 
         Raises `CorruptRecordBatch` for bytes that are not whole v2 batches and
@@ -390,6 +393,11 @@ class SegmentWriter:
         will not change it while the sealed segment is in use: then the
         segment's parts are views of it, never copied unless `SealedSegment.data`
         is asked for (the daemon's flush borrows its buffered batches).
+
+        ``crcs_checked`` says the batches' stored CRCs are right (the produce
+        path checked them, or an encoder computed them): the body CRC is then
+        extended from them (`kfs_core.records.crc.batches_crc`) without
+        reading the batches.
         """
         if self._finished:
             raise ValueError("segment already finished")
@@ -411,7 +419,10 @@ class SegmentWriter:
             position += header.total_size
         self._position = position
         self._last_offset = headers[-1].last_offset
-        self._body_crc = crc32c.crc32c(buf, self._body_crc)
+        if crcs_checked:
+            self._body_crc = batches_crc(buf, self._body_crc)
+        else:
+            self._body_crc = crc32c.crc32c(buf, self._body_crc)
         self._chunks.append(buf)
         return start
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import crc32c
 
 from kfs_core.errors import CorruptWal
+from kfs_core.records.crc import batches_crc
 
 Buffer = bytes | bytearray | memoryview
 
@@ -99,19 +100,23 @@ _KEEP_GIL = 0
 # --- frames ----------------------------------------------------------------
 
 
-def frame_parts(parts: Sequence[Buffer], head: bytes = b"") -> list[Buffer]:
+def frame_parts(
+    parts: Sequence[Buffer], head: bytes = b"", *, data_crc: int | None = None
+) -> list[Buffer]:
     """One frame whose payload is ``head`` + ``parts``, as buffers to write back to back.
 
     Nothing of ``parts`` is copied: the frame header (and ``head``, a small
     prefix of the payload) becomes the first buffer, the footer the last, so
     a vectored write (``pwritev``) puts the frame on disk straight from the
     caller's buffers.  The buffers must not change until they are written.
+    ``data_crc`` is the payload's CRC-32C when the caller knows it already;
+    otherwise it is computed here.
     """
-    length = len(head)
-    data_crc = crc32c.crc32c(head, 0, _KEEP_GIL)
-    for part in parts:
-        length += len(part)
-        data_crc = crc32c.crc32c(part, data_crc, _KEEP_GIL)
+    length = len(head) + sum(map(len, parts))
+    if data_crc is None:
+        data_crc = crc32c.crc32c(head, 0, _KEEP_GIL)
+        for part in parts:
+            data_crc = crc32c.crc32c(part, data_crc, _KEEP_GIL)
     if length == 0:
         raise ValueError("a WAL frame payload must not be empty (length 0 marks the end)")
     if length > MAX_PAYLOAD:
@@ -453,13 +458,20 @@ def record_frame_parts(
     *,
     base_offset: int | None = None,
     frame_type: FrameType = FrameType.RECORD_BATCH,
+    checked: bool = False,
 ) -> list[Buffer]:
     """`encode_record_frame` as buffers for a vectored write; the batch is not copied.
 
-    ``b"".join(record_frame_parts(...)) == encode_record_frame(...)``.
+    ``b"".join(record_frame_parts(...)) == encode_record_frame(...)``.  With
+    ``checked``, ``batch_bytes`` are whole v2 batches whose stored CRCs are
+    right (checked on produce): the frame's CRC is derived from them
+    (`kfs_core.records.crc.batches_crc`) instead of reading the batches again.
     """
     head = _record_head(topic, partition, batch_bytes, base_offset, frame_type)
-    return frame_parts([batch_bytes] if len(batch_bytes) else [], head)
+    if not len(batch_bytes):
+        return frame_parts([], head)
+    data_crc = batches_crc(batch_bytes, crc32c.crc32c(head, 0, _KEEP_GIL)) if checked else None
+    return frame_parts([batch_bytes], head, data_crc=data_crc)
 
 
 def decode_wal_record(payload: Buffer, object_name: str = "<wal>", *, offset: int = 0) -> WalRecord:

@@ -846,7 +846,14 @@ class LogManager:
                 item.base_offset = base_offset
                 next_offsets[(p.topic, p.partition)] = next_offset
                 wal_appends.append(
-                    WalAppend(p.topic, p.partition, base_offset, item.buf, next_offset - 1)
+                    WalAppend(
+                        p.topic,
+                        p.partition,
+                        base_offset,
+                        item.buf,
+                        next_offset - 1,
+                        crcs_checked=True,
+                    )
                 )
                 placed = batch_offsets(headers, base_offset)
                 undo.append((p, p.producers.apply(placed, now_ms, item.append_time)))

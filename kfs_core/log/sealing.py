@@ -117,7 +117,8 @@ def seal_segments(
     for group in groups:
         writer = SegmentWriter(created_ms=created_ms, index_interval=index_interval)
         # The buffered batches do not change until their commit: borrowed, copied once.
-        positions = tuple(writer.append(stored[i], borrow=True) for i in group)
+        # Their CRCs were checked on produce (or computed by the re-encoder).
+        positions = tuple(writer.append(stored[i], borrow=True, crcs_checked=True) for i in group)
         segment = writer.finish()
         if join:
             segment.data  # noqa: B018 - joins the parts once, now

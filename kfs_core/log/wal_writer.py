@@ -188,6 +188,9 @@ class WalAppend:
     change until the append returns.  ``last_offset`` is the last batch's last
     offset when the caller has validated the batches already; None makes the
     WAL read it from the batch headers (checking the base offset).
+    ``crcs_checked`` says every batch's stored CRC was checked against its
+    bytes (the produce path's `validate_produce`): the frame's CRC is then
+    derived from those CRCs rather than computed over the batches again.
     """
 
     topic: str
@@ -195,6 +198,7 @@ class WalAppend:
     base_offset: int
     batch: Buffer
     last_offset: int | None = None
+    crcs_checked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -597,7 +601,9 @@ class WalWriter:
             last_offset = batch_last_offset(batch, base_offset, f"{topic}-{partition}")
         elif not len(batch):
             raise ValueError("a WAL record needs at least one record batch")
-        buffers = record_frame_parts(topic, partition, batch, base_offset=base_offset)
+        buffers = record_frame_parts(
+            topic, partition, batch, base_offset=base_offset, checked=append.crcs_checked
+        )
         return _Frame(buffers, sum(map(len, buffers)), (topic, partition), last_offset)
 
     @staticmethod
