@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import signal
 import socket
@@ -892,5 +893,9 @@ def serve(settings: Settings) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency on every POSIX platform
         pass
     server = KfsServer(settings)
+    # What exists now (the modules, the protocol's message classes, the
+    # settings) lives as long as the process: moved out of the collector's
+    # generations, it is no longer walked by every full collection.
+    gc.freeze()
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(server.run())
