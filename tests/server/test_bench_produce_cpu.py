@@ -17,11 +17,17 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     # run() checks every partition's high watermark against the lines kcat sent.
     rows = run(tmp_path, megabytes=8, producers=2, half_seconds=1.0)
     names = [row[0] for row in rows]
-    assert names[:2] == ["disk 64 KiB write+fdatasync", "disk 1024 KiB write+fdatasync"]
-    assert names[2] == "kfs produce, 2 kcat producers"
-    assert names[3].startswith("kfs ack latency at half load")
-    produce = dict(zip(HEADER, rows[2], strict=True))
+    assert names[:3] == [
+        "disk 64 KiB write+fdatasync",
+        "disk 1024 KiB write+fdatasync",
+        "disk new file (create, write, fsync, rename)",
+    ]
+    assert names[3] == "kfs produce, 2 kcat producers"
+    assert names[4].startswith("kfs ack latency at half load")
+    assert float(rows[2][3]) >= 0  # system ms per new file (rusage may round it to 0)
+    produce = dict(zip(HEADER, rows[3], strict=True))
     assert float(produce["MB/s"].replace(",", "")) > 0
     assert float(produce["user ms/MB"]) + float(produce["sys ms/MB"]) > 0
-    assert "p99" in rows[3][-1] and "messages" in rows[3][-1]
+    assert "new files per MB in the store" in produce["note"]
+    assert "p99" in rows[4][-1] and "messages" in rows[4][-1]
     assert format_table_rows(rows).splitlines()[0].startswith("run")
