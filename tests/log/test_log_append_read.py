@@ -20,11 +20,13 @@ from kfs_core.errors import (
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
+from kfs_core.formats.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, SegmentReader
 from kfs_core.log import LogManager, wal_writer
 from kfs_core.log.wal_writer import WalWriter
 from kfs_core.records.batch import LOG_APPEND_TIME, decode_batch
 from kfs_core.storage.base import ObjectStore
 from tests.log.log_helpers import (
+    NS,
     TIMESTAMP_BASE,
     TOPIC,
     WAL_FILE_SIZE,
@@ -281,6 +283,28 @@ def test_stamped_batches_keep_valid_crcs_in_the_wal(
     wal.close()
     batch = decode_batch(record.batch)  # verifies the CRC
     assert batch.timestamp_type == LOG_APPEND_TIME
+
+
+def test_stamped_batches_flush_into_segments_whose_crcs_hold(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    """The segment's body CRC is derived from the batches' CRCs, the stamped ones included."""
+
+    async def body(h: Harness) -> None:
+        logs = await h.open(clock=lambda: 1_800_000_000_123)
+        await logs.create_topic(TOPIC, configs={"message.timestamp.type": "LogAppendTime"})
+        await logs.append(TOPIC, 0, make_batch(2) + make_batch(3), timeout_s=10)
+        await logs.append(TOPIC, 0, make_batch(1), timeout_s=10)
+        await logs.flush()
+        state = await logs.catalog_state(TOPIC, 0)
+        assert state.high_watermark == 6
+        for segment in state.segments:
+            data = local_store.get(f"{NS}/{segment.key}")
+            SegmentReader(data).verify()  # the footer's body CRC and every batch CRC
+            for batch in decode_all(data[SEGMENT_HEADER_SIZE:-SEGMENT_FOOTER_SIZE]):
+                assert batch.max_timestamp == 1_800_000_000_123
+
+    run_harness(local_store, tmp_path, body)
 
 
 def test_a_failed_wal_refuses_appends_but_keeps_serving_reads(
