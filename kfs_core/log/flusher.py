@@ -14,7 +14,8 @@ One cycle of one partition (`_flush_partition`):
    threads), re-encoding them as the topic's ``compression.type`` or
    ``KFS_COMPRESSION_CODEC`` says;
 2. PUT each segment, then its index -- the segments of a cycle side by side
-   (``upload_concurrency``), since nothing is visible before the commit;
+   (``upload_concurrency``, or fewer if the store says more do not help:
+   `ObjectStore.put_concurrency`), since nothing is visible before the commit;
 3. ONE catalog commit for all segments of the cycle;
 4. in one loop step: adopt the new catalog state, drop the batches from the
    buffer and release their pool bytes -- so a fetch finds every offset in
@@ -96,6 +97,10 @@ class Flusher:
         self._partitions = partitions
         self.settings = settings
         self._store = store
+        limit = store.put_concurrency
+        self._upload_concurrency = min(
+            settings.upload_concurrency, limit or settings.upload_concurrency
+        )
         self._wal = wal
         self._pool = pool
         self._fetcher = fetcher
@@ -206,7 +211,7 @@ class Flusher:
             # Nothing is visible before the commit, so the segments of a cycle
             # upload side by side (each before its index): one partition that
             # takes hundreds of MB/s must not wait for one PUT after another.
-            slots = asyncio.Semaphore(self.settings.upload_concurrency)
+            slots = asyncio.Semaphore(self._upload_concurrency)
             await asyncio.gather(*(self._upload(p, s, slots) for s in sealed))
             entries = [s.entry for s in sealed]
             state = await self._retry(

@@ -362,6 +362,10 @@ class InstrumentedStore(ObjectStore):
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    @property
+    def put_concurrency(self) -> int | None:  # type: ignore[override]
+        return self.inner.put_concurrency
+
     def __repr__(self) -> str:
         return f"InstrumentedStore({self.inner!r})"
 

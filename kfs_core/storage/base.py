@@ -141,6 +141,10 @@ class ObjectStore(abc.ABC):
 
     #: A URL that `open_store` turns back into an equivalent store.
     url: str
+    #: How many PUTs of one flush are worth running side by side; None: as
+    #: many as the daemon's ``upload_concurrency``.  An object store over
+    #: HTTP hides each request's latency behind the others; a local disk does not.
+    put_concurrency: int | None = None
 
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> ObjectInfo:

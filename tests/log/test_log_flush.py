@@ -8,6 +8,7 @@ from pathlib import Path
 from kfs_core.catalog import PartitionCatalog
 from kfs_core.formats.segment import SegmentReader
 from kfs_core.storage.base import ObjectStore
+from kfs_core.storage.local import LocalObjectStore
 from tests.log.log_helpers import (
     NS,
     TOPIC,
@@ -121,6 +122,28 @@ def test_the_segments_of_a_cycle_upload_side_by_side_each_before_its_index(
             puts = store.puts
             assert puts.index(f"{NS}/{segment.key}") < puts.index(f"{NS}/{segment.index_key}")
         assert puts[-1].endswith(".json")  # the commit comes last
+
+    run_harness(store, tmp_path, body)
+
+
+def test_a_store_that_gains_nothing_from_parallel_puts_gets_one_at_a_time(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    assert LocalObjectStore(tmp_path / "other").put_concurrency == 1  # a local disk
+    store = InstrumentedStore(local_store)
+    store.put_concurrency = 1
+
+    async def body(h: Harness) -> None:
+        logs = await h.open(segment_bytes=1000, upload_concurrency=3)
+        await logs.create_topic(TOPIC)
+        produce = b"".join(make_batch(4, size=60, tag=f"{n}-") for n in range(12))
+        await logs.append(TOPIC, 0, produce, timeout_s=10)
+        await logs.flush()
+        state = await logs.catalog_state(TOPIC, 0)
+        assert len(state.segments) > 3 and state.version == 0
+        # Each segment and its index before the next segment: one upload at a time.
+        expected = [f"{NS}/{key}" for s in state.segments for key in (s.key, s.index_key)]
+        assert [key for key in store.puts if key.endswith((".kfs", ".index"))] == expected
 
     run_harness(store, tmp_path, body)
 

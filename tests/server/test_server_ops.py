@@ -22,6 +22,7 @@ import time
 import urllib.request
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +31,8 @@ from kfs_core.errors import ObjectNotFound, ObjectStoreError
 from kfs_core.server.metrics import InstrumentedStore, OpsHttpServer, ServerMetrics, StoreHealth
 from kfs_core.server.protocol import ErrorCode
 from kfs_core.storage.base import ObjectStore
+from kfs_core.storage.local import LocalObjectStore
+from kfs_core.storage.s3 import S3ObjectStore
 from tests.conftest import wait_for
 from tests.server.conftest import (
     Daemon,
@@ -424,6 +427,15 @@ def test_store_health_counts_an_outage_from_its_first_failure_to_the_next_answer
     assert health.unavailable_for() == 7.5 and health.last_error == "ReadTimeoutError"
     health.answered()
     assert health.unavailable_for() == 0.0
+
+
+def test_the_metrics_wrapper_passes_on_what_the_store_says_about_parallel_puts(
+    tmp_path: Path,
+) -> None:
+    metrics = ServerMetrics()
+    assert InstrumentedStore(LocalObjectStore(tmp_path), metrics).put_concurrency == 1
+    s3 = S3ObjectStore("bucket", endpoint_url="http://127.0.0.1:9")  # never contacted
+    assert InstrumentedStore(s3, metrics).put_concurrency is None
 
 
 def test_a_failing_store_shows_on_readyz_and_in_the_metrics() -> None:
