@@ -97,9 +97,9 @@ class Flusher:
         self._partitions = partitions
         self.settings = settings
         self._store = store
-        limit = store.put_concurrency
+        # The store may know that fewer PUTs side by side serve it better.
         self._upload_concurrency = min(
-            settings.upload_concurrency, limit or settings.upload_concurrency
+            settings.upload_concurrency, store.put_concurrency or settings.upload_concurrency
         )
         self._wal = wal
         self._pool = pool

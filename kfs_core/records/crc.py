@@ -55,7 +55,7 @@ def batches_crc(buf: Buffer, crc: int = 0) -> int:
     its stored CRC.  Raises ``ValueError`` for bytes that do not split into
     whole batches (callers pass batches they have parsed already).
     """
-    view = memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf
+    view = memoryview(buf).cast("B")
     size = len(view)
     pos = 0
     while pos < size:
@@ -66,6 +66,6 @@ def batches_crc(buf: Buffer, crc: int = 0) -> int:
         if length < ATTRIBUTES_OFFSET - LOG_OVERHEAD or end > size:
             raise ValueError(f"the batch at {pos} declares length {length}: not whole")
         crc = crc32c.crc32c(view[pos : pos + ATTRIBUTES_OFFSET], crc, _KEEP_GIL)
-        crc = int(_CASTAGNOLI.combine(crc, stored, end - pos - ATTRIBUTES_OFFSET))
+        crc = combine(crc, stored, end - pos - ATTRIBUTES_OFFSET)
         pos = end
     return crc
