@@ -292,18 +292,22 @@ class Flusher:
         self._metrics.store_put_bytes += sum(len(part) for part in parts)
 
     def _cache_wanted(self, p: Partition) -> bool:
-        """Whether this flush's segments go into L1: only while the partition has readers.
+        """Whether this flush's segments go into L1: only while the partition has consumers.
 
         Segments just committed are what lagging tail consumers read next.  But
-        the bytes of a segment nobody reads (no fetch within
+        the bytes of a segment nobody reads (no Fetch within
         ``idle_refresh_ms``) would push read segments out of L1, and holding
         them keeps the memory from serving the next flush; nor are they then
         joined into one buffer at all (the store writes the sealed parts).
+        A ListOffsets does not count: lag monitors and ``GetOffsetShell`` ask
+        every partition for its offsets without reading any of them, and
+        caching a copy of everything flushed on their account costs a copy
+        of every byte produced and the memory it fills.
         """
         return (
             self.settings.cache_flushed_segments
-            and p.last_read_at > 0
-            and time.monotonic() - p.last_read_at < self.settings.idle_refresh_ms / 1000
+            and p.last_fetch_at > 0
+            and time.monotonic() - p.last_fetch_at < self.settings.idle_refresh_ms / 1000
         )
 
     def _cache_sealed(self, p: Partition, sealed: Sequence[Sealed], cache: bool) -> None:

@@ -9,7 +9,8 @@ table.  Each part of the log owns some of its fields:
   batches from ``buffer``;
 - the catalog refresher (`kfs_core.log.catalog_refresh`): ``state``,
   ``live_keys``, ``refreshed_at`` -- the catalog state reads go by;
-- the reader (`kfs_core.log.reader`): ``next_sequential_read``, ``last_read_at``.
+- the reader (`kfs_core.log.reader`): ``next_sequential_read``, ``last_read_at``
+  (any read: Fetch, ListOffsets) and ``last_fetch_at`` (Fetch only).
 
 All of them run on the one event loop, so none needs a lock.
 """
@@ -57,7 +58,8 @@ class Partition:
         self.pending: deque[PendingAppend] = deque()
         self.flush_task: asyncio.Task[None] | None = None
         self.next_sequential_read = -1  # where a consumer continuing its last fetch starts
-        self.last_read_at = 0.0
+        self.last_read_at = 0.0  # a Fetch or ListOffsets: keeps the catalog state fresh
+        self.last_fetch_at = 0.0  # a Fetch: flushed segments go into L1 for the next one
         self.refreshed_at = time.monotonic()
         self.deleted = False  # its topic was deleted (`LogManager.forget_topic`)
         self.producers = ProducerStateTable(self.name)  # replaced when the partition opens

@@ -103,7 +103,7 @@ class PartitionReader:
         high watermark) or `LogStorageError` (the store failed or holds a
         damaged object).
         """
-        p.last_read_at = time.monotonic()
+        p.last_read_at = p.last_fetch_at = time.monotonic()
         for attempt in range(2):
             high_watermark = p.high_watermark
             log_start = p.state.log_start_offset

@@ -238,3 +238,24 @@ def test_segments_of_a_partition_nobody_reads_stay_out_of_l1(
         assert f"{TOPIC}/0/segment-{5:020d}.kfs" in logs.cached_segments()  # it has a reader now
 
     run_harness(store, tmp_path, body)
+
+
+def test_offset_lookups_alone_keep_flushed_segments_out_of_l1(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    """A lag monitor's ListOffsets reads nothing: only a fetch makes flushes cache their segments."""
+
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        await logs.create_topic(TOPIC)
+        await logs.append(TOPIC, 0, make_batch(5), timeout_s=10)
+        for timestamp in (-1, -2, 0):  # latest, earliest, by time
+            await logs.list_offsets(TOPIC, 0, timestamp)
+        await logs.flush()
+        assert logs.cached_segments() == []
+        assert len(decode_all(await read_all(logs, TOPIC, 0))) == 1  # a consumer now
+        await logs.append(TOPIC, 0, make_batch(3), timeout_s=10)
+        await logs.flush()
+        assert logs.cached_segments() == [f"{TOPIC}/0/segment-{5:020d}.kfs"]
+
+    run_harness(local_store, tmp_path, body)
