@@ -30,6 +30,9 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert float(produce["user ms/MB"]) + float(produce["sys ms/MB"]) > 0
     assert "new files per MB in the store" in produce["note"]
     assert "p99" in rows[4][-1] and "messages" in rows[4][-1]
+    half = dict(zip(HEADER, rows[4], strict=True))
+    assert float(half["user ms/MB"]) + float(half["sys ms/MB"]) > 0
+    assert "Produce requests/s" in half["note"] and "ms of daemon CPU each" in half["note"]
     assert names[5] == "kfs WAL writer at half load"
     assert rows[5][-1].startswith("busy ") and "writes/s" in rows[5][-1]
     assert format_table_rows(rows).splitlines()[0].startswith("run")
