@@ -277,19 +277,25 @@ def histogram_bound(
     return float("nan")
 
 
+def series_delta(
+    after: dict[str, float], before: dict[str, float], name: str, labels: str = ""
+) -> float:
+    """How much the daemon's series ``name`` (those with ``labels``, summed) grew between scrapes."""
+    return sum(
+        value - before.get(series, 0.0)
+        for series, value in after.items()
+        if series.split("{", 1)[0] == name and labels in series
+    )
+
+
 def histogram_totals(
     after: dict[str, float], before: dict[str, float], name: str, labels: str = ""
 ) -> tuple[float, float]:
     """``(sum, count)`` of a daemon histogram between scrapes."""
-
-    def delta(suffix: str) -> float:
-        return sum(
-            value - before.get(series, 0.0)
-            for series, value in after.items()
-            if series.split("{", 1)[0] == f"{name}_{suffix}" and labels in series
-        )
-
-    return delta("sum"), delta("count")
+    return (
+        series_delta(after, before, f"{name}_sum", labels),
+        series_delta(after, before, f"{name}_count", labels),
+    )
 
 
 def writer_note(after: dict[str, float], before: dict[str, float], seconds: float) -> str:
@@ -303,11 +309,7 @@ def writer_note(after: dict[str, float], before: dict[str, float], seconds: floa
     stage = "kfs_wal_append_stage_seconds"
     write_s, writes = histogram_totals(after, before, stage, 'stage="write"')
     sync_s, syncs = histogram_totals(after, before, "kfs_wal_fsync_seconds")
-    produced = sum(
-        value - before.get(series, 0.0)
-        for series, value in after.items()
-        if series.split("{", 1)[0] == "kfs_produce_bytes_total"
-    )
+    produced = series_delta(after, before, "kfs_produce_bytes_total")
     if not writes or seconds <= 0:
         return "no WAL writes"
     write_p99 = histogram_bound(after, before, stage, 0.99, 'stage="write"')
@@ -436,11 +438,7 @@ def run(root: Path, megabytes: int, producers: int, half_seconds: float) -> list
         half_mb = half.sent * LINE_BYTES / MIB
         user_s = cpu_after.user_s - cpu_before.user_s
         system_s = cpu_after.system_s - cpu_before.system_s
-        produces = sum(
-            value - scraped.get(series, 0.0)
-            for series, value in metrics.items()
-            if series.startswith("kfs_requests_total{") and 'api="PRODUCE"' in series
-        )
+        produces = series_delta(metrics, scraped, "kfs_requests_total", 'api="PRODUCE"')
         rows.append(
             (
                 f"kfs ack latency at half load ({sat.mb_per_second / 2:,.0f} MB/s)",
