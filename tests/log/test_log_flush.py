@@ -256,6 +256,6 @@ def test_offset_lookups_alone_keep_flushed_segments_out_of_l1(
         assert len(decode_all(await read_all(logs, TOPIC, 0))) == 1  # a consumer now
         await logs.append(TOPIC, 0, make_batch(3), timeout_s=10)
         await logs.flush()
-        assert logs.cached_segments() == [f"{TOPIC}/0/segment-{5:020d}.kfs"]
+        assert f"{TOPIC}/0/segment-{5:020d}.kfs" in logs.cached_segments()
 
     run_harness(local_store, tmp_path, body)
