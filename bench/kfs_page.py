@@ -258,11 +258,10 @@ def run(
             with open_namespace() as probe:
                 kept = restarted.store(probe.store_identity, probe)
             seconds, html = _timed(lambda: page(client))
-            row("first request after an api-server restart", seconds, shown(html))
-            if html.count("data-partition=") != partitions or " s old" not in shown(html):
-                raise AssertionError(
-                    f"the restarted page did not show the stored copy: {shown(html)}"
-                )
+            note = shown(html)
+            row("first request after an api-server restart", seconds, note)
+            if html.count("data-partition=") != partitions or " s old" not in note:
+                raise AssertionError(f"the restarted page did not show the stored copy: {note}")
             seconds, _ = _timed(kept.wait)
             row("  the rest of its first read", seconds, "in the background",
                 request=False)  # fmt: skip
