@@ -32,6 +32,7 @@ import fcntl
 import hashlib
 import os
 import stat
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -56,8 +57,14 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 
 # be worth a page-cache copy.  Smaller ones (catalog commits, indexes,
 # snapshots) are read again at once and go through the page cache.
 DIRECT_MIN_BYTES = 1 << 20
-# A concurrent delete may prune a directory between our mkdir and our create;
-# we recreate it and try again this many times.
+# In this process, a delete prunes empty directories and a writer makes its
+# directories and creates its temporary file under this one lock, so no delete
+# can prune a directory between a writer's mkdir and its create.  (One lock for
+# every store: two stores may share a root.)  It guards only those few system
+# calls, not the write itself.
+_DIRECTORY_LOCK = threading.Lock()
+# Another process's delete may still prune a directory between our mkdir and
+# our create; we recreate it and try again this many times.
 _CREATE_ATTEMPTS = 16
 
 
@@ -262,8 +269,9 @@ class LocalObjectStore(ObjectStore):
         for _attempt in range(_CREATE_ATTEMPTS):
             temp = os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
             try:
-                self._make_directories(key, directory)
-                fd, direct = self._create(temp, sum(memoryview(p).nbytes for p in parts))
+                with _DIRECTORY_LOCK:
+                    self._make_directories(key, directory)
+                    fd, direct = self._create(temp, sum(memoryview(p).nbytes for p in parts))
                 break
             except FileNotFoundError:
                 continue  # a concurrent delete pruned a directory: make it again
@@ -339,14 +347,17 @@ class LocalObjectStore(ObjectStore):
         self._sync_directory(key, parent)
 
     def _prune_empty_directories(self, directory: str) -> None:
-        # Writers recreate a directory that vanishes under them (_write_temp),
-        # and a directory holding a writer's temporary file is never empty.
-        while directory != self._root and directory.startswith(self._root + os.sep):
-            try:
-                os.rmdir(directory)
-            except OSError:
-                return  # not empty (or already gone): stop climbing
-            directory = os.path.dirname(directory)
+        # A directory holding a writer's temporary file is never empty, and in
+        # this process no writer is between its mkdir and its create while we
+        # hold the lock; writers in other processes recreate a directory that
+        # vanishes under them (_write_temp).
+        with _DIRECTORY_LOCK:
+            while directory != self._root and directory.startswith(self._root + os.sep):
+                try:
+                    os.rmdir(directory)
+                except OSError:
+                    return  # not empty (or already gone): stop climbing
+                directory = os.path.dirname(directory)
 
     def _sync_directory(self, key: str, directory: str) -> None:
         try:

@@ -12,6 +12,7 @@ import pytest
 
 from kfs_core.errors import ObjectAlreadyExists, ObjectNotFound, ObjectStoreError
 from kfs_core.storage import ByteRange, LocalObjectStore, ObjectStore
+from kfs_core.storage import local as local_module
 from tests.storage.contract import ObjectStoreContract, keys_of
 
 pytestmark = pytest.mark.unit
@@ -241,8 +242,16 @@ def test_delete_prunes_empty_directories(local_store: LocalObjectStore) -> None:
     assert os.path.isdir(local_store.root)
 
 
-def test_writes_survive_concurrent_pruning(local_store: LocalObjectStore) -> None:
-    """A delete pruning a directory while another thread writes into it."""
+def test_writes_survive_concurrent_pruning(
+    local_store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete pruning a directory while another thread writes into it.
+
+    In one process the directory lock keeps every prune out of a writer's
+    mkdir-to-create window, so not even one retry is needed (without the lock
+    this fails within a few hundred writes).
+    """
+    monkeypatch.setattr(local_module, "_CREATE_ATTEMPTS", 1)
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -267,6 +276,39 @@ def test_writes_survive_concurrent_pruning(local_store: LocalObjectStore) -> Non
         churner.join()
     assert not errors
     assert local_store.get("p/q/final") == b"v"
+
+
+def test_a_write_recreates_a_directory_another_process_pruned(
+    local_store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's delete can prune between our mkdir and our create: we make it again."""
+    real_create = LocalObjectStore._create
+    pruned: list[str] = []
+
+    def create_after_a_prune(self: LocalObjectStore, temp: str, size: int) -> tuple[int, bool]:
+        if len(pruned) < 3:  # the other process wins three times in a row
+            directory = os.path.dirname(temp)
+            os.rmdir(directory)
+            os.rmdir(os.path.dirname(directory))
+            pruned.append(directory)
+        return real_create(self, temp, size)
+
+    monkeypatch.setattr(LocalObjectStore, "_create", create_after_a_prune)
+    local_store.put("p/q/k", b"v")
+    assert len(pruned) == 3
+    assert local_store.get("p/q/k") == b"v"
+
+
+def test_a_write_gives_up_when_its_directory_keeps_disappearing(
+    local_store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def create_after_a_prune(self: LocalObjectStore, temp: str, size: int) -> tuple[int, bool]:
+        os.rmdir(os.path.dirname(temp))
+        raise FileNotFoundError(temp)
+
+    monkeypatch.setattr(LocalObjectStore, "_create", create_after_a_prune)
+    with pytest.raises(ObjectStoreError, match="kept disappearing"):
+        local_store.put("p/q/k", b"v")
 
 
 def test_objects_written_by_one_store_are_seen_by_another(tmp_path: Path) -> None:
