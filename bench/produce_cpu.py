@@ -19,7 +19,9 @@ what is measured:
   1 MiB disk baseline.  Target: daemon CPU <= 1.5 ms per MB;
 - half load: one confluent-kafka producer in a subprocess of its own,
   rate-limited to half the saturation rate, acks=all; the ack latency p50/p99
-  as librdkafka times it (``Message.latency()``), and the daemon's CPU per MB
+  as librdkafka times it (``Message.latency()``, which includes ``linger.ms``
+  and the client's queue), the request round trip's p99 per second as
+  librdkafka's statistics give it (request sent to response read), and the daemon's CPU per MB
   and per Produce request meanwhile (the producer sends smaller requests than
   at saturation, so the cost per request shows).  Target: p99 <= 10 ms, beside
   the disk's own fdatasync p99; then what the WAL writer thread did meanwhile:
@@ -42,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import confluent_kafka
@@ -74,13 +76,19 @@ TICK = 0.001
 value = bytes(range(256)) * 4
 latencies = []
 failed = []
+rtt_p99 = []  # librdkafka's Produce round trip, p99 per statistics window (1 s), microseconds
+def on_stats(stats):
+    brokers = [b for b in json.loads(stats)["brokers"].values() if b.get("rtt", {}).get("cnt")]
+    if brokers:  # the broker the batches went to (the bootstrap one answers Metadata only)
+        rtt_p99.append(max(brokers, key=lambda b: b["rtt"]["cnt"])["rtt"]["p99"])
 def done(err, msg):
     if err is not None:
         failed.append(str(err))
     else:
         latencies.append(msg.latency())
 p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                              "batch.size": 1000000, "compression.type": "none"})
+                              "batch.size": 1000000, "compression.type": "none",
+                              "statistics.interval.ms": 1000, "stats_cb": on_stats})
 interval = len(value) / rate
 start = time.perf_counter()
 sent = 0
@@ -102,7 +110,7 @@ while (now := time.perf_counter()) - start < seconds:
     p.poll(0)
 if p.flush(60) or failed:
     raise SystemExit(f"delivery failed: {failed[:3]} ({len(p)} still queued)")
-print(json.dumps({"sent": sent, "latencies": sorted(latencies)}))
+print(json.dumps({"sent": sent, "latencies": sorted(latencies), "rtt_p99_us": rtt_p99}))
 """
 
 
@@ -223,6 +231,19 @@ class HalfLoad:
     sent: int
     producer_cpu_s: float
     seconds: float
+    # librdkafka's Produce request round trip (request sent to response read,
+    # so without linger.ms and the client's queue), p99 of each 1 s window
+    rtt_p99_s: list[float] = field(default_factory=list)
+
+    def rtt_note(self) -> str:
+        if not self.rtt_p99_s:
+            return "no request round-trip window reported"
+        windows = sorted(self.rtt_p99_s)
+        return (
+            f"the request round trip's p99 (librdkafka, per second) median "
+            f"{quantile(windows, 0.5) * 1000:.1f} ms, worst {windows[-1] * 1000:.1f} ms "
+            f"over {len(windows)} s"
+        )
 
 
 def half_load(daemon: Daemon, rate_mb_s: float, seconds: float, partitions: int) -> HalfLoad:
@@ -257,7 +278,8 @@ def half_load(daemon: Daemon, rate_mb_s: float, seconds: float, partitions: int)
     if stored != result["sent"]:
         raise RuntimeError(f"the producer sent {result['sent']} messages, the log gained {stored}")
     cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
-    return HalfLoad(result["latencies"], result["sent"], cpu, elapsed)
+    rtts = [us / 1e6 for us in result["rtt_p99_us"]]
+    return HalfLoad(result["latencies"], result["sent"], cpu, elapsed, rtts)
 
 
 def histogram_bound(
@@ -449,7 +471,8 @@ def run(root: Path, megabytes: int, producers: int, half_seconds: float) -> list
                 f"p50 {quantile(latencies, 0.5) * 1000:.1f} ms, p99 {p99:.1f} ms "
                 f"{'met' if p99 <= LATENCY_TARGET_MS else 'MISSED'} (<= {LATENCY_TARGET_MS:g}), "
                 f"{len(latencies):,} of {half.sent:,} messages timed, the producer using "
-                f"{half.producer_cpu_s / half.seconds:.2f} cores; in the daemon, Produce p99 <= "
+                f"{half.producer_cpu_s / half.seconds:.2f} cores; {half.rtt_note()}; "
+                f"in the daemon, Produce p99 <= "
                 f"{produce_p99 * 1000:g} ms, WAL queue wait p99 <= {wait_p99 * 1000:g} ms, "
                 f"write p99 <= {write_p99 * 1000:g} ms, fdatasync p99 <= {fsync_p99 * 1000:g} ms, "
                 f"event loop lag p99 <= {lag_p99 * 1000:g} ms; "
