@@ -49,7 +49,13 @@ from pathlib import Path
 
 import confluent_kafka
 
-from bench.produce_fetch import Daemon, DiskResult, best_disk_write, create_topic
+from bench.produce_fetch import (
+    Daemon,
+    DiskResult,
+    best_disk_write,
+    create_topic,
+    series_delta,
+)
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -297,17 +303,6 @@ def histogram_bound(
         if total and count >= q * total:
             return bound
     return float("nan")
-
-
-def series_delta(
-    after: dict[str, float], before: dict[str, float], name: str, labels: str = ""
-) -> float:
-    """How much the daemon's series ``name`` (those with ``labels``, summed) grew between scrapes."""
-    return sum(
-        value - before.get(series, 0.0)
-        for series, value in after.items()
-        if series.split("{", 1)[0] == name and labels in series
-    )
 
 
 def histogram_totals(

@@ -272,17 +272,24 @@ class Daemon:
             self.sampler.stop()
 
 
-def delta(after: dict[str, float], before: dict[str, float], series: str) -> float:
-    return after.get(series, 0.0) - before.get(series, 0.0)
+def series_delta(
+    after: dict[str, float], before: dict[str, float], name: str, labels: str = ""
+) -> float:
+    """How much the daemon's series ``name`` (those with ``labels``, summed) grew between scrapes."""
+    return sum(
+        value - before.get(series, 0.0)
+        for series, value in after.items()
+        if series.split("{", 1)[0] == name and labels in series
+    )
 
 
 def tiers_note(after: dict[str, float], before: dict[str, float]) -> str:
     """Which tiers answered the fetches between two metric snapshots."""
     counts = {
-        tier: int(delta(after, before, f"kfs_log_fetch_from_{tier}_total"))
+        tier: int(series_delta(after, before, f"kfs_log_fetch_from_{tier}_total"))
         for tier in ("memory", "cache", "store")
     }
-    gets = int(delta(after, before, "kfs_log_store_gets_total"))
+    gets = int(series_delta(after, before, "kfs_log_store_gets_total"))
     return "fetches from " + ", ".join(f"{t} {n}" for t, n in counts.items()) + f"; {gets} GETs"
 
 
@@ -386,10 +393,10 @@ def produce(
         seconds=elapsed,
         latencies=sorted(latencies),
         ends=ends,
-        wire_bytes=delta(after, before, "kfs_produce_bytes_total"),
-        requests=delta(after, before, 'kfs_requests_total{api="PRODUCE"}'),
-        wal_bytes=delta(after, before, "kfs_wal_bytes_total"),
-        wal_fsyncs=delta(after, before, "kfs_wal_fsyncs_total"),
+        wire_bytes=series_delta(after, before, "kfs_produce_bytes_total"),
+        requests=series_delta(after, before, "kfs_requests_total", 'api="PRODUCE"'),
+        wal_bytes=series_delta(after, before, "kfs_wal_bytes_total"),
+        wal_fsyncs=series_delta(after, before, "kfs_wal_fsyncs_total"),
         daemon_cpu=daemon_cpu / elapsed,
         producer_cpu=producer_cpu / elapsed,
     )
