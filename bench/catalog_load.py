@@ -134,6 +134,77 @@ def bench_catalog_load(
     }
 
 
+def bench_commit_cost(
+    store: ObjectStore,
+    live_segments: int,
+    commits: int = 200,
+    *,
+    namespace: str = "bench",
+    topic: str = "long",
+    checkpoint_interval: int = 10,
+) -> dict[str, Any]:
+    """What a flush's catalog work costs in a partition of ``live_segments`` segments.
+
+    The partition is filled first (in commits of 100 segments), then
+    ``commits`` flush commits each add one segment, as the daemon's flusher
+    does: the commit (every ``checkpoint_interval``-th writes a checkpoint of
+    every live segment), the state it returns, and on the event loop the
+    adoption of that state (`PartitionState.gone_since`, `PartitionState.holds`).
+    Each is timed in this thread's CPU time; a dict of the figures.
+    """
+    catalog = PartitionCatalog(
+        store, namespace, topic, 0, checkpoint_interval=checkpoint_interval, writer="bench"
+    )
+    catalog.load()
+    next_offset = 0
+
+    def segments(count: int) -> list[SegmentEntry]:
+        nonlocal next_offset
+        made = []
+        for _ in range(count):
+            made.append(
+                SegmentEntry.for_partition(
+                    topic,
+                    0,
+                    base_offset=next_offset,
+                    last_offset=next_offset + SMALL_SEGMENT_RECORDS - 1,
+                    record_count=SMALL_SEGMENT_RECORDS,
+                    size_bytes=SMALL_SEGMENT_BYTES,
+                    index_size_bytes=28,
+                    min_timestamp=1_700_000_000_000,
+                    max_timestamp=1_700_000_000_000,
+                    codec=4,
+                    created_ms=1_700_000_000_000,
+                )
+            )
+            next_offset += SMALL_SEGMENT_RECORDS
+        return made
+
+    while next_offset < live_segments * SMALL_SEGMENT_RECORDS:
+        catalog.add_segments(segments(min(100, live_segments - next_offset // 100)))
+    state = catalog.state
+    plain: list[float] = []
+    checkpointing: list[float] = []
+    for _ in range(commits):
+        (segment,) = segments(1)
+        started = time.thread_time()
+        result = catalog.add_segments([segment])
+        new = catalog.state
+        if new.gone_since(state) or not new.holds(segment):
+            raise AssertionError("a flush's commit lost a segment")
+        state = new
+        (checkpointing if result.checkpointed else plain).append(time.thread_time() - started)
+    return {
+        "live_segments": live_segments,
+        "commit_seconds": statistics.mean(plain),
+        "checkpoint_commit_seconds": statistics.mean(checkpointing) if checkpointing else 0.0,
+        "mean_seconds": statistics.mean(plain + checkpointing),
+        "checkpoint_bytes": store.head(
+            catalog.checkpoint_key(state.version - state.version % checkpoint_interval)
+        ).size,
+    }
+
+
 def _merged(topic: str, inputs: list[SegmentEntry], now_ms: int) -> SegmentEntry:
     return SegmentEntry.for_partition(
         topic,

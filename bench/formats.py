@@ -163,6 +163,45 @@ def bench_catalog(commits: int) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+#: A flush's commit (no checkpoint) in a partition of 50,000 segments may cost
+#: at most this many times what it costs in one of 100.
+COMMIT_GROWTH_TARGET = 2.0
+
+
+def bench_commit_cost(
+    sizes: tuple[int, ...] = (100, 10_000, 50_000),
+) -> list[tuple[str, str, str, str]]:
+    """A flush's catalog work (commit, its state, adopting it) against the partition's length."""
+    from bench.catalog_load import bench_commit_cost as measure
+    from kfs_core.storage.local import LocalObjectStore
+
+    rows = []
+    first = None
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = measure(LocalObjectStore(tmp), size)
+        commit_ms = result["commit_seconds"] * 1000
+        first = first or commit_ms
+        growth = commit_ms / first
+        note = (
+            f"every 10th writes the checkpoint ({result['checkpoint_bytes'] / 1e6:.1f} MB): "
+            f"{result['checkpoint_commit_seconds'] * 1000:.1f} ms; mean "
+            f"{result['mean_seconds'] * 1000:.2f} ms"
+        )
+        if size == sizes[-1]:
+            met = "met" if growth <= COMMIT_GROWTH_TARGET else "MISSED"
+            note += f"; target <= {COMMIT_GROWTH_TARGET:g}x the first, {met}"
+        rows.append(
+            (
+                f"a flush's catalog commit, {size:,} live segments (local, CPU)",
+                f"{commit_ms:.2f} ms",
+                f"{growth:.2f}x",
+                note,
+            )
+        )
+    return rows
+
+
 def print_table(rows: list[tuple[str, str, str, str]]) -> None:
     header = ("measure", "result", "ratio", "note")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
@@ -183,6 +222,8 @@ def main() -> None:
     print_table(rows)
     print(flush=True)
     print_table(bench_catalog(args.commits))
+    print(flush=True)
+    print_table(bench_commit_cost())
 
 
 if __name__ == "__main__":

@@ -238,13 +238,31 @@ class Commit(_Model):
 
 def encode_document(header: Mapping[str, Any], lists: Sequence[tuple[str, Sequence[str]]]) -> bytes:
     """``header`` as compact JSON, then each named list with one pre-encoded item a line."""
-    text = json.dumps(dict(header), separators=(",", ":"), ensure_ascii=False)[:-1]
-    for name, items in lists:
-        if items:
-            text += f',"{name}":[\n' + ",\n".join(items) + "\n]"
+    return encode_document_blocks(
+        header, [(name, [",\n".join(items).encode()] if items else []) for name, items in lists]
+    )
+
+
+def encode_document_blocks(
+    header: Mapping[str, Any], lists: Sequence[tuple[str, Sequence[bytes]]]
+) -> bytes:
+    """As `encode_document`, each list given as blocks of lines already joined with ``,\\n``.
+
+    A checkpoint keeps the blocks of its older segments from one checkpoint
+    to the next, so writing one costs a copy of them, not a pass over each.
+    """
+    parts = [json.dumps(dict(header), separators=(",", ":"), ensure_ascii=False)[:-1].encode()]
+    for name, blocks in lists:
+        blocks = [b for b in blocks if b]
+        if blocks:
+            parts.append(f',"{name}":[\n'.encode())
+            for i, block in enumerate(blocks):
+                parts += (b",\n", block) if i else (block,)
+            parts.append(b"\n]")
         else:
-            text += f',"{name}":[]'
-    return (text + "}\n").encode()
+            parts.append(f',"{name}":[]'.encode())
+    parts.append(b"}\n")
+    return b"".join(parts)
 
 
 def encode_commit(commit: Commit) -> bytes:

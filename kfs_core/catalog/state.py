@@ -50,7 +50,7 @@ from kfs_core.catalog.actions import (
     SetTopicConfig,
     Tombstone,
     _Model,
-    encode_document,
+    encode_document_blocks,
     parse_model,
 )
 from kfs_core.errors import (
@@ -68,6 +68,8 @@ from kfs_core.errors import (
 #: an object whose tombstone expired first is an orphan, and the orphan sweep
 #: deletes it.
 TOMBSTONE_RETENTION_MS = 3_600_000
+# Checkpoint lines are kept encoded in blocks of this many (a block is about 300 KB).
+_BLOCK_LINES = 1024
 
 
 class Checkpoint(_Model):
@@ -110,6 +112,11 @@ class PartitionState:
     high_watermark: int
     config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     timestamp_ms: int = 0
+    # No segment live at this version or later was removed by a later one:
+    # every segment of the state at any version >= ``removals_through`` is
+    # still live here.  -1 when no segment was ever removed; a state loaded
+    # from a checkpoint says the checkpoint's version (it cannot know more).
+    removals_through: int = field(default=-1, compare=False)
 
     @property
     def size_bytes(self) -> int:
@@ -137,6 +144,18 @@ class PartitionState:
     def find(self, key: str) -> SegmentEntry | None:
         """The live segment with this key."""
         return next((s for s in self.segments if s.key == key), None)
+
+    def holds(self, segment: SegmentEntry) -> bool:
+        """Whether ``segment`` is live in this state (by its key, at its base offset)."""
+        live = self.segment_for(segment.base_offset)
+        return live is not None and live.key == segment.key
+
+    def gone_since(self, earlier: PartitionState) -> list[SegmentEntry]:
+        """The segments live in ``earlier`` (an older state of this partition) but not here."""
+        if self.removals_through <= earlier.version:
+            return []  # nothing was removed after ``earlier``: the common case, a flush
+        live = {s.key for s in self.segments}
+        return [s for s in earlier.segments if s.key not in live]
 
 
 def _base_offset(segment: SegmentEntry) -> int:
@@ -185,9 +204,23 @@ class StateBuilder:
         self._by_base: dict[int, SegmentEntry] = {}
         self._by_key: dict[str, SegmentEntry] = {}
         self._tombstones: dict[str, Tombstone] = {}
+        self._oldest_tombstone_ms: int | None = None  # none expires before this is due
+        self._removals_through = -1  # see `PartitionState.removals_through`
         # Entries are immutable, so each is encoded once for all checkpoints.
         self._lines: dict[str, str] = {}
         self._snapshot: PartitionState | None = None
+        # What the last snapshot froze, and the segments added after all of
+        # it since (a flush's commit): the next snapshot extends those tuples
+        # rather than rebuilding them, so a commit costs the same whether the
+        # partition has ten segments or fifty thousand.  None: rebuild.
+        self._frozen_segments: tuple[SegmentEntry, ...] | None = None
+        self._frozen_tombstones: tuple[Tombstone, ...] | None = None
+        self._appended: list[SegmentEntry] = []
+        # The checkpoint lines of the first segments of the last snapshot, in
+        # order, while no change but additions after all of them came since,
+        # in blocks of `_BLOCK_LINES` (encoded, joined) and the rest.
+        self._segment_blocks: list[bytes] = []
+        self._segment_lines: list[str] = []
 
     # --- loading -------------------------------------------------------------
 
@@ -229,6 +262,10 @@ class StateBuilder:
                 offset=0,
             )
         builder._tombstones = {t.key: t for t in checkpoint.tombstones}
+        builder._oldest_tombstone_ms = min(
+            (t.removed_ms for t in checkpoint.tombstones), default=None
+        )
+        builder._removals_through = checkpoint.version  # what came before is unknown
         return builder
 
     # --- validating and applying ---------------------------------------------
@@ -392,7 +429,12 @@ class StateBuilder:
         for op in ops:
             if op[0] == "add":
                 segment = op[1]
-                bisect.insort(self._bases, segment.base_offset)
+                if not self._bases or segment.base_offset > self._bases[-1]:
+                    self._bases.append(segment.base_offset)
+                    self._appended.append(segment)
+                else:
+                    bisect.insort(self._bases, segment.base_offset)
+                    self._reordered()
                 self._by_base[segment.base_offset] = segment
                 self._by_key[segment.key] = segment
                 self.high_watermark = max(self.high_watermark, segment.last_offset + 1)
@@ -403,6 +445,11 @@ class StateBuilder:
                 del self._bases[bisect.bisect_left(self._bases, segment.base_offset)]
                 self._lines.pop(segment.key, None)
                 self._tombstones[segment.key] = Tombstone.of(segment, removed_ms)
+                if self._oldest_tombstone_ms is None or removed_ms < self._oldest_tombstone_ms:
+                    self._oldest_tombstone_ms = removed_ms
+                self._frozen_tombstones = None
+                self._reordered()
+                self._removals_through = version
             elif op[0] == "log_start":
                 self.log_start_offset = op[1]
                 self.high_watermark = max(self.high_watermark, op[1])
@@ -432,25 +479,45 @@ class StateBuilder:
 
     def _expire_tombstones(self) -> None:
         cutoff = self.timestamp_ms - self.tombstone_retention_ms
+        if self._oldest_tombstone_ms is None or self._oldest_tombstone_ms >= cutoff:
+            return  # none is due: no need to look at each
         expired = [k for k, t in self._tombstones.items() if t.removed_ms < cutoff]
         for k in expired:
             del self._tombstones[k]
             self._lines.pop("\0" + k, None)
+        self._oldest_tombstone_ms = min(
+            (t.removed_ms for t in self._tombstones.values()), default=None
+        )
+        self._frozen_tombstones = None
+
+    def _reordered(self) -> None:
+        """A segment went, or came before others: the next snapshot rebuilds the tuples."""
+        self._frozen_segments = None
+        self._segment_blocks = []
+        self._segment_lines = []
 
     def snapshot(self) -> PartitionState:
         """The state as an immutable `PartitionState` (cached until the next change)."""
         if self._snapshot is None:
             self._expire_tombstones()
+            if self._frozen_segments is None:
+                self._frozen_segments = tuple(self._by_base[b] for b in self._bases)
+            elif self._appended:
+                self._frozen_segments += tuple(self._appended)
+            self._appended.clear()
+            if self._frozen_tombstones is None:
+                self._frozen_tombstones = tuple(self._tombstones.values())
             self._snapshot = PartitionState(
                 topic=self.topic,
                 partition=self.partition,
                 version=self.version,
-                segments=tuple(self._by_base[b] for b in self._bases),
-                tombstones=tuple(self._tombstones.values()),
+                segments=self._frozen_segments,
+                tombstones=self._frozen_tombstones,
                 log_start_offset=self.log_start_offset,
                 high_watermark=self.high_watermark,
                 config=MappingProxyType(dict(self.config)),
                 timestamp_ms=self.timestamp_ms,
+                removals_through=self._removals_through,
             )
         return self._snapshot
 
@@ -473,12 +540,21 @@ class StateBuilder:
             "high_watermark": self.high_watermark,
             "config": self.config,
         }
-        segments = [self._line(s.key, s) for s in self._iter_live()]
+        segments = self.snapshot().segments
+        # The lines of a prefix of ``segments`` are kept from the last time.
+        blocks, lines = self._segment_blocks, self._segment_lines
+        lines += (self._line(s.key, s) for s in segments[len(blocks) * _BLOCK_LINES + len(lines) :])
+        while len(lines) >= _BLOCK_LINES:
+            blocks.append(",\n".join(lines[:_BLOCK_LINES]).encode())
+            del lines[:_BLOCK_LINES]
         tombstones = [self._line("\0" + t.key, t) for t in self._tombstones.values()]
-        return encode_document(header, [("segments", segments), ("tombstones", tombstones)])
-
-    def _iter_live(self) -> Iterable[SegmentEntry]:
-        return (self._by_base[b] for b in self._bases)
+        return encode_document_blocks(
+            header,
+            [
+                ("segments", [*blocks, ",\n".join(lines).encode()]),
+                ("tombstones", [",\n".join(tombstones).encode()]),
+            ],
+        )
 
     def _line(self, cache_key: str, item: SegmentEntry | Tombstone) -> str:
         line = self._lines.get(cache_key)

@@ -67,13 +67,13 @@ class CatalogRefresher:
         """Make ``state`` the one reads go by; segments that left it leave the caches too."""
         if state.version < p.state.version:
             return  # a slower refresh finishing after a newer commit
-        live = frozenset(s.key for s in state.segments)
-        gone = [s for s in p.state.segments if s.key not in live]
+        # A flush's commit removes nothing, and this costs nothing then; a
+        # compaction's or a retention sweep's costs a pass over the segments.
+        gone = state.gone_since(p.state)
         if gone:
             self._fetcher.forget(gone)
             log.info("%s: %d segment(s) left the catalog: %s", p.name, len(gone), gone[0].key)
         p.state = state
-        p.live_keys = live
 
     async def run(self, partitions: Iterable[Partition]) -> None:
         """Refresh the partitions due, forever (``partitions`` is read anew every period)."""

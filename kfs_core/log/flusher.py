@@ -313,7 +313,7 @@ class Flusher:
     def _cache_sealed(self, p: Partition, sealed: Sequence[Sealed], cache: bool) -> None:
         """Remember the committed segments' indexes (L2), and their bytes (L1) if ``cache``."""
         for s in sealed:
-            if not p.is_live(s.entry.key):
+            if not p.is_live(s.entry):
                 continue
             cached = None
             if cache:

@@ -7,8 +7,8 @@ table.  Each part of the log owns some of its fields:
   ``high_watermark``, ``pending``, ``producers``, and appends to ``buffer``;
 - the flusher (`kfs_core.log.flusher`): ``flush_task``, and drops committed
   batches from ``buffer``;
-- the catalog refresher (`kfs_core.log.catalog_refresh`): ``state``,
-  ``live_keys``, ``refreshed_at`` -- the catalog state reads go by;
+- the catalog refresher (`kfs_core.log.catalog_refresh`): ``state`` and
+  ``refreshed_at`` -- the catalog state reads go by;
 - the reader (`kfs_core.log.reader`): ``next_sequential_read``, ``last_read_at``
   (any read: Fetch, ListOffsets) and ``last_fetch_at`` (Fetch only).
 
@@ -22,6 +22,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from kfs_core.catalog.actions import SegmentEntry
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import PartitionState
 from kfs_core.errors import UnknownTopicOrPartition
@@ -51,7 +52,6 @@ class Partition:
         self.name = f"{topic}-{partition}"
         self.catalog = catalog
         self.state = state
-        self.live_keys = frozenset(s.key for s in state.segments)
         self.next_offset = state.high_watermark  # the next offset to assign
         self.high_watermark = state.high_watermark  # everything below is acknowledged
         self.buffer = PartitionBuffer()
@@ -67,9 +67,9 @@ class Partition:
     def __repr__(self) -> str:
         return f"Partition({self.name!r}, next_offset={self.next_offset})"
 
-    def is_live(self, key: str) -> bool:
-        """Whether the catalog state reads go by lists the segment ``key``."""
-        return key in self.live_keys
+    def is_live(self, segment: SegmentEntry) -> bool:
+        """Whether the catalog state reads go by lists ``segment`` (a lookup, not a scan)."""
+        return self.state.holds(segment)
 
 
 def deleted_error(p: Partition) -> UnknownTopicOrPartition:

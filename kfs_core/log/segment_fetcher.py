@@ -49,8 +49,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Whether a catalog segment key is still live (asked when something would be cached).
-IsLive = Callable[[str], bool]
+#: Whether a catalog segment is still live (asked when something would be cached).
+IsLive = Callable[[SegmentEntry], bool]
 
 
 async def run_in(executor: Executor, fn: Callable[..., T], *args: Any) -> T:
@@ -142,7 +142,7 @@ class SegmentFetcher:
         try:
             index = IndexReader(await self.get(key), key)
         except ObjectNotFound:
-            if not is_live(segment.key):
+            if not is_live(segment):
                 raise  # the segment went with it: the caller refreshes its catalog
             log.warning("index %s is missing; reading the whole segment", key)
             return None
@@ -159,7 +159,7 @@ class SegmentFetcher:
                 last,
             )
             return None
-        if is_live(segment.key):
+        if is_live(segment):
             self.l2.put(segment.index_key, index)
         return index
 
@@ -175,7 +175,7 @@ class SegmentFetcher:
         key = self.object_key(segment.key)
         data = await self.get(key)
         cached = await run_in(self._executor, CachedSegment.load, key, data)
-        if is_live(segment.key):
+        if is_live(segment):
             self.l1.put(segment.key, cached)
         return cached
 
@@ -214,7 +214,7 @@ class SegmentFetcher:
 
     async def _prefetch(self, segment: SegmentEntry, is_live: IsLive) -> None:
         async with self._readahead_slots:
-            if segment.key in self.l1 or not is_live(segment.key):
+            if segment.key in self.l1 or not is_live(segment):
                 return
             try:
                 await self.fetch(segment, is_live)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 import pytest
@@ -17,8 +18,11 @@ from kfs_core.catalog import (
     SetLogStartOffset,
     SetTopicConfig,
 )
+from kfs_core.catalog import state as state_module
+from kfs_core.catalog.actions import encode_document
 from kfs_core.catalog.state import (
     Checkpoint,
+    PartitionState,
     StateBuilder,
     decode_checkpoint,
     decode_pointer,
@@ -391,3 +395,128 @@ def test_pointer_round_trip() -> None:
     assert (pointer.version, pointer.size) == (40, 1234)
     with pytest.raises(CorruptCatalog):
         decode_pointer(b"{}", "p")
+
+
+# --- a long partition: a commit costs what it changes, not what the state holds ----
+
+
+def _reference_checkpoint(b: StateBuilder) -> bytes:
+    """The checkpoint bytes, encoded from scratch from the state (no kept lines or blocks)."""
+    state = b.snapshot()
+    header = {
+        "format": 1,
+        "version": state.version,
+        "timestamp_ms": state.timestamp_ms,
+        "log_start_offset": state.log_start_offset,
+        "high_watermark": state.high_watermark,
+        "config": dict(state.config),
+    }
+    return encode_document(
+        header,
+        [
+            ("segments", [s.model_dump_json() for s in state.segments]),
+            ("tombstones", [t.model_dump_json() for t in state.tombstones]),
+        ],
+    )
+
+
+def test_flushes_compactions_and_expiry_keep_state_and_checkpoint_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Random flushes, out-of-order adds, retention and compaction, against a plain model.
+
+    The builder extends its last snapshot on a flush's commit and keeps the
+    checkpoint's lines in blocks (4 lines here, so many blocks form); every
+    step's state, `gone_since`, `holds` and checkpoint bytes must match what
+    a rebuild from scratch gives.
+    """
+    monkeypatch.setattr(state_module, "_BLOCK_LINES", 4)
+    rng = random.Random(20261126)
+    b = builder(retention_ms=5_000)
+    live: dict[int, SegmentEntry] = {}  # the model: base offset -> live segment
+    gaps: list[int] = []  # free 10-offset ranges below the newest segment
+    removed: list[SegmentEntry] = []
+    next_base, ts, made = 0, 0, 0
+    previous = b.snapshot()
+    for step in range(300):
+        ts += 500
+        roll = rng.random()
+        sorted_live = [live[k] for k in sorted(live)]
+        if roll < 0.6 or len(live) < 3:  # a flush: one or two segments after all others
+            new = [seg(next_base), seg(next_base + 20)][: rng.randint(1, 2)]
+            gaps.append(next_base + 10)
+            next_base += 40
+            commit(b, *add(*new), ts=ts)
+            live.update((s.base_offset, s) for s in new)
+        elif roll < 0.7 and gaps:  # an add below others (out of order)
+            base = gaps.pop(rng.randrange(len(gaps)))
+            commit(b, *add(seg(base)), ts=ts)
+            live[base] = seg(base)
+        elif roll < 0.85:  # retention: the oldest goes
+            oldest = sorted_live[0]
+            commit(b, remove(oldest, when=ts), ts=ts)
+            del live[oldest.base_offset]
+            removed.append(oldest)
+        else:  # compaction: two neighbours become one
+            i = rng.randrange(len(sorted_live) - 1)
+            first, second = sorted_live[i], sorted_live[i + 1]
+            made += 1
+            span = second.last_offset - first.base_offset + 1
+            merged = seg(first.base_offset, span, suffix=f"-c{made}")
+            commit(b, replace([first, second], [merged], when=ts), ts=ts)
+            gaps = [g for g in gaps if not first.base_offset <= g <= second.last_offset]
+            del live[first.base_offset], live[second.base_offset]
+            live[merged.base_offset] = merged
+            removed += [first, second]
+        state = b.snapshot()
+        assert state.segments == tuple(live[k] for k in sorted(live)), f"step {step}"
+        live_keys = {s.key for s in live.values()}
+        expected_gone = [s.key for s in previous.segments if s.key not in live_keys]
+        assert [s.key for s in state.gone_since(previous)] == expected_gone
+        assert all(state.holds(s) for s in live.values())
+        assert not any(state.holds(s) for s in removed[-20:])
+        unexpired = {s.key for s in removed if ts - 5_000 <= _removed_at(state, s)}
+        assert {t.key for t in state.tombstones} == unexpired
+        if step % 10 == 0:
+            assert b.encode_checkpoint() == _reference_checkpoint(b), f"step {step}"
+        previous = state
+    assert b.encode_checkpoint() == _reference_checkpoint(b)
+    assert len(removed) > 20 and made > 10  # the run did exercise each kind of change
+
+
+def _removed_at(state: PartitionState, segment: SegmentEntry) -> int:
+    """When ``segment`` was removed, per its tombstone; -inf-like when it has expired."""
+    for t in state.tombstones:
+        if t.key == segment.key:
+            return t.removed_ms
+    return -(10**18)
+
+
+def test_gone_since_a_state_loaded_from_a_checkpoint_looks_at_the_segments() -> None:
+    """A state loaded cold cannot know what was removed before its checkpoint: it compares."""
+    full = builder()
+    replay(full, *add(seg(0), seg(10), seg(20)))
+    before = full.snapshot()
+    replay(full, remove(seg(0)))
+    checkpoint = decode_checkpoint(full.encode_checkpoint(), "cp", 1)
+    loaded = StateBuilder.from_checkpoint(checkpoint, TOPIC, PARTITION, "cp")
+    replay(loaded, *add(seg(30)))
+    assert loaded.snapshot().gone_since(before) == [seg(0)]
+    assert loaded.snapshot().gone_since(full.snapshot()) == []
+    assert full.snapshot().removals_through == 1
+    assert before.removals_through == -1
+
+
+def test_a_flush_commit_extends_the_last_snapshot() -> None:
+    """The segments a flush adds are appended to the previous state's tuple, entries shared."""
+    b = builder()
+    commit(b, *add(*(seg(10 * i) for i in range(1000))))
+    first = b.snapshot()
+    commit(b, *add(seg(10_000), seg(10_010)))
+    second = b.snapshot()
+    assert second.segments[:1000] == first.segments
+    assert all(x is y for x, y in zip(second.segments, first.segments, strict=False))
+    assert second.segments[1000:] == (seg(10_000), seg(10_010))
+    assert second.tombstones is first.tombstones  # nothing removed: the same tuple
+    assert second.gone_since(first) == []
+    assert second.holds(seg(10_010)) and not first.holds(seg(10_010))
