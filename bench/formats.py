@@ -163,9 +163,10 @@ def bench_catalog(commits: int) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-#: A flush's commit (no checkpoint) in a partition of 50,000 segments may cost
-#: at most this many times what it costs in one of 100.
-COMMIT_GROWTH_TARGET = 2.0
+#: The catalog's own CPU for a flush's commit (no checkpoint; the store's file
+#: writes timed apart) in a partition of 50,000 segments, in ms.  It was 19 ms
+#: when every commit rebuilt the state and the event loop re-listed its keys.
+COMMIT_CPU_TARGET_MS = 1.0
 
 
 def bench_commit_cost(
@@ -180,21 +181,21 @@ def bench_commit_cost(
     for size in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             result = measure(LocalObjectStore(tmp), size)
-        commit_ms = result["commit_seconds"] * 1000
-        first = first or commit_ms
-        growth = commit_ms / first
+        own_ms = result["catalog_seconds"] * 1000
+        first = first or own_ms
+        growth = own_ms / first
         note = (
-            f"every 10th writes the checkpoint ({result['checkpoint_bytes'] / 1e6:.1f} MB): "
-            f"{result['checkpoint_commit_seconds'] * 1000:.1f} ms; mean "
-            f"{result['mean_seconds'] * 1000:.2f} ms"
+            f"with the store's writes {result['commit_seconds'] * 1000:.2f} ms; every 10th "
+            f"commit also writes the checkpoint ({result['checkpoint_bytes'] / 1e6:.1f} MB): "
+            f"{result['checkpoint_commit_seconds'] * 1000:.1f} ms"
         )
         if size == sizes[-1]:
-            met = "met" if growth <= COMMIT_GROWTH_TARGET else "MISSED"
-            note += f"; target <= {COMMIT_GROWTH_TARGET:g}x the first, {met}"
+            met = "met" if own_ms <= COMMIT_CPU_TARGET_MS else "MISSED"
+            note += f"; target <= {COMMIT_CPU_TARGET_MS:g} ms, {met}"
         rows.append(
             (
-                f"a flush's catalog commit, {size:,} live segments (local, CPU)",
-                f"{commit_ms:.2f} ms",
+                f"a flush's catalog commit, {size:,} live segments (CPU, without the store)",
+                f"{own_ms:.3f} ms",
                 f"{growth:.2f}x",
                 note,
             )

@@ -622,6 +622,7 @@ class PartitionCatalog:
             self.partition,
             key,
             tombstone_retention_ms=self.tombstone_retention_ms,
+            data=data,
         )
 
     def _read_pointer(self) -> CheckpointPointer | None:

@@ -218,8 +218,10 @@ class StateBuilder:
         self._appended: list[SegmentEntry] = []
         # The checkpoint lines of the first segments of the last snapshot, in
         # order, while no change but additions after all of them came since,
-        # in blocks of `_BLOCK_LINES` (encoded, joined) and the rest.
+        # in blocks (encoded, joined: `_BLOCK_LINES` each, or a loaded
+        # checkpoint's) and the rest.
         self._segment_blocks: list[bytes] = []
+        self._blocked = 0  # segments whose lines are in the blocks
         self._segment_lines: list[str] = []
 
     # --- loading -------------------------------------------------------------
@@ -233,8 +235,14 @@ class StateBuilder:
         key: str,
         *,
         tombstone_retention_ms: int = TOMBSTONE_RETENTION_MS,
+        data: bytes | None = None,
     ) -> StateBuilder:
-        """A builder at the checkpoint's version; `CorruptCatalog` if it is inconsistent."""
+        """A builder at the checkpoint's version; `CorruptCatalog` if it is inconsistent.
+
+        ``data``, the checkpoint file the checkpoint was decoded from, gives
+        the next checkpoint its segments' lines as they stand there, rather
+        than encoding each again.
+        """
         builder = cls(topic, partition, tombstone_retention_ms=tombstone_retention_ms)
         builder.version = checkpoint.version
         builder.timestamp_ms = checkpoint.timestamp_ms
@@ -266,6 +274,8 @@ class StateBuilder:
             (t.removed_ms for t in checkpoint.tombstones), default=None
         )
         builder._removals_through = checkpoint.version  # what came before is unknown
+        if data is not None and (block := _segment_lines_of(data, len(checkpoint.segments))):
+            builder._segment_blocks, builder._blocked = [block], len(checkpoint.segments)
         return builder
 
     # --- validating and applying ---------------------------------------------
@@ -493,8 +503,7 @@ class StateBuilder:
     def _reordered(self) -> None:
         """A segment went, or came before others: the next snapshot rebuilds the tuples."""
         self._frozen_segments = None
-        self._segment_blocks = []
-        self._segment_lines = []
+        self._segment_blocks, self._blocked, self._segment_lines = [], 0, []
 
     def snapshot(self) -> PartitionState:
         """The state as an immutable `PartitionState` (cached until the next change)."""
@@ -543,10 +552,11 @@ class StateBuilder:
         segments = self.snapshot().segments
         # The lines of a prefix of ``segments`` are kept from the last time.
         blocks, lines = self._segment_blocks, self._segment_lines
-        lines += (self._line(s.key, s) for s in segments[len(blocks) * _BLOCK_LINES + len(lines) :])
+        lines += (self._line(s.key, s) for s in segments[self._blocked + len(lines) :])
         while len(lines) >= _BLOCK_LINES:
             blocks.append(",\n".join(lines[:_BLOCK_LINES]).encode())
             del lines[:_BLOCK_LINES]
+            self._blocked += _BLOCK_LINES
         tombstones = [self._line("\0" + t.key, t) for t in self._tombstones.values()]
         return encode_document_blocks(
             header,
@@ -561,6 +571,16 @@ class StateBuilder:
         if line is None:
             line = self._lines[cache_key] = item.model_dump_json()
         return line
+
+
+def _segment_lines_of(data: bytes, count: int) -> bytes | None:
+    """The ``count`` segment lines of checkpoint file ``data``, joined as they stand; None if not found."""
+    start = data.find(b',"segments":[\n')
+    end = data.find(b'\n],"tombstones":', start)
+    if count == 0 or start < 0 or end < 0:
+        return None
+    block = data[start + len(b',"segments":[\n') : end]
+    return block if block.count(b"\n") == count - 1 else None
 
 
 def decode_checkpoint(data: bytes, key: str, expected_version: int | None = None) -> Checkpoint:

@@ -520,3 +520,19 @@ def test_a_flush_commit_extends_the_last_snapshot() -> None:
     assert second.tombstones is first.tombstones  # nothing removed: the same tuple
     assert second.gone_since(first) == []
     assert second.holds(seg(10_010)) and not first.holds(seg(10_010))
+
+
+def test_a_loaded_checkpoint_lends_its_lines_to_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A builder loaded from a checkpoint file writes the next one from that file's lines."""
+    monkeypatch.setattr(state_module, "_BLOCK_LINES", 4)
+    b = builder()
+    replay(b, *add(*(seg(10 * i) for i in range(10))))
+    data = b.encode_checkpoint()
+    checkpoint = decode_checkpoint(data, "cp", 0)
+    for given in (data, data.replace(b"\n", b"")):  # the file as written; one it cannot split
+        restored = StateBuilder.from_checkpoint(checkpoint, TOPIC, PARTITION, "cp", data=given)
+        assert restored._blocked == (10 if given is data else 0)
+        replay(restored, *add(*(seg(100 + 10 * i) for i in range(5))))
+        assert restored.encode_checkpoint() == _reference_checkpoint(restored)
+        replay(restored, remove(seg(0)), *add(seg(200)))
+        assert restored.encode_checkpoint() == _reference_checkpoint(restored)
