@@ -27,7 +27,11 @@ what is measured:
   the disk's own fdatasync p99; then what the WAL writer thread did meanwhile:
   how busy it was, its writes per second and their size, and the mean time of
   a write and of an fdatasync, which include the wait for the GIL after each
-  call (the disk rows are the device's own time for the same calls).
+  call (the disk rows are the device's own time for the same calls);
+- half load again, on a topic whose partitions already hold 10,000 segments
+  each (their catalog entries committed while the daemon was stopped), as a
+  partition does after weeks of traffic: a flush must cost what it costs in
+  a new partition.
 
 Missed targets are reported, not failed: the command exits 0 unless the
 daemon or a producer fails.  ``--quick`` is the short form `make test` runs.
@@ -50,12 +54,15 @@ from pathlib import Path
 import confluent_kafka
 
 from bench.produce_fetch import (
+    NAMESPACE,
     Daemon,
     DiskResult,
     best_disk_write,
     create_topic,
     series_delta,
 )
+from kfs_core.catalog import PartitionCatalog, SegmentEntry
+from kfs_core.storage.local import LocalObjectStore
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -64,6 +71,9 @@ TOPIC = "bench-cpu"
 CPU_TARGET_MS = 1.5
 LATENCY_TARGET_MS = 10.0
 HALF_LOAD_SECONDS = 10.0
+LONG_TOPIC = "bench-cpu-long"
+LONG_SEGMENTS = 10_000  # a partition's segments in the last half-load row: 40 GB at 4 MiB
+_OLD_MS = 1_700_000_000_000
 PRODUCER_TIMEOUT_S = 600.0
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -76,6 +86,9 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _RATE_PRODUCER = r"""
 import json, sys, time
 import confluent_kafka
+
+from kfs_core.catalog import PartitionCatalog, SegmentEntry
+from kfs_core.storage.local import LocalObjectStore
 bootstrap, topic, partitions, rate, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 SAMPLE = 16
 TICK = 0.001
@@ -220,11 +233,11 @@ def saturate(daemon: Daemon, root: Path, megabytes: int, producers: int) -> Satu
     )
 
 
-def high_watermarks(bootstrap: str, partitions: int) -> list[int]:
+def high_watermarks(bootstrap: str, partitions: int, topic: str = TOPIC) -> list[int]:
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-cpu"})
     try:
         return [
-            consumer.get_watermark_offsets(confluent_kafka.TopicPartition(TOPIC, p), timeout=30)[1]
+            consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=30)[1]
             for p in range(partitions)
         ]
     finally:
@@ -252,14 +265,16 @@ class HalfLoad:
         )
 
 
-def half_load(daemon: Daemon, rate_mb_s: float, seconds: float, partitions: int) -> HalfLoad:
+def half_load(
+    daemon: Daemon, rate_mb_s: float, seconds: float, partitions: int, topic: str = TOPIC
+) -> HalfLoad:
     """Ack latencies (s) of one rate-limited producer process at ``rate_mb_s``.
 
     The same load as the saturation run (its partitions; linger.ms 5 and
     batch.size 1 MB, as kcat was told), at a fixed rate.  Every message
     sent must be in the log afterwards (the high watermarks grow by that many).
     """
-    before = sum(high_watermarks(daemon.bootstrap, partitions))
+    before = sum(high_watermarks(daemon.bootstrap, partitions, topic))
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     out = subprocess.run(
@@ -268,7 +283,7 @@ def half_load(daemon: Daemon, rate_mb_s: float, seconds: float, partitions: int)
             "-c",
             _RATE_PRODUCER,
             daemon.bootstrap,
-            TOPIC,
+            topic,
             str(partitions),
             str(rate_mb_s * 1e6),
             str(seconds),
@@ -280,7 +295,7 @@ def half_load(daemon: Daemon, rate_mb_s: float, seconds: float, partitions: int)
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = json.loads(out.stdout)
-    stored = sum(high_watermarks(daemon.bootstrap, partitions)) - before
+    stored = sum(high_watermarks(daemon.bootstrap, partitions, topic)) - before
     if stored != result["sent"]:
         raise RuntimeError(f"the producer sent {result['sent']} messages, the log gained {stored}")
     cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
@@ -409,7 +424,91 @@ def disk_rows(directory: Path, volume: int) -> list[tuple[str, ...]]:
     return rows
 
 
-def run(root: Path, megabytes: int, producers: int, half_seconds: float) -> list[tuple[str, ...]]:
+def half_load_row(
+    daemon: Daemon, rate: float, seconds: float, partitions: int, topic: str
+) -> tuple[tuple[str, ...], dict[str, float]]:
+    """A half-load row's cells after its name, and the daemon's metrics after it."""
+    scraped = daemon.metrics()
+    assert daemon.proc is not None
+    cpu_before = CpuSample.of(daemon.proc.pid)
+    half = half_load(daemon, rate, seconds, partitions, topic)
+    cpu_after = CpuSample.of(daemon.proc.pid)
+    latencies = half.latencies
+    p99 = quantile(latencies, 0.99) * 1000
+    metrics = daemon.metrics()
+    produce_p99 = histogram_bound(
+        metrics, scraped, "kfs_request_latency_seconds", 0.99, 'api="PRODUCE"'
+    )
+    fsync_p99 = histogram_bound(metrics, scraped, "kfs_wal_fsync_seconds", 0.99)
+    stage = "kfs_wal_append_stage_seconds"
+    wait_p99 = histogram_bound(metrics, scraped, stage, 0.99, 'stage="queue_wait"')
+    write_p99 = histogram_bound(metrics, scraped, stage, 0.99, 'stage="write"')
+    lag_p99 = histogram_bound(metrics, scraped, "kfs_event_loop_lag_seconds", 0.99)
+    half_mb = half.sent * LINE_BYTES / MIB
+    user_s = cpu_after.user_s - cpu_before.user_s
+    system_s = cpu_after.system_s - cpu_before.system_s
+    produces = series_delta(metrics, scraped, "kfs_requests_total", 'api="PRODUCE"')
+    cells = (
+        "-",
+        f"{user_s * 1000 / half_mb:.2f}",
+        f"{system_s * 1000 / half_mb:.2f}",
+        f"{(user_s + system_s) * 1000 / half_mb:.2f}",
+        f"{(cpu_after.minor_faults - cpu_before.minor_faults) / half_mb:,.0f}",
+        f"{half.producer_cpu_s * 1000 / half_mb:.2f}",
+        f"p50 {quantile(latencies, 0.5) * 1000:.1f} ms, p99 {p99:.1f} ms "
+        f"{'met' if p99 <= LATENCY_TARGET_MS else 'MISSED'} (<= {LATENCY_TARGET_MS:g}), "
+        f"{len(latencies):,} of {half.sent:,} messages timed, the producer using "
+        f"{half.producer_cpu_s / half.seconds:.2f} cores; {half.rtt_note()}; "
+        f"in the daemon, Produce p99 <= "
+        f"{produce_p99 * 1000:g} ms, WAL queue wait p99 <= {wait_p99 * 1000:g} ms, "
+        f"write p99 <= {write_p99 * 1000:g} ms, fdatasync p99 <= {fsync_p99 * 1000:g} ms, "
+        f"event loop lag p99 <= {lag_p99 * 1000:g} ms; "
+        f"{produces / half.seconds:,.0f} Produce requests/s, "
+        f"{(user_s + system_s) * 1000 / max(produces, 1):.2f} ms of daemon CPU each",
+    )
+    return cells, metrics
+
+
+def fill_catalogs(daemon: Daemon, topic: str, partitions: int, segments: int) -> None:
+    """Commit ``segments`` segment entries to each partition's catalog (the daemon stopped).
+
+    Entries only: nothing reads them (the load produces at the end of the
+    log), so their objects are not written.  Their records are two years
+    old, so no producer-state rebuild reads them either.
+    """
+    store = LocalObjectStore(daemon.store_dir)
+    for partition in range(partitions):
+        catalog = PartitionCatalog(store, NAMESPACE, topic, partition)
+        offset = catalog.load().high_watermark
+        for first in range(0, segments, 100):
+            entries = []
+            for _ in range(min(100, segments - first)):
+                entries.append(
+                    SegmentEntry.for_partition(
+                        topic,
+                        partition,
+                        base_offset=offset,
+                        last_offset=offset + 99,
+                        record_count=100,
+                        size_bytes=4 * MIB,
+                        index_size_bytes=28,
+                        min_timestamp=_OLD_MS,
+                        max_timestamp=_OLD_MS,
+                        codec=0,
+                        created_ms=_OLD_MS,
+                    )
+                )
+                offset += 100
+            catalog.add_segments(entries)
+
+
+def run(
+    root: Path,
+    megabytes: int,
+    producers: int,
+    half_seconds: float,
+    long_segments: int = LONG_SEGMENTS,
+) -> list[tuple[str, ...]]:
     daemon = Daemon(root)
     daemon.data_dir.mkdir(parents=True, exist_ok=True)
     rows = disk_rows(daemon.data_dir, min(256, megabytes) * MIB)
@@ -435,50 +534,21 @@ def run(root: Path, megabytes: int, producers: int, half_seconds: float) -> list
             )
         )
         scraped = daemon.metrics()
-        assert daemon.proc is not None
-        cpu_before = CpuSample.of(daemon.proc.pid)
-        half = half_load(daemon, sat.mb_per_second / 2, half_seconds, producers)
-        cpu_after = CpuSample.of(daemon.proc.pid)
-        latencies = half.latencies
-        p99 = quantile(latencies, 0.99) * 1000
-        metrics = daemon.metrics()
-        produce_p99 = histogram_bound(
-            metrics, scraped, "kfs_request_latency_seconds", 0.99, 'api="PRODUCE"'
-        )
-        fsync_p99 = histogram_bound(metrics, scraped, "kfs_wal_fsync_seconds", 0.99)
-        stage = "kfs_wal_append_stage_seconds"
-        wait_p99 = histogram_bound(metrics, scraped, stage, 0.99, 'stage="queue_wait"')
-        write_p99 = histogram_bound(metrics, scraped, stage, 0.99, 'stage="write"')
-        lag_p99 = histogram_bound(metrics, scraped, "kfs_event_loop_lag_seconds", 0.99)
-        half_mb = half.sent * LINE_BYTES / MIB
-        user_s = cpu_after.user_s - cpu_before.user_s
-        system_s = cpu_after.system_s - cpu_before.system_s
-        produces = series_delta(metrics, scraped, "kfs_requests_total", 'api="PRODUCE"')
-        rows.append(
-            (
-                f"kfs ack latency at half load ({sat.mb_per_second / 2:,.0f} MB/s)",
-                "-",
-                f"{user_s * 1000 / half_mb:.2f}",
-                f"{system_s * 1000 / half_mb:.2f}",
-                f"{(user_s + system_s) * 1000 / half_mb:.2f}",
-                f"{(cpu_after.minor_faults - cpu_before.minor_faults) / half_mb:,.0f}",
-                f"{half.producer_cpu_s * 1000 / half_mb:.2f}",
-                f"p50 {quantile(latencies, 0.5) * 1000:.1f} ms, p99 {p99:.1f} ms "
-                f"{'met' if p99 <= LATENCY_TARGET_MS else 'MISSED'} (<= {LATENCY_TARGET_MS:g}), "
-                f"{len(latencies):,} of {half.sent:,} messages timed, the producer using "
-                f"{half.producer_cpu_s / half.seconds:.2f} cores; {half.rtt_note()}; "
-                f"in the daemon, Produce p99 <= "
-                f"{produce_p99 * 1000:g} ms, WAL queue wait p99 <= {wait_p99 * 1000:g} ms, "
-                f"write p99 <= {write_p99 * 1000:g} ms, fdatasync p99 <= {fsync_p99 * 1000:g} ms, "
-                f"event loop lag p99 <= {lag_p99 * 1000:g} ms; "
-                f"{produces / half.seconds:,.0f} Produce requests/s, "
-                f"{(user_s + system_s) * 1000 / max(produces, 1):.2f} ms of daemon CPU each",
-            )
-        )
+        rate = sat.mb_per_second / 2
+        row, metrics = half_load_row(daemon, rate, half_seconds, producers, TOPIC)
+        rows.append((f"kfs ack latency at half load ({rate:,.0f} MB/s)", *row))
         rows.append(
             ("kfs WAL writer at half load", "-", "-", "-", "-", "-", "-",
-             writer_note(metrics, scraped, half.seconds))
+             writer_note(metrics, scraped, half_seconds))
         )  # fmt: skip
+        # The same load on partitions that already hold many segments, as a
+        # partition does after weeks: a flush must cost what it did.
+        create_topic(daemon.bootstrap, LONG_TOPIC, producers)
+        daemon.stop()
+        fill_catalogs(daemon, LONG_TOPIC, producers, long_segments)
+        daemon.start()
+        row, _ = half_load_row(daemon, rate, half_seconds, producers, LONG_TOPIC)
+        rows.append((f"kfs ack latency at half load, {long_segments:,} segments a partition", *row))
         daemon.stop()
     finally:
         daemon.kill()
@@ -507,9 +577,10 @@ def main() -> None:
         raise SystemExit("bench.produce_cpu needs kcat (make kcat installs Debian's)")
     megabytes = 32 if args.quick else args.megabytes
     half_seconds = 2.0 if args.quick else HALF_LOAD_SECONDS
+    long_segments = 500 if args.quick else LONG_SEGMENTS
     root = Path(tempfile.mkdtemp(prefix="kfs-bench-cpu-"))
     try:
-        rows = run(root, megabytes, args.producers, half_seconds)
+        rows = run(root, megabytes, args.producers, half_seconds, long_segments)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(format_table_rows(rows))

@@ -15,7 +15,7 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     from bench.produce_cpu import HEADER, format_table_rows, run
 
     # run() checks every partition's high watermark against the lines kcat sent.
-    rows = run(tmp_path, megabytes=8, producers=2, half_seconds=1.0)
+    rows = run(tmp_path, megabytes=8, producers=2, half_seconds=1.0, long_segments=150)
     names = [row[0] for row in rows]
     assert names[:3] == [
         "disk 64 KiB write+fdatasync",
@@ -36,4 +36,8 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert "the request round trip's p99" in half["note"] or "no request round-trip" in half["note"]
     assert names[5] == "kfs WAL writer at half load"
     assert rows[5][-1].startswith("busy ") and "writes/s" in rows[5][-1]
+    assert names[6] == "kfs ack latency at half load, 150 segments a partition"
+    long = dict(zip(HEADER, rows[6], strict=True))
+    assert float(long["user ms/MB"]) + float(long["sys ms/MB"]) > 0
+    assert "p99" in long["note"] and "Produce requests/s" in long["note"]
     assert format_table_rows(rows).splitlines()[0].startswith("run")
