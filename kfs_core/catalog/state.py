@@ -30,7 +30,7 @@ and ``_log/_last_checkpoint`` is ``{"format":1,"version":40,"size":123456}``.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
@@ -134,12 +134,18 @@ class PartitionState:
             return self.segments[i]
         return None
 
-    def segments_from(self, offset: int) -> tuple[SegmentEntry, ...]:
-        """Live segments holding ``offset`` or anything after it, in offset order."""
-        i = bisect.bisect_right(self.segments, offset, key=_base_offset) - 1
-        if i < 0 or self.segments[i].last_offset < offset:
+    def segments_from(self, offset: int) -> Iterator[SegmentEntry]:
+        """Live segments holding ``offset`` or anything after it, in offset order.
+
+        An iterator, not a slice: a reader usually needs the first one or
+        two, and copying the rest of a long partition's tuple would cost
+        every Fetch a pass over it.
+        """
+        segments = self.segments
+        i = bisect.bisect_right(segments, offset, key=_base_offset) - 1
+        if i < 0 or segments[i].last_offset < offset:
             i += 1
-        return self.segments[i:]
+        return (segments[j] for j in range(i, len(segments)))
 
     def find(self, key: str) -> SegmentEntry | None:
         """The live segment with this key."""

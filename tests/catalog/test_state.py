@@ -189,7 +189,7 @@ def test_state_lookups() -> None:
     assert state.segment_for(40) is None
     assert [s.base_offset for s in state.segments_from(15)] == [10, 30]
     assert [s.base_offset for s in state.segments_from(25)] == [30]
-    assert state.segments_from(40) == ()
+    assert list(state.segments_from(40)) == []
     assert state.find(seg(10).key) == seg(10)
     assert state.find("nope") is None
 
