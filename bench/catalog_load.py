@@ -42,6 +42,53 @@ SMALL_SEGMENT_BYTES = 4 << 20
 MERGE_EVERY = 32
 
 
+#: When the benchmarks' filled-in segments were made: long ago, so nothing
+#: (a producer-state rebuild, retention by time) wants to read them.
+OLD_MS = 1_700_000_000_000
+
+
+def bench_segment(
+    topic: str,
+    partition: int,
+    base_offset: int,
+    created_ms: int,
+    *,
+    min_timestamp: int | None = None,
+) -> SegmentEntry:
+    """A segment entry of `SMALL_SEGMENT_RECORDS` records from ``base_offset`` (no object behind it)."""
+    return SegmentEntry.for_partition(
+        topic,
+        partition,
+        base_offset=base_offset,
+        last_offset=base_offset + SMALL_SEGMENT_RECORDS - 1,
+        record_count=SMALL_SEGMENT_RECORDS,
+        size_bytes=SMALL_SEGMENT_BYTES,
+        index_size_bytes=28,
+        min_timestamp=created_ms if min_timestamp is None else min_timestamp,
+        max_timestamp=created_ms,
+        codec=4,
+        created_ms=created_ms,
+    )
+
+
+def fill_partition(catalog: PartitionCatalog, segments: int) -> None:
+    """Commit ``segments`` more entries after the partition's high watermark, 100 a commit.
+
+    Entries only, made at `OLD_MS`: a partition as long as weeks of traffic
+    make it, for benchmarks that only add at its end.
+    """
+    for first in range(0, segments, 100):
+        offset = catalog.state.high_watermark
+        catalog.add_segments(
+            [
+                bench_segment(
+                    catalog.topic, catalog.partition, offset + i * SMALL_SEGMENT_RECORDS, OLD_MS
+                )
+                for i in range(min(100, segments - first))
+            ]
+        )
+
+
 def bench_catalog_load(
     store: ObjectStore,
     commits: int = 170_000,
@@ -76,19 +123,7 @@ def bench_catalog_load(
             writer.replace(inputs, [_merged(topic, inputs, now[0])])
             adds_since_merge = 0
         else:
-            segment = SegmentEntry.for_partition(
-                topic,
-                0,
-                base_offset=next_offset,
-                last_offset=next_offset + SMALL_SEGMENT_RECORDS - 1,
-                record_count=SMALL_SEGMENT_RECORDS,
-                size_bytes=SMALL_SEGMENT_BYTES,
-                index_size_bytes=28,
-                min_timestamp=now[0] - FLUSH_MS,
-                max_timestamp=now[0],
-                codec=4,
-                created_ms=now[0],
-            )
+            segment = bench_segment(topic, 0, next_offset, now[0], min_timestamp=now[0] - FLUSH_MS)
             writer.add_segments([segment])
             small.append(segment)
             next_offset += SMALL_SEGMENT_RECORDS
@@ -157,32 +192,7 @@ def bench_commit_cost(
         store, namespace, topic, 0, checkpoint_interval=checkpoint_interval, writer="bench"
     )
     catalog.load()
-    next_offset = 0
-
-    def segments(count: int) -> list[SegmentEntry]:
-        nonlocal next_offset
-        made = []
-        for _ in range(count):
-            made.append(
-                SegmentEntry.for_partition(
-                    topic,
-                    0,
-                    base_offset=next_offset,
-                    last_offset=next_offset + SMALL_SEGMENT_RECORDS - 1,
-                    record_count=SMALL_SEGMENT_RECORDS,
-                    size_bytes=SMALL_SEGMENT_BYTES,
-                    index_size_bytes=28,
-                    min_timestamp=1_700_000_000_000,
-                    max_timestamp=1_700_000_000_000,
-                    codec=4,
-                    created_ms=1_700_000_000_000,
-                )
-            )
-            next_offset += SMALL_SEGMENT_RECORDS
-        return made
-
-    while next_offset < live_segments * SMALL_SEGMENT_RECORDS:
-        catalog.add_segments(segments(min(100, live_segments - next_offset // 100)))
+    fill_partition(catalog, live_segments)
     state = catalog.state
     # The store's own CPU (creating, writing and fsyncing files, which on a
     # filesystem that has freed many inodes lately is most of it) is timed
@@ -206,7 +216,7 @@ def bench_commit_cost(
     checkpointing: list[float] = []
     checkpoint_bytes = 0
     for _ in range(commits):
-        (segment,) = segments(1)
+        segment = bench_segment(topic, 0, state.high_watermark, OLD_MS)
         started, store_before = time.thread_time(), in_store[0]
         result = catalog.add_segments([segment])
         new = catalog.state

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import confluent_kafka
 
+from bench.catalog_load import fill_partition
 from bench.produce_fetch import (
     NAMESPACE,
     Daemon,
@@ -61,7 +62,7 @@ from bench.produce_fetch import (
     create_topic,
     series_delta,
 )
-from kfs_core.catalog import PartitionCatalog, SegmentEntry
+from kfs_core.catalog import PartitionCatalog
 from kfs_core.storage.local import LocalObjectStore
 
 KIB = 1 << 10
@@ -73,7 +74,6 @@ LATENCY_TARGET_MS = 10.0
 HALF_LOAD_SECONDS = 10.0
 LONG_TOPIC = "bench-cpu-long"
 LONG_SEGMENTS = 10_000  # a partition's segments in the last half-load row: 40 GB at 4 MiB
-_OLD_MS = 1_700_000_000_000
 PRODUCER_TIMEOUT_S = 600.0
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -87,7 +87,7 @@ _RATE_PRODUCER = r"""
 import json, sys, time
 import confluent_kafka
 
-from kfs_core.catalog import PartitionCatalog, SegmentEntry
+from kfs_core.catalog import PartitionCatalog
 from kfs_core.storage.local import LocalObjectStore
 bootstrap, topic, partitions, rate, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 SAMPLE = 16
@@ -473,33 +473,14 @@ def fill_catalogs(daemon: Daemon, topic: str, partitions: int, segments: int) ->
     """Commit ``segments`` segment entries to each partition's catalog (the daemon stopped).
 
     Entries only: nothing reads them (the load produces at the end of the
-    log), so their objects are not written.  Their records are two years
-    old, so no producer-state rebuild reads them either.
+    log), so their objects are not written, and they are old enough that no
+    producer-state rebuild reads them either.
     """
     store = LocalObjectStore(daemon.store_dir)
     for partition in range(partitions):
         catalog = PartitionCatalog(store, NAMESPACE, topic, partition)
-        offset = catalog.load().high_watermark
-        for first in range(0, segments, 100):
-            entries = []
-            for _ in range(min(100, segments - first)):
-                entries.append(
-                    SegmentEntry.for_partition(
-                        topic,
-                        partition,
-                        base_offset=offset,
-                        last_offset=offset + 99,
-                        record_count=100,
-                        size_bytes=4 * MIB,
-                        index_size_bytes=28,
-                        min_timestamp=_OLD_MS,
-                        max_timestamp=_OLD_MS,
-                        codec=0,
-                        created_ms=_OLD_MS,
-                    )
-                )
-                offset += 100
-            catalog.add_segments(entries)
+        catalog.load()
+        fill_partition(catalog, segments)
 
 
 def run(
