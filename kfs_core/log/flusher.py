@@ -23,11 +23,6 @@ One cycle of one partition (`_flush_partition`):
 5. cache the new segments in L1 (lagging tail consumers read them next);
 6. write the producer-state snapshot, then checkpoint the WAL past the batches.
 
-On a store that takes one PUT at a time (`ObjectStore.put_concurrency` 1,
-the local directory) steps 1-3 run as one job on the I/O threads, one
-hand-over instead of one a step; if any of them fails, the cycle does them
-again step by step.
-
 Failed uploads and commits are retried with backoff for as long as it takes;
 nothing leaves memory before its commit landed.  A commit whose outcome was
 unknown and did land is recognised on the retry (`_commit_segments`).
@@ -194,21 +189,36 @@ class Flusher:
             created_ms = self._clock()
             recompression = await self._recompression(p.topic)
             cache = self._cache_wanted(p)
-            seal = functools.partial(
-                seal_segments,
-                p.topic,
-                p.partition,
-                batches,
-                segment_bytes=self.settings.segment_bytes,
-                index_interval=self.settings.index_interval,
-                created_ms=created_ms,
-                recompression=recompression,
-                join=cache,
+            sealed = await self._retry(
+                f"{p.name}: sealing {len(batches)} batches",
+                lambda: run_in(
+                    self._executor,
+                    functools.partial(
+                        seal_segments,
+                        p.topic,
+                        p.partition,
+                        batches,
+                        segment_bytes=self.settings.segment_bytes,
+                        index_interval=self.settings.index_interval,
+                        created_ms=created_ms,
+                        recompression=recompression,
+                        join=cache,
+                    ),
+                ),
             )
-            stored = await self._store_at_once(p, seal) if self._upload_concurrency == 1 else None
-            sealed, state = stored or await self._store_step_by_step(p, seal, len(batches), cache)
-            self._metrics.catalog_commits += 1
+            if cache:
+                _share_segment_bytes(sealed)
+            # Nothing is visible before the commit, so the segments of a cycle
+            # upload side by side (each before its index): one partition that
+            # takes hundreds of MB/s must not wait for one PUT after another.
+            slots = asyncio.Semaphore(self._upload_concurrency)
+            await asyncio.gather(*(self._upload(p, s, slots) for s in sealed))
             entries = [s.entry for s in sealed]
+            state = await self._retry(
+                f"{p.name}: committing {len(entries)} segment(s)",
+                lambda: run_in(self._executor, _commit_segments, p.catalog, entries),
+            )
+            self._metrics.catalog_commits += 1
             last_offset = entries[-1].last_offset
             # One loop step from here to the release: a fetch sees the batches in
             # the buffer or in the catalog state, never in neither.
@@ -229,65 +239,6 @@ class Flusher:
                 self._failure.fail(exc)
             # The commit stands; the next start replays a little more and skips it.
             log.warning("%s: WAL checkpoint at %d failed: %s", p.name, last_offset, exc)
-
-    async def _store_at_once(
-        self, p: Partition, seal: Callable[[], list[Sealed]]
-    ) -> tuple[list[Sealed], PartitionState] | None:
-        """Seal, PUT each segment and its index, and commit, in one job on the I/O threads.
-
-        For a store that takes one PUT at a time: one hand-over to the
-        threads and back instead of one a step (0.5-1 ms less CPU a flush,
-        measured with 4 MiB segments on the local store).  None when a step
-        failed: the caller then starts again step by step, with retries
-        (sealing is repeatable, PUTs of the same key write the same bytes, and
-        a commit that did land is recognised).
-        """
-        step = ["sealing"]
-
-        def store() -> tuple[list[Sealed], PartitionState]:
-            sealed = seal()
-            for s in sealed:
-                segment = s.segment
-                step[0] = "uploading"
-                parts = (segment.data,) if segment.joined else segment.parts
-                self._store.put_parts(self._fetcher.object_key(s.entry.key), parts)
-                self._store.put_parts(self._fetcher.object_key(s.entry.index_key), (segment.index,))
-            step[0] = "committing"
-            return sealed, _commit_segments(p.catalog, [s.entry for s in sealed])
-
-        try:
-            sealed, state = await run_in(self._executor, store)
-        except Exception as exc:  # retried step by step; cancellation is not caught
-            self._metrics.flush_retries += 1
-            if step[0] == "uploading":
-                self._metrics.store_errors += 1
-            log.warning("%s: %s failed, retrying step by step: %s", p.name, step[0], exc)
-            return None
-        for s in sealed:
-            self._count_put(_parts(s))
-            self._count_put((s.segment.index,))
-        return sealed, state
-
-    async def _store_step_by_step(
-        self, p: Partition, seal: Callable[[], list[Sealed]], batches: int, cache: bool
-    ) -> tuple[list[Sealed], PartitionState]:
-        """Seal, upload and commit, each step on the I/O threads and retried until it succeeds."""
-        sealed = await self._retry(
-            f"{p.name}: sealing {batches} batches", lambda: run_in(self._executor, seal)
-        )
-        if cache:
-            _share_segment_bytes(sealed)
-        # Nothing is visible before the commit, so the segments of a cycle
-        # upload side by side (each before its index): one partition that
-        # takes hundreds of MB/s must not wait for one PUT after another.
-        slots = asyncio.Semaphore(self._upload_concurrency)
-        await asyncio.gather(*(self._upload(p, s, slots) for s in sealed))
-        entries = [s.entry for s in sealed]
-        state = await self._retry(
-            f"{p.name}: committing {len(entries)} segment(s)",
-            lambda: run_in(self._executor, _commit_segments, p.catalog, entries),
-        )
-        return sealed, state
 
     def _count(self, sealed: Sequence[Sealed], seconds: float) -> None:
         size = sum(s.entry.size_bytes for s in sealed)
@@ -319,9 +270,12 @@ class Flusher:
         segment_key = self._fetcher.object_key(sealed.entry.key)
         index_key = self._fetcher.object_key(sealed.entry.index_key)
         async with slots:
+            segment = sealed.segment
+            # The parts as sealed (no joined copy), or the bytes joined for L1.
+            parts = (segment.data,) if segment.joined else segment.parts
             await self._retry(
                 f"{p.name}: uploading {segment_key}",
-                functools.partial(self._put, segment_key, _parts(sealed)),
+                functools.partial(self._put, segment_key, parts),
             )
             await self._retry(
                 f"{p.name}: uploading {index_key}",
@@ -334,9 +288,6 @@ class Flusher:
         except Exception:
             self._metrics.store_errors += 1
             raise
-        self._count_put(parts)
-
-    def _count_put(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
         self._metrics.store_puts += 1
         self._metrics.store_put_bytes += sum(len(part) for part in parts)
 
@@ -413,12 +364,6 @@ class Flusher:
                     exc,
                 )
                 await asyncio.sleep(delay)
-
-
-def _parts(sealed: Sealed) -> Sequence[bytes | bytearray | memoryview]:
-    """What a segment's PUT writes: its parts as sealed (no joined copy), or the bytes joined for L1."""
-    segment = sealed.segment
-    return (segment.data,) if segment.joined else segment.parts
 
 
 def _share_segment_bytes(sealed: Sequence[Sealed]) -> None:

@@ -107,7 +107,6 @@ class InstrumentedStore(ObjectStore):
         self.gets: list[Get] = []
         self.puts: list[str] = []
         self.fail_puts = 0  # the next this many puts and put_if_absents raise
-        self.fail_only = ""  # ... of those whose key contains this
         self.put_gate = threading.Event()
         self.put_gate.set()  # open
         self.held = 0  # puts waiting at the closed gate
@@ -133,7 +132,7 @@ class InstrumentedStore(ObjectStore):
                 self.held -= 1
         with self._lock:
             self.puts.append(key)
-            if self.fail_puts > 0 and self.fail_only in key:
+            if self.fail_puts > 0:
                 self.fail_puts -= 1
                 raise TransientStoreError(f"injected failure writing {key}")
 

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-import kfs_core.log.flusher as flusher_module
 from kfs_core.catalog import PartitionCatalog
-from kfs_core.errors import TransientStoreError
 from kfs_core.formats.segment import SegmentReader
 from kfs_core.storage.base import ObjectStore
 from kfs_core.storage.local import LocalObjectStore
@@ -171,99 +166,6 @@ def test_failed_uploads_and_commits_are_retried_and_nothing_is_lost(
         assert await read_all(logs, TOPIC, 0) == expected
         state = PartitionCatalog(local_store, NS, TOPIC, 0).load()
         assert state.high_watermark == 8 and state.version == 0
-
-    run_harness(store, tmp_path, body)
-
-
-def _count_hand_overs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the jobs the flusher hands to its I/O threads (`run_in`), as they happen."""
-    jobs: list[str] = []
-    real = flusher_module.run_in
-
-    def counting(executor: Any, fn: Any, *args: Any) -> Any:
-        jobs.append(getattr(fn, "__name__", type(fn).__name__))
-        return real(executor, fn, *args)
-
-    monkeypatch.setattr(flusher_module, "run_in", counting)
-    return jobs
-
-
-def test_on_a_store_of_one_put_at_a_time_a_cycle_is_one_job(
-    local_store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Seal, uploads and commit go to the I/O threads once; elsewhere each step does."""
-    jobs = _count_hand_overs(monkeypatch)
-
-    async def body(h: Harness) -> None:
-        logs = await h.open(segment_bytes=1000)
-        await logs.create_topic(TOPIC)
-        await logs.append(TOPIC, 0, make_batch(2), timeout_s=10)
-        await logs.flush()  # the first flush also writes the producer-state snapshot
-        jobs.clear()
-        # One produce of many batches is acknowledged at once, so one cycle takes it all.
-        produce = b"".join(make_batch(4, size=60, tag=f"{n}-") for n in range(12))
-        await logs.append(TOPIC, 0, produce, timeout_s=10)
-        await logs.flush()
-        state = await logs.catalog_state(TOPIC, 0)
-        segments = len(state.segments) - 1  # those of the second flush
-        assert segments >= 3 and state.version == 1  # several segments, one commit
-        if h.store.put_concurrency == 1:
-            assert jobs == ["store"]
-        else:  # seal, each segment's and each index's upload, commit
-            assert jobs.count("_commit_segments") == 1 and len(jobs) == 2 + 2 * segments
-
-    run_harness(local_store, tmp_path, body)
-    # An object store that takes PUTs side by side (the test store says nothing).
-    store = InstrumentedStore(LocalObjectStore(tmp_path / "s3-like" / "store"))
-    run_harness(store, tmp_path / "s3-like", body)
-
-
-def test_a_failed_step_of_a_one_job_cycle_is_retried_step_by_step(
-    local_store: ObjectStore,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    store = InstrumentedStore(local_store)
-    store.put_concurrency = 1
-    commit_failures = [0]  # the next this many commits of the flusher raise
-    real_commit = flusher_module._commit_segments
-
-    def commit(*args: Any) -> Any:
-        if commit_failures[0] > 0:
-            commit_failures[0] -= 1
-            raise TransientStoreError("injected failure of a catalog commit")
-        return real_commit(*args)
-
-    monkeypatch.setattr(flusher_module, "_commit_segments", commit)
-
-    async def body(h: Harness) -> None:
-        logs = await h.open()
-        await logs.create_topic(TOPIC)
-        for step, fails in (("uploading", 2), ("committing", 3)):
-            before = logs.metrics()
-            for n in range(3):
-                await logs.append(TOPIC, 0, make_batch(2, tag=f"{step}{n}-"), timeout_s=10)
-            expected = await read_all(logs, TOPIC, 0)
-            if step == "uploading":
-                store.fail_only, store.fail_puts = ".index", fails
-            else:
-                commit_failures[0] = fails
-            await logs.flush()
-            m = logs.metrics()
-            assert m.flush_retries - before.flush_retries == fails
-            # An upload's failures are the store's errors; a commit's are the catalog's.
-            errors = fails if step == "uploading" else 0
-            assert m.store_errors - before.store_errors == errors
-            assert m.flushes - before.flushes == 1
-            assert store.fail_puts == commit_failures[0] == 0
-            assert await read_all(logs, TOPIC, 0) == expected
-        state = PartitionCatalog(local_store, NS, TOPIC, 0).load()
-        assert state.high_watermark == 12 and state.version == 1
-        steps = [
-            r.getMessage() for r in caplog.records if "retrying step by step" in r.getMessage()
-        ]
-        assert len(steps) == 2 and "uploading failed" in steps[0] and "committing" in steps[1]
 
     run_harness(store, tmp_path, body)
 
