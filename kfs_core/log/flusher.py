@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import TypeVar
 
-from kfs_core.catalog.actions import SegmentEntry
+from kfs_core.catalog.actions import SegmentEntry, Tombstone
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import PartitionState
 from kfs_core.config import Settings
@@ -382,15 +382,24 @@ def _share_segment_bytes(sealed: Sequence[Sealed]) -> None:
 
 
 def _commit_segments(catalog: PartitionCatalog, entries: list[SegmentEntry]) -> PartitionState:
-    """Add ``entries`` in one commit; idempotent when an earlier attempt's outcome was unknown."""
+    """Add ``entries`` in one commit; idempotent when an earlier attempt's outcome was unknown.
+
+    An earlier attempt that landed left these very entries: live, or (compacted
+    meanwhile) as tombstones of the same objects.  A different entry under one
+    of our keys is a conflict, not our commit: taking it as ours would drop
+    from memory the offsets it does not cover.
+    """
     try:
         catalog.add_segments(entries)
     except (SegmentOverlap, InvalidCatalogAction):
-        # If an attempt whose outcome was unknown did land, our keys are there
-        # now (or, compacted meanwhile, already tombstones): that is success.
         state = catalog.refresh()
-        known = {s.key for s in state.segments} | {t.key for t in state.tombstones}
-        if all(entry.key in known for entry in entries):
+        if all(_landed(state, entry) for entry in entries):
             return state
         raise
     return catalog.state
+
+
+def _landed(state: PartitionState, entry: SegmentEntry) -> bool:
+    if state.segment_for(entry.base_offset) == entry:
+        return True
+    return any(t == Tombstone.of(entry, t.removed_ms) for t in state.tombstones)

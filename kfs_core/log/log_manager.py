@@ -350,7 +350,9 @@ class LogManager:
         """Stop taking appends, flush everything acknowledged (unless ``flush=False``), stop.
 
         With ``timeout_s``, gives up flushing after that long: what is not
-        committed stays in the WAL and the next `start` replays it.  Neither
+        committed stays in the WAL and the next `start` replays it.  Returns
+        once no I/O job of this manager runs any more (a store call already
+        under way is waited for, as the interpreter's exit would).  Neither
         the WAL nor the store is closed.
         """
         if self._lifecycle in ("closing", "closed"):
@@ -383,7 +385,11 @@ class LogManager:
                 task.cancel()
             if tasks:
                 await asyncio.wait(tasks)
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            # Jobs already running on the I/O threads (an upload, a catalog commit)
+            # finish before close returns, so nothing of this manager writes after
+            # it: a manager opened next on the same store and WAL (a restart in the
+            # same process) never races an orphaned commit under its own keys.
+            await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
             self._lifecycle = "closed"
 
     # --- topics ----------------------------------------------------------------
