@@ -45,7 +45,9 @@ def test_a_retry_after_its_segments_were_compacted_succeeds(local_store: ObjectS
     ],
     ids=["fewer-offsets", "other-size", "other-cycle"],
 )
-def test_another_entry_under_our_key_is_a_conflict(local_store: ObjectStore, other: SegmentEntry) -> None:
+def test_another_entry_under_our_key_is_a_conflict(
+    local_store: ObjectStore, other: SegmentEntry
+) -> None:
     writer = catalog(local_store)
     writer.add_segments([other])
     with pytest.raises(InvalidCatalogAction, match="segment key"):
