@@ -212,8 +212,9 @@ class StateBuilder:
         self._tombstones: dict[str, Tombstone] = {}
         self._oldest_tombstone_ms: int | None = None  # none expires before this is due
         self._removals_through = -1  # see `PartitionState.removals_through`
-        # Entries are immutable, so each is encoded once for all checkpoints.
-        self._lines: dict[str, str] = {}
+        # Entries are immutable, so each is encoded once for all checkpoints:
+        # here until its line goes into a block (below), then only there.
+        self._lines: dict[str, bytes] = {}
         self._snapshot: PartitionState | None = None
         # What the last snapshot froze, and the segments added after all of
         # it since (a flush's commit): the next snapshot extends those tuples
@@ -225,10 +226,13 @@ class StateBuilder:
         # The checkpoint lines of the first segments of the last snapshot, in
         # order, while no change but additions after all of them came since,
         # in blocks (encoded, joined: `_BLOCK_LINES` each, or a loaded
-        # checkpoint's) and the rest.
+        # checkpoint's) and the rest.  The blocks' lines belong to the segments
+        # of ``_block_order`` from ``_block_first`` on (it may go on past them).
         self._segment_blocks: list[bytes] = []
         self._blocked = 0  # segments whose lines are in the blocks
-        self._segment_lines: list[str] = []
+        self._block_order: Sequence[SegmentEntry] = ()
+        self._block_first = 0
+        self._segment_lines: list[bytes] = []
 
     # --- loading -------------------------------------------------------------
 
@@ -282,6 +286,7 @@ class StateBuilder:
         builder._removals_through = checkpoint.version  # what came before is unknown
         if data is not None and (block := _segment_lines_of(data, len(checkpoint.segments))):
             builder._segment_blocks, builder._blocked = [block], len(checkpoint.segments)
+            builder._block_order = checkpoint.segments
         return builder
 
     # --- validating and applying ---------------------------------------------
@@ -459,12 +464,15 @@ class StateBuilder:
                 del self._by_key[segment.key]
                 del self._by_base[segment.base_offset]
                 del self._bases[bisect.bisect_left(self._bases, segment.base_offset)]
+                if self._blocked and segment.key == self._block_order[self._block_first].key:
+                    self._drop_first_blocked_line()  # retention: the oldest goes
+                else:
+                    self._reordered()
                 self._lines.pop(segment.key, None)
                 self._tombstones[segment.key] = Tombstone.of(segment, removed_ms)
                 if self._oldest_tombstone_ms is None or removed_ms < self._oldest_tombstone_ms:
                     self._oldest_tombstone_ms = removed_ms
                 self._frozen_tombstones = None
-                self._reordered()
                 self._removals_through = version
             elif op[0] == "log_start":
                 self.log_start_offset = op[1]
@@ -507,9 +515,32 @@ class StateBuilder:
         self._frozen_tombstones = None
 
     def _reordered(self) -> None:
-        """A segment went, or came before others: the next snapshot rebuilds the tuples."""
+        """A segment went, or came before others: the next snapshot rebuilds the tuples.
+
+        The blocks no longer match the order of the segments; their lines go
+        back to ``_lines`` (split, not encoded again) for the next checkpoint.
+        """
         self._frozen_segments = None
+        lines = (line for block in self._segment_blocks for line in block.split(b",\n"))
+        first = self._block_first
+        for segment, line in zip(
+            self._block_order[first : first + self._blocked], lines, strict=True
+        ):
+            self._lines[segment.key] = line
         self._segment_blocks, self._blocked, self._segment_lines = [], 0, []
+        self._block_order, self._block_first = (), 0
+
+    def _drop_first_blocked_line(self) -> None:
+        """The first segment went: its line leaves the first block, the rest stay as they are."""
+        self._frozen_segments = None
+        first = self._segment_blocks[0]
+        cut = first.find(b",\n")
+        if cut < 0:
+            del self._segment_blocks[0]
+        else:
+            self._segment_blocks[0] = first[cut + 2 :]
+        self._blocked -= 1
+        self._block_first += 1
 
     def snapshot(self) -> PartitionState:
         """The state as an immutable `PartitionState` (cached until the next change)."""
@@ -559,23 +590,26 @@ class StateBuilder:
         # The lines of a prefix of ``segments`` are kept from the last time.
         blocks, lines = self._segment_blocks, self._segment_lines
         lines += (self._line(s.key, s) for s in segments[self._blocked + len(lines) :])
+        self._block_order, self._block_first = segments, 0
         while len(lines) >= _BLOCK_LINES:
-            blocks.append(",\n".join(lines[:_BLOCK_LINES]).encode())
+            blocks.append(b",\n".join(lines[:_BLOCK_LINES]))
+            for segment in segments[self._blocked : self._blocked + _BLOCK_LINES]:
+                self._lines.pop(segment.key, None)  # held once: in the block
             del lines[:_BLOCK_LINES]
             self._blocked += _BLOCK_LINES
         tombstones = [self._line("\0" + t.key, t) for t in self._tombstones.values()]
         return encode_document_blocks(
             header,
             [
-                ("segments", [*blocks, ",\n".join(lines).encode()]),
-                ("tombstones", [",\n".join(tombstones).encode()]),
+                ("segments", [*blocks, b",\n".join(lines)]),
+                ("tombstones", [b",\n".join(tombstones)]),
             ],
         )
 
-    def _line(self, cache_key: str, item: SegmentEntry | Tombstone) -> str:
+    def _line(self, cache_key: str, item: SegmentEntry | Tombstone) -> bytes:
         line = self._lines.get(cache_key)
         if line is None:
-            line = self._lines[cache_key] = item.model_dump_json()
+            line = self._lines[cache_key] = item.model_dump_json().encode()
         return line
 
 

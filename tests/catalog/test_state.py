@@ -479,9 +479,22 @@ def test_flushes_compactions_and_expiry_keep_state_and_checkpoint_exact(
         assert {t.key for t in state.tombstones} == unexpired
         if step % 10 == 0:
             assert b.encode_checkpoint() == _reference_checkpoint(b), f"step {step}"
+            _assert_lines_held_once(b)
         previous = state
     assert b.encode_checkpoint() == _reference_checkpoint(b)
+    _assert_lines_held_once(b)
     assert len(removed) > 20 and made > 10  # the run did exercise each kind of change
+
+
+def _assert_lines_held_once(b: StateBuilder) -> None:
+    """A segment's checkpoint line is kept once: in a block, or in the builder's dict."""
+    blocked = b._block_order[b._block_first : b._block_first + b._blocked]
+    in_blocks = {s.key for s in blocked}
+    assert b._blocked == sum(block.count(b"\n") + 1 for block in b._segment_blocks)
+    assert not in_blocks & b._lines.keys()
+    state = b.snapshot()
+    live_or_gone = {s.key for s in state.segments} | {"\0" + t.key for t in state.tombstones}
+    assert b._lines.keys() <= live_or_gone
 
 
 def _removed_at(state: PartitionState, segment: SegmentEntry) -> int:
@@ -536,3 +549,31 @@ def test_a_loaded_checkpoint_lends_its_lines_to_the_next(monkeypatch: pytest.Mon
         assert restored.encode_checkpoint() == _reference_checkpoint(restored)
         replay(restored, remove(seg(0)), *add(seg(200)))
         assert restored.encode_checkpoint() == _reference_checkpoint(restored)
+        _assert_lines_held_once(restored)
+    # A change that reorders before any checkpoint: the loaded file's lines go back to the dict.
+    restored = StateBuilder.from_checkpoint(checkpoint, TOPIC, PARTITION, "cp", data=data)
+    replay(restored, remove(seg(10)))
+    assert restored._lines.keys() == {seg(10 * i).key for i in range(10) if i != 1}
+    assert restored.encode_checkpoint() == _reference_checkpoint(restored)
+    _assert_lines_held_once(restored)
+
+
+def test_a_partition_of_many_flushes_keeps_each_checkpoint_line_once() -> None:
+    """Blocks of 1,024 lines form as flushes come; the dict keeps only the lines after them."""
+    b = builder()
+    for i in range(2_500):
+        commit(b, *add(seg(10 * i)))
+        if i % 10 == 9:
+            b.encode_checkpoint()
+    assert b._blocked == 2_048
+    assert len(b._lines) == 2_500 - 2_048
+    _assert_lines_held_once(b)
+    commit(b, remove(seg(0)), remove(seg(10)))  # retention: the oldest leave their block
+    assert b._blocked == 2_046 and len(b._lines) == 2_500 - 2_048
+    assert b.encode_checkpoint() == _reference_checkpoint(b)
+    _assert_lines_held_once(b)
+    commit(b, remove(seg(5_000)))  # from the middle: the blocks' lines go back to the dict
+    assert b._blocked == 0
+    assert len([k for k in b._lines if not k.startswith("\0")]) == 2_497  # tombstones apart
+    assert b.encode_checkpoint() == _reference_checkpoint(b)
+    _assert_lines_held_once(b)
