@@ -40,6 +40,7 @@ daemon or a producer fails.  ``--quick`` is the short form `make test` runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -84,7 +85,7 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 # way on a 2-core machine.  Every message is still checked: the high
 # watermarks must grow by exactly what was sent.
 _RATE_PRODUCER = r"""
-import json, sys, time
+import glob, json, sys, time
 import confluent_kafka
 
 from kfs_core.catalog import PartitionCatalog
@@ -129,7 +130,13 @@ while (now := time.perf_counter()) - start < seconds:
     p.poll(0)
 if p.flush(60) or failed:
     raise SystemExit(f"delivery failed: {failed[:3]} ({len(p)} still queued)")
-print(json.dumps({"sent": sent, "latencies": sorted(latencies), "rtt_p99_us": rtt_p99}))
+waits = [0, 0]  # this process's threads: ns on a CPU, ns runnable but waiting for one
+for task in glob.glob("/proc/self/task/*/schedstat"):
+    with open(task) as f:
+        ran, waited = map(int, f.read().split()[:2])
+    waits[0] += ran
+    waits[1] += waited
+print(json.dumps({"sent": sent, "latencies": sorted(latencies), "rtt_p99_us": rtt_p99, "sched_ns": waits}))
 """
 
 
@@ -144,6 +151,38 @@ class CpuSample:
         # /proc/<pid>/stat: fields after the command name; minflt is field 10, utime 14, stime 15.
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return cls(int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK, int(fields[7]))
+
+
+DAEMON_THREADS = "the daemon's threads"
+PRODUCER_THREADS = "the producer's"
+
+
+@dataclass(frozen=True)
+class RunQueue:
+    """A process's threads, summed: seconds on a CPU and seconds runnable but waiting for one."""
+
+    ran_s: float
+    waited_s: float
+
+    @classmethod
+    def of(cls, pid: int) -> RunQueue:
+        """From /proc/<pid>/task/*/schedstat (the threads alive now; since each began)."""
+        ran = waited = 0
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+                fields = (task / "schedstat").read_text().split()
+                ran += int(fields[0])
+                waited += int(fields[1])
+        return cls(ran / 1e9, waited / 1e9)
+
+    def since(self, earlier: RunQueue) -> RunQueue:
+        return RunQueue(self.ran_s - earlier.ran_s, self.waited_s - earlier.waited_s)
+
+    def note(self, who: str, seconds: float) -> str:
+        return (
+            f"{who} ran {self.ran_s / seconds:.2f} cores and waited for a CPU "
+            f"{self.waited_s / seconds:.2f} core-seconds a second"
+        )
 
 
 @dataclass(frozen=True)
@@ -253,6 +292,9 @@ class HalfLoad:
     # librdkafka's Produce request round trip (request sent to response read,
     # so without linger.ms and the client's queue), p99 of each 1 s window
     rtt_p99_s: list[float] = field(default_factory=list)
+    # The producer's threads over its life: seconds on a CPU, and runnable but
+    # waiting for one (/proc/<pid>/task/*/schedstat)
+    producer_sched: RunQueue | None = None
 
     def rtt_note(self) -> str:
         if not self.rtt_p99_s:
@@ -300,7 +342,9 @@ def half_load(
         raise RuntimeError(f"the producer sent {result['sent']} messages, the log gained {stored}")
     cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
     rtts = [us / 1e6 for us in result["rtt_p99_us"]]
-    return HalfLoad(result["latencies"], result["sent"], cpu, elapsed, rtts)
+    ran_ns, waited_ns = result["sched_ns"]
+    sched = RunQueue(ran_ns / 1e9, waited_ns / 1e9)
+    return HalfLoad(result["latencies"], result["sent"], cpu, elapsed, rtts, sched)
 
 
 def histogram_bound(
@@ -431,8 +475,10 @@ def half_load_row(
     scraped = daemon.metrics()
     assert daemon.proc is not None
     cpu_before = CpuSample.of(daemon.proc.pid)
+    queue_before = RunQueue.of(daemon.proc.pid)
     half = half_load(daemon, rate, seconds, partitions, topic)
     cpu_after = CpuSample.of(daemon.proc.pid)
+    run_queue = RunQueue.of(daemon.proc.pid).since(queue_before)
     latencies = half.latencies
     p99 = quantile(latencies, 0.99) * 1000
     metrics = daemon.metrics()
@@ -448,6 +494,11 @@ def half_load_row(
     user_s = cpu_after.user_s - cpu_before.user_s
     system_s = cpu_after.system_s - cpu_before.system_s
     produces = series_delta(metrics, scraped, "kfs_requests_total", 'api="PRODUCE"')
+    producer_queue = (
+        f", {half.producer_sched.note(PRODUCER_THREADS, half.seconds)}"
+        if half.producer_sched is not None
+        else ""
+    )
     cells = (
         "-",
         f"{user_s * 1000 / half_mb:.2f}",
@@ -464,7 +515,8 @@ def half_load_row(
         f"write p99 <= {write_p99 * 1000:g} ms, fdatasync p99 <= {fsync_p99 * 1000:g} ms, "
         f"event loop lag p99 <= {lag_p99 * 1000:g} ms; "
         f"{produces / half.seconds:,.0f} Produce requests/s, "
-        f"{(user_s + system_s) * 1000 / max(produces, 1):.2f} ms of daemon CPU each",
+        f"{(user_s + system_s) * 1000 / max(produces, 1):.2f} ms of daemon CPU each; "
+        f"{run_queue.note(DAEMON_THREADS, half.seconds)}{producer_queue}",
     )
     return cells, metrics
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -34,6 +35,10 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert float(half["user ms/MB"]) + float(half["sys ms/MB"]) > 0
     assert "Produce requests/s" in half["note"] and "ms of daemon CPU each" in half["note"]
     assert "the request round trip's p99" in half["note"] or "no request round-trip" in half["note"]
+    # Where the CPU contention shows: each side's threads, run and run-queue wait.
+    ran = re.search(r"the daemon's threads ran ([\d.]+) cores and waited", half["note"])
+    assert ran is not None and float(ran.group(1)) > 0
+    assert "the producer's ran" in half["note"]
     assert names[5] == "kfs WAL writer at half load"
     assert rows[5][-1].startswith("busy ") and "writes/s" in rows[5][-1]
     assert names[6] == "kfs ack latency at half load, 150 segments a partition"
