@@ -82,6 +82,7 @@ from kfs_core.errors import (
     RemoveConflict,
 )
 from kfs_core.storage.base import ObjectStore
+from kfs_core.threads import name_os_thread
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,9 @@ def _io_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="kfs-catalog-io")
+            _pool = ThreadPoolExecutor(
+                max_workers=IO_THREADS, thread_name_prefix="kfs-catalog", initializer=name_os_thread
+            )
         return _pool
 
 

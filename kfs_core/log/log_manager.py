@@ -127,6 +127,7 @@ from kfs_core.records.batch import (
 )
 from kfs_core.records.header import BatchHeader, read_batch_header
 from kfs_core.storage.base import ObjectStore
+from kfs_core.threads import name_os_thread
 
 __all__ = ["AppendResult", "LogManager", "StartReport"]
 
@@ -215,7 +216,9 @@ class LogManager:
         self._background: set[asyncio.Task[Any]] = set()
         self._lifecycle: Literal["new", "starting", "running", "closing", "closed"] = "new"
         self._producer_snapshots = SnapshotStore(Path(wal.directory) / "producer-state")
-        self._executor = ThreadPoolExecutor(settings.io_threads, thread_name_prefix="kfs-log-io")
+        self._executor = ThreadPoolExecutor(
+            settings.io_threads, thread_name_prefix="kfs-log-io", initializer=name_os_thread
+        )
         self._fetcher = SegmentFetcher(
             store,
             namespace,

@@ -135,6 +135,7 @@ from kfs_core.storage.direct_io import (
     open_direct,
     read_tail,
 )
+from kfs_core.threads import name_os_thread
 
 if TYPE_CHECKING:
     from kfs_core.config import Settings
@@ -643,6 +644,7 @@ class WalWriter:
     # --- the writer thread ------------------------------------------------------
 
     def _run(self) -> None:
+        name_os_thread()
         batch: list[_Pending] = []
         try:
             while True:
