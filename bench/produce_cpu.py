@@ -49,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,6 +155,12 @@ class CpuSample:
 
 
 DAEMON_THREADS = "the daemon's threads"
+# The names the daemon's threads give the OS (kfs_core/threads.py), without "_<n>".
+_THREAD_ROLES = {
+    "kfs-wal-writer": "WAL writer",
+    "kfs-log-io": "I/O pool",
+    "kfs-catalog": "catalog pool",
+}
 PRODUCER_THREADS = "the producer's"
 
 
@@ -167,13 +174,33 @@ class RunQueue:
     @classmethod
     def of(cls, pid: int) -> RunQueue:
         """From /proc/<pid>/task/*/schedstat (the threads alive now; since each began)."""
-        ran = waited = 0
+        return cls.sum(cls.by_role(pid).values())
+
+    @classmethod
+    def by_role(cls, pid: int) -> dict[str, RunQueue]:
+        """The daemon's threads grouped by what they do, from the names they give the OS."""
+        roles: dict[str, RunQueue] = {}
         for task in Path(f"/proc/{pid}/task").iterdir():
             with contextlib.suppress(FileNotFoundError):  # a thread that just ended
                 fields = (task / "schedstat").read_text().split()
-                ran += int(fields[0])
-                waited += int(fields[1])
-        return cls(ran / 1e9, waited / 1e9)
+                name = (task / "comm").read_text().strip()
+                role = (
+                    "event loop"
+                    if task.name == str(pid)
+                    else _THREAD_ROLES.get(name.rsplit("_", 1)[0], "other threads")
+                )
+                roles[role] = cls.sum(
+                    [roles.get(role, cls(0, 0)), cls(int(fields[0]) / 1e9, int(fields[1]) / 1e9)]
+                )
+        return roles
+
+    @classmethod
+    def sum(cls, queues: Iterable[RunQueue]) -> RunQueue:
+        ran = waited = 0.0
+        for q in queues:
+            ran += q.ran_s
+            waited += q.waited_s
+        return cls(ran, waited)
 
     def since(self, earlier: RunQueue) -> RunQueue:
         return RunQueue(self.ran_s - earlier.ran_s, self.waited_s - earlier.waited_s)
@@ -475,10 +502,19 @@ def half_load_row(
     scraped = daemon.metrics()
     assert daemon.proc is not None
     cpu_before = CpuSample.of(daemon.proc.pid)
-    queue_before = RunQueue.of(daemon.proc.pid)
+    roles_before = RunQueue.by_role(daemon.proc.pid)
     half = half_load(daemon, rate, seconds, partitions, topic)
     cpu_after = CpuSample.of(daemon.proc.pid)
-    run_queue = RunQueue.of(daemon.proc.pid).since(queue_before)
+    roles = {
+        role: queue.since(roles_before.get(role, RunQueue(0, 0)))
+        for role, queue in RunQueue.by_role(daemon.proc.pid).items()
+    }
+    run_queue = RunQueue.sum(roles.values())
+    by_role = ", ".join(
+        f"{role} {q.ran_s / half.seconds:.2f}/{q.waited_s / half.seconds:.2f}"
+        for role, q in sorted(roles.items(), key=lambda item: -item[1].ran_s)
+        if q.ran_s / half.seconds >= 0.005
+    )
     latencies = half.latencies
     p99 = quantile(latencies, 0.99) * 1000
     metrics = daemon.metrics()
@@ -516,7 +552,8 @@ def half_load_row(
         f"event loop lag p99 <= {lag_p99 * 1000:g} ms; "
         f"{produces / half.seconds:,.0f} Produce requests/s, "
         f"{(user_s + system_s) * 1000 / max(produces, 1):.2f} ms of daemon CPU each; "
-        f"{run_queue.note(DAEMON_THREADS, half.seconds)}{producer_queue}",
+        f"{run_queue.note(DAEMON_THREADS, half.seconds)} (ran/waited by thread: {by_role})"
+        f"{producer_queue}",
     )
     return cells, metrics
 

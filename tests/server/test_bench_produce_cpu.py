@@ -39,6 +39,7 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     ran = re.search(r"the daemon's threads ran ([\d.]+) cores and waited", half["note"])
     assert ran is not None and float(ran.group(1)) > 0
     assert "the producer's ran" in half["note"]
+    assert "event loop " in half["note"] and "WAL writer " in half["note"]  # by OS thread name
     assert names[5] == "kfs WAL writer at half load"
     assert rows[5][-1].startswith("busy ") and "writes/s" in rows[5][-1]
     assert names[6] == "kfs ack latency at half load, 150 segments a partition"
