@@ -513,7 +513,7 @@ def half_load_row(
     by_role = ", ".join(
         f"{role} {q.ran_s / half.seconds:.2f}/{q.waited_s / half.seconds:.2f}"
         for role, q in sorted(roles.items(), key=lambda item: -item[1].ran_s)
-        if q.ran_s / half.seconds >= 0.005
+        if (q.ran_s + q.waited_s) / half.seconds >= 0.005
     )
     latencies = half.latencies
     p99 = quantile(latencies, 0.99) * 1000
