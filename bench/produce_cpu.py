@@ -49,7 +49,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,13 +171,11 @@ class RunQueue:
     waited_s: float
 
     @classmethod
-    def of(cls, pid: int) -> RunQueue:
-        """From /proc/<pid>/task/*/schedstat (the threads alive now; since each began)."""
-        return cls.sum(cls.by_role(pid).values())
-
-    @classmethod
     def by_role(cls, pid: int) -> dict[str, RunQueue]:
-        """The daemon's threads grouped by what they do, from the names they give the OS."""
+        """The daemon's threads grouped by what they do, from the names they give the OS.
+
+        From /proc/<pid>/task/*/schedstat: the threads alive now, since each began.
+        """
         roles: dict[str, RunQueue] = {}
         for task in Path(f"/proc/{pid}/task").iterdir():
             with contextlib.suppress(FileNotFoundError):  # a thread that just ended
@@ -189,18 +186,12 @@ class RunQueue:
                     if task.name == str(pid)
                     else _THREAD_ROLES.get(name.rsplit("_", 1)[0], "other threads")
                 )
-                roles[role] = cls.sum(
-                    [roles.get(role, cls(0, 0)), cls(int(fields[0]) / 1e9, int(fields[1]) / 1e9)]
-                )
+                thread = cls(int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+                roles[role] = roles.get(role, cls(0, 0)) + thread
         return roles
 
-    @classmethod
-    def sum(cls, queues: Iterable[RunQueue]) -> RunQueue:
-        ran = waited = 0.0
-        for q in queues:
-            ran += q.ran_s
-            waited += q.waited_s
-        return cls(ran, waited)
+    def __add__(self, other: RunQueue) -> RunQueue:
+        return RunQueue(self.ran_s + other.ran_s, self.waited_s + other.waited_s)
 
     def since(self, earlier: RunQueue) -> RunQueue:
         return RunQueue(self.ran_s - earlier.ran_s, self.waited_s - earlier.waited_s)
@@ -509,7 +500,7 @@ def half_load_row(
         role: queue.since(roles_before.get(role, RunQueue(0, 0)))
         for role, queue in RunQueue.by_role(daemon.proc.pid).items()
     }
-    run_queue = RunQueue.sum(roles.values())
+    run_queue = sum(roles.values(), RunQueue(0, 0))
     by_role = ", ".join(
         f"{role} {q.ran_s / half.seconds:.2f}/{q.waited_s / half.seconds:.2f}"
         for role, q in sorted(roles.items(), key=lambda item: -item[1].ran_s)
