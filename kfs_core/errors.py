@@ -154,6 +154,15 @@ class SegmentOverlap(InvalidCatalogAction):
     """An added segment's offsets overlap a live segment or lie below the log start offset."""
 
 
+class SegmentConflict(InvalidCatalogAction):
+    """A flush's segments collide with another writer's under the same keys or offsets.
+
+    Retrying cannot help while the other entries stand: a second daemon is
+    writing the partition.  The flush keeps its batches (in memory and in the
+    WAL) and goes on retrying; callers waiting for it get this error instead.
+    """
+
+
 class LogStartOffsetRegression(InvalidCatalogAction):
     """The log start offset may only move forwards, and never past the high watermark."""
 

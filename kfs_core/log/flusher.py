@@ -25,7 +25,11 @@ One cycle of one partition (`_flush_partition`):
 
 Failed uploads and commits are retried with backoff for as long as it takes;
 nothing leaves memory before its commit landed.  A commit whose outcome was
-unknown and did land is recognised on the retry (`_commit_segments`).
+unknown and did land is recognised on the retry (`_commit_segments`).  A
+commit that collides with another writer's segments (a second daemon writing
+the partition) is retried too, but `flush_until` stops waiting for it and
+raises `SegmentConflict`: a shutdown leaves those batches in the WAL rather
+than waiting for a commit that cannot land.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from kfs_core.config import Settings
 from kfs_core.errors import (
     InvalidCatalogAction,
     LogError,
+    SegmentConflict,
     SegmentOverlap,
     WalError,
     WalWriteFailed,
@@ -134,14 +139,35 @@ class Flusher:
             self._schedule()
 
     async def flush_all(self, partitions: Iterable[Partition]) -> None:
-        """Commit everything acknowledged so far in ``partitions``, and wait."""
-        await asyncio.gather(*(self.flush_until(p, p.high_watermark) for p in partitions))
+        """Commit everything acknowledged so far in ``partitions``, and wait.
+
+        Every partition is waited for; then the first failure, if any, is raised.
+        """
+        outcomes = await asyncio.gather(
+            *(self.flush_until(p, p.high_watermark) for p in partitions), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def flush_until(self, p: Partition, target: int) -> None:
-        """Flush ``p`` until every offset below ``target`` is committed."""
+        """Flush ``p`` until every offset below ``target`` is committed.
+
+        `SegmentConflict` when the partition's commit collides with another
+        writer's: the flush goes on retrying, but waiting for it is pointless.
+        """
         while (first := p.buffer.first_offset) is not None and first < target:
+            if p.flush_conflict is not None:
+                raise p.flush_conflict
             task = p.flush_task if p.flush_task is not None else self._start(p)
-            await asyncio.wait([task])  # waiting, not owning: cancelling us leaves it running
+            conflicted = asyncio.ensure_future(p.flush_conflicted.wait())
+            try:
+                # Waiting, not owning: cancelling us leaves the flush running.
+                await asyncio.wait([task, conflicted], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                conflicted.cancel()
+            if not task.done():
+                continue  # in conflict: raised at the top of the loop
             if task.cancelled():
                 if p.deleted:
                     return  # dropped with its topic
@@ -216,7 +242,7 @@ class Flusher:
             entries = [s.entry for s in sealed]
             state = await self._retry(
                 f"{p.name}: committing {len(entries)} segment(s)",
-                lambda: run_in(self._executor, _commit_segments, p.catalog, entries),
+                functools.partial(self._commit, p, entries),
             )
             self._metrics.catalog_commits += 1
             last_offset = entries[-1].last_offset
@@ -239,6 +265,19 @@ class Flusher:
                 self._failure.fail(exc)
             # The commit stands; the next start replays a little more and skips it.
             log.warning("%s: WAL checkpoint at %d failed: %s", p.name, last_offset, exc)
+
+    async def _commit(self, p: Partition, entries: list[SegmentEntry]) -> PartitionState:
+        """One attempt at the cycle's catalog commit; a conflict stops `flush_until` waiting."""
+        try:
+            state = await run_in(self._executor, _commit_segments, p.catalog, entries)
+        except SegmentConflict as exc:
+            p.flush_conflict = exc
+            p.flush_conflicted.set()
+            raise
+        if p.flush_conflict is not None:
+            p.flush_conflict = None
+            p.flush_conflicted.clear()
+        return state
 
     def _count(self, sealed: Sequence[Sealed], seconds: float) -> None:
         size = sum(s.entry.size_bytes for s in sealed)
@@ -386,16 +425,20 @@ def _commit_segments(catalog: PartitionCatalog, entries: list[SegmentEntry]) -> 
 
     An earlier attempt that landed left these very entries: live, or (compacted
     meanwhile) as tombstones of the same objects.  A different entry under one
-    of our keys is a conflict, not our commit: taking it as ours would drop
-    from memory the offsets it does not cover.
+    of our keys, or over our offsets, is another writer's: `SegmentConflict`.
+    Taking it as ours would drop from memory the offsets it does not cover.
     """
     try:
         catalog.add_segments(entries)
-    except (SegmentOverlap, InvalidCatalogAction):
+    except (SegmentOverlap, InvalidCatalogAction) as exc:
         state = catalog.refresh()
         if all(_landed(state, entry) for entry in entries):
             return state
-        raise
+        raise SegmentConflict(
+            f"{exc}; another writer's segments stand there (is a second daemon writing "
+            "this partition?), so these batches stay in memory and in the WAL",
+            **exc.fields,
+        ) from exc
     return catalog.state
 
 

@@ -5,8 +5,8 @@ table.  Each part of the log owns some of its fields:
 
 - the append path (`kfs_core.log.log_manager`): ``next_offset``,
   ``high_watermark``, ``pending``, ``producers``, and appends to ``buffer``;
-- the flusher (`kfs_core.log.flusher`): ``flush_task``, and drops committed
-  batches from ``buffer``;
+- the flusher (`kfs_core.log.flusher`): ``flush_task``, ``flush_conflict``,
+  and drops committed batches from ``buffer``;
 - the catalog refresher (`kfs_core.log.catalog_refresh`): ``state`` and
   ``refreshed_at`` -- the catalog state reads go by;
 - the reader (`kfs_core.log.reader`): ``next_sequential_read``, ``last_read_at``
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from kfs_core.catalog.actions import SegmentEntry
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import PartitionState
-from kfs_core.errors import UnknownTopicOrPartition
+from kfs_core.errors import SegmentConflict, UnknownTopicOrPartition
 from kfs_core.log.buffer import PartitionBuffer
 from kfs_core.log.producer_state import ProducerStateTable
 
@@ -57,6 +57,9 @@ class Partition:
         self.buffer = PartitionBuffer()
         self.pending: deque[PendingAppend] = deque()
         self.flush_task: asyncio.Task[None] | None = None
+        # Set while the flush's commit collides with another writer's segments.
+        self.flush_conflict: SegmentConflict | None = None
+        self.flush_conflicted = asyncio.Event()
         self.next_sequential_read = -1  # where a consumer continuing its last fetch starts
         self.last_read_at = 0.0  # a Fetch or ListOffsets: keeps the catalog state fresh
         self.last_fetch_at = 0.0  # a Fetch: flushed segments go into L1 for the next one

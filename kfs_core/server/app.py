@@ -57,7 +57,7 @@ from kfs_core import __version__
 from kfs_core.catalog.config import DEFAULT_CONFIGS
 from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.config import Settings
-from kfs_core.errors import CorruptWal, KfsError
+from kfs_core.errors import CorruptWal, KfsError, SegmentConflict
 from kfs_core.groups.coordinator import GroupSettings
 from kfs_core.log.log_manager import LogManager
 from kfs_core.log.wal_writer import WalWriter
@@ -576,6 +576,9 @@ class KfsServer:
             started = time.monotonic()
             try:
                 await self._log.close(flush=self._stopping, timeout_s=CLOSE_FLUSH_TIMEOUT_S)
+            except SegmentConflict as exc:
+                log.error("flushing the log on shutdown stopped: %s", exc)
+                self._exit_code = EXIT_FAILED
             except Exception:
                 log.exception("flushing the log on shutdown failed; the WAL keeps the rest")
                 self._exit_code = EXIT_FAILED

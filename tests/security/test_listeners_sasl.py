@@ -59,8 +59,14 @@ def _confluent(port: int, protocol: str, pki: Pki, **extra: str) -> dict[str, An
     return conf | extra
 
 
-def _round_trip(conf: dict[str, Any], topic: str, count: int = 20) -> list[bytes]:
-    """Produce ``count`` values with confluent-kafka over ``conf``, consume them back."""
+def _round_trip(
+    conf: dict[str, Any], topic: str, count: int = 20, *, group: bool = True
+) -> list[bytes]:
+    """Produce ``count`` values with confluent-kafka over ``conf``, consume them back.
+
+    ``group=False`` assigns the partitions and commits nothing, so the daemon
+    writes nothing to ``__consumer_offsets``.
+    """
     producer = confluent_kafka.Producer({**conf, "acks": "all", "message.timeout.ms": 20_000})
     errors: list[Any] = []
     values = [b"%s-%d" % (topic.encode(), i) for i in range(count)]
@@ -68,11 +74,21 @@ def _round_trip(conf: dict[str, Any], topic: str, count: int = 20) -> list[bytes
         producer.produce(topic, value, on_delivery=lambda err, msg: err and errors.append(err))
     assert producer.flush(30) == 0 and not errors, errors
     consumer = confluent_kafka.Consumer(
-        {**conf, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"}
+        {
+            **conf,
+            "group.id": f"g-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": group,
+        }  # fmt: skip
     )
     got: list[bytes] = []
     try:
-        consumer.subscribe([topic])
+        if group:
+            consumer.subscribe([topic])
+        else:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                             for p in partitions])  # fmt: skip
         deadline = time.monotonic() + 60
         while len(got) < count and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
@@ -198,16 +214,17 @@ def test_users_are_shared_by_daemons_survive_restart_and_change_without_one(
     first = _start(daemons, pki, "first", SASL_PLAINTEXT=first_port)
     second = _start(daemons, pki, "second", store_url=first.store_url, SASL_PLAINTEXT=second_port)
     add_user(first, "bob", PASSWORD, "SCRAM-SHA-512")
-    for port in (first_port, second_port):
+    # One writer per partition: only the first daemon writes __consumer_offsets.
+    for port, group in ((first_port, True), (second_port, False)):
         conf = _confluent(port, "SASL_PLAINTEXT", pki, **_sasl("SCRAM-SHA-512", "bob"))
-        assert len(_round_trip(conf, f"shared-{port}", 5)) == 5
+        assert len(_round_trip(conf, f"shared-{port}", 5, group=group)) == 5
     # Only SCRAM-SHA-512 was stored: SCRAM-SHA-256 has no credential to check.
     assert "Authentication failed" in _auth_fails(
         _confluent(first_port, "SASL_PLAINTEXT", pki, **_sasl("SCRAM-SHA-256", "bob")))  # fmt: skip
     second.stop()
     second.start()
     conf = _confluent(second_port, "SASL_PLAINTEXT", pki, **_sasl("SCRAM-SHA-512", "bob"))
-    assert len(_round_trip(conf, "after-restart", 5)) == 5
+    assert len(_round_trip(conf, "after-restart", 5, group=False)) == 5
 
     import subprocess
     import sys
@@ -227,7 +244,7 @@ def test_users_are_shared_by_daemons_survive_restart_and_change_without_one(
     wait_for(old_refused, timeout=30, what="the old password refused")
     new = _confluent(second_port, "SASL_PLAINTEXT", pki,
                      **_sasl("SCRAM-SHA-512", "bob", "new password"))  # fmt: skip
-    assert len(_round_trip(new, "new-password", 5)) == 5
+    assert len(_round_trip(new, "new-password", 5, group=False)) == 5
 
 
 def test_sighup_reloads_the_certificate_and_keeps_open_connections(

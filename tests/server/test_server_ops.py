@@ -353,6 +353,22 @@ def test_sigterm_answers_a_long_poll_and_exits_0(daemons: DaemonFactory) -> None
     assert daemon.proc.wait(30) == 0
 
 
+def test_sigterm_does_not_wait_for_a_flush_that_another_daemon_took_the_keys_of(
+    daemons: DaemonFactory,
+) -> None:
+    """Two daemons writing one partition: the one whose commit collides stops at once."""
+    quiet = ["--flush-interval-ms", "3600000"]  # nothing flushes before the stops
+    first = daemons.start(name="first", extra_args=quiet)
+    second = daemons.start(name="second", store_url=first.store_url, extra_args=quiet)
+    assert create_raw(first, creatable("both", partitions=1)).topics[0].error_code == 0
+    for daemon in (second, first):  # each assigns offsets from 0 in its own memory
+        produce_confluent(daemon.bootstrap, "both", [b"x"] * 10, partitions=1)
+    assert first.stop() == 0  # commits its segment-0
+    assert second.stop() == 1  # its segment-0 would be another object under that key
+    assert "flushing the log on shutdown stopped" in second.log()
+    assert "second daemon" in second.log()
+
+
 # --- probes, metrics ------------------------------------------------------------------------
 
 
