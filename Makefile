@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RATE_PRODUCER := .build/rate-producer
 export KFS_HOME ?= $(CURDIR)/.kfs
 # Catalog commits before the load is timed: a busy day is 170,000 (about 35 min with S3 on moto).
 BENCH_COMMITS ?= 170000
@@ -35,10 +36,15 @@ kcat: ## Install Debian's kcat for the kcat consumer-group test (when missing)
 kafkajs: ## Install node/npm (Debian's, when missing) and the pinned KafkaJS for its group test
 	@bash .ci/install-kafkajs
 
-test: install browser kcat kafkajs ## Run the whole test suite
+$(RATE_PRODUCER): bench/rate_producer.c .ci/build-rate-producer
+	@bash .ci/build-rate-producer $< $@
+
+rate-producer: $(RATE_PRODUCER) ## Build bench.produce_cpu's rate-limited C producer (Debian's gcc and librdkafka-dev, when missing)
+
+test: install browser kcat kafkajs rate-producer ## Run the whole test suite
 	$(BIN)/pytest
 
-bench: install kcat ## Run the benchmarks and print their tables
+bench: install kcat rate-producer ## Run the benchmarks and print their tables
 	$(BIN)/python bench/formats.py --commits $(BENCH_COMMITS)
 	$(BIN)/python -m bench.wal
 	$(BIN)/python -m bench.produce_fetch
@@ -69,6 +75,6 @@ lock: ## Re-resolve constraints.txt from pyproject.toml in a scratch venv
 	/tmp/kfs-lock/bin/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
 
 clean: ## Remove the venv, caches and the local store
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .kfs
+	rm -rf $(VENV) .build .pytest_cache .mypy_cache .ruff_cache .hypothesis .kfs
 
-.PHONY: help install browser kcat kafkajs run test bench soak lint format datadocs-assets lock clean
+.PHONY: help install browser kcat kafkajs rate-producer run test bench soak lint format datadocs-assets lock clean

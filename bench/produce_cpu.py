@@ -17,10 +17,11 @@ what is measured:
   system CPU per MB (``/proc/<pid>/stat`` before and after), its minor page
   faults per MB, the producers' CPU per MB, and the ratio of MB/s to the
   1 MiB disk baseline.  Target: daemon CPU <= 1.5 ms per MB;
-- half load: one confluent-kafka producer in a subprocess of its own,
-  rate-limited to half the saturation rate, acks=all; the ack latency p50/p99
-  as librdkafka times it (``Message.latency()``, which includes ``linger.ms``
-  and the client's queue), the request round trip's p99 per second as
+- half load: one librdkafka producer in C (``bench/rate_producer.c``, built by
+  ``make rate-producer``) in a process of its own, rate-limited to half the
+  saturation rate, acks=all; the ack latency p50/p99 of every message as
+  librdkafka times it (``rd_kafka_message_latency``, which includes
+  ``linger.ms`` and the client's queue), the request round trip's p99 per second as
   librdkafka's statistics give it (request sent to response read), and the daemon's CPU per MB
   and per Produce request meanwhile (the producer sends smaller requests than
   at saturation, so the cost per request shows).  Target: p99 <= 10 ms, beside
@@ -46,11 +47,11 @@ import os
 import resource
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 
@@ -78,66 +79,11 @@ LONG_SEGMENTS = 10_000  # a partition's segments in the last half-load row: 40 G
 PRODUCER_TIMEOUT_S = 600.0
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-# One producer at a fixed rate in its own process: prints its latencies as JSON.
-# A delivery callback costs the producer's one Python thread more than the
-# produce() call, so only every SAMPLE-th message has one: the producer then
-# takes a fraction of a core, not a whole one, and stays out of the daemon's
-# way on a 2-core machine.  Every message is still checked: the high
-# watermarks must grow by exactly what was sent.
-_RATE_PRODUCER = r"""
-import glob, json, sys, time
-import confluent_kafka
-
-from kfs_core.catalog import PartitionCatalog
-from kfs_core.storage.local import LocalObjectStore
-bootstrap, topic, partitions, rate, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-SAMPLE = 16
-TICK = 0.001
-value = bytes(range(256)) * 4
-latencies = []
-failed = []
-rtt_p99 = []  # librdkafka's Produce round trip, p99 per statistics window (1 s), microseconds
-def on_stats(stats):
-    brokers = [b for b in json.loads(stats)["brokers"].values() if b.get("rtt", {}).get("cnt")]
-    if brokers:  # the broker the batches went to (the bootstrap one answers Metadata only)
-        rtt_p99.append(max(brokers, key=lambda b: b["rtt"]["cnt"])["rtt"]["p99"])
-def done(err, msg):
-    if err is not None:
-        failed.append(str(err))
-    else:
-        latencies.append(msg.latency())
-p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                              "batch.size": 1000000, "compression.type": "none",
-                              "statistics.interval.ms": 1000, "stats_cb": on_stats})
-interval = len(value) / rate
-start = time.perf_counter()
-sent = 0
-while (now := time.perf_counter()) - start < seconds:
-    due = int((now - start) / interval) + 1
-    if sent >= due:
-        time.sleep(TICK)  # what falls due meanwhile goes out together, as linger.ms would send it
-        continue
-    while sent < due:
-        try:
-            if sent % SAMPLE:
-                p.produce(topic, value, partition=sent % partitions)
-            else:
-                p.produce(topic, value, partition=sent % partitions, on_delivery=done)
-        except BufferError:  # the local queue is full: the broker is behind, wait for it
-            p.poll(TICK)
-            continue
-        sent += 1
-    p.poll(0)
-if p.flush(60) or failed:
-    raise SystemExit(f"delivery failed: {failed[:3]} ({len(p)} still queued)")
-waits = [0, 0]  # this process's threads: ns on a CPU, ns runnable but waiting for one
-for task in glob.glob("/proc/self/task/*/schedstat"):
-    with open(task) as f:
-        ran, waited = map(int, f.read().split()[:2])
-    waits[0] += ran
-    waits[1] += waited
-print(json.dumps({"sent": sent, "latencies": sorted(latencies), "rtt_p99_us": rtt_p99, "sched_ns": waits}))
-"""
+# One librdkafka producer at a fixed rate, in C, in its own process
+# (bench/rate_producer.c, built by `make rate-producer`).  A Python producer
+# calling produce() 170,000 times a second took half a core of a 2-core
+# machine, and the daemon's threads waited for a CPU behind it.
+RATE_PRODUCER = Path(__file__).resolve().parent.parent / ".build" / "rate-producer"
 
 
 @dataclass(frozen=True)
@@ -303,7 +249,7 @@ def high_watermarks(bootstrap: str, partitions: int, topic: str = TOPIC) -> list
 
 @dataclass(frozen=True)
 class HalfLoad:
-    latencies: list[float]  # seconds, sorted: the sampled messages' produce() to ack
+    latencies: list[float]  # seconds, sorted: every message's produce() to ack
     sent: int
     producer_cpu_s: float
     seconds: float
@@ -337,32 +283,47 @@ def half_load(
     before = sum(high_watermarks(daemon.bootstrap, partitions, topic))
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
+    if not os.access(RATE_PRODUCER, os.X_OK):
+        raise SystemExit(f"{RATE_PRODUCER} is missing: `make rate-producer` builds it")
     out = subprocess.run(
         [
-            sys.executable,
-            "-c",
-            _RATE_PRODUCER,
+            RATE_PRODUCER,
             daemon.bootstrap,
             topic,
             str(partitions),
             str(rate_mb_s * 1e6),
             str(seconds),
-        ],  # fmt: skip
+        ],
         capture_output=True,
         timeout=seconds + 120,
         check=True,
     )
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = json.loads(out.stdout)
+    *stats, result = (json.loads(line) for line in out.stdout.splitlines())
     stored = sum(high_watermarks(daemon.bootstrap, partitions, topic)) - before
     if stored != result["sent"]:
         raise RuntimeError(f"the producer sent {result['sent']} messages, the log gained {stored}")
     cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
-    rtts = [us / 1e6 for us in result["rtt_p99_us"]]
+    rtts = [p99 / 1e6 for p99 in _produce_rtt_p99_us(stats)]
     ran_ns, waited_ns = result["sched_ns"]
     sched = RunQueue(ran_ns / 1e9, waited_ns / 1e9)
-    return HalfLoad(result["latencies"], result["sent"], cpu, elapsed, rtts, sched)
+    latencies = sorted(us / 1e6 for us in result["latencies_us"])
+    return HalfLoad(latencies, result["sent"], cpu, elapsed, rtts, sched)
+
+
+def _produce_rtt_p99_us(stats: list[dict[str, Any]]) -> list[int]:
+    """The Produce round trip's p99 in each statistics window, from the broker the batches went to.
+
+    The bootstrap connection answers Metadata only; the one with the most
+    round trips carried the Produce requests.
+    """
+    p99s = []
+    for window in stats:
+        brokers = [b for b in window["brokers"].values() if b.get("rtt", {}).get("cnt")]
+        if brokers:
+            p99s.append(max(brokers, key=lambda b: b["rtt"]["cnt"])["rtt"]["p99"])
+    return p99s
 
 
 def histogram_bound(
