@@ -271,6 +271,11 @@ class HalfLoad:
         )
 
 
+def require_rate_producer() -> None:
+    if not os.access(RATE_PRODUCER, os.X_OK):
+        raise SystemExit(f"{RATE_PRODUCER} is missing: `make rate-producer` builds it")
+
+
 def half_load(
     daemon: Daemon, rate_mb_s: float, seconds: float, partitions: int, topic: str = TOPIC
 ) -> HalfLoad:
@@ -283,8 +288,7 @@ def half_load(
     before = sum(high_watermarks(daemon.bootstrap, partitions, topic))
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    if not os.access(RATE_PRODUCER, os.X_OK):
-        raise SystemExit(f"{RATE_PRODUCER} is missing: `make rate-producer` builds it")
+    require_rate_producer()
     out = subprocess.run(
         [
             RATE_PRODUCER,
@@ -597,6 +601,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("kcat") is None:
         raise SystemExit("bench.produce_cpu needs kcat (make kcat installs Debian's)")
+    require_rate_producer()
     megabytes = 32 if args.quick else args.megabytes
     half_seconds = 2.0 if args.quick else HALF_LOAD_SECONDS
     long_segments = 500 if args.quick else LONG_SEGMENTS
