@@ -158,13 +158,18 @@ CRASHING_MEMBER = textwrap.dedent(
         msg = consumer.poll(0.1)
         if msg is None or msg.error():
             continue
-        print("commit", msg.partition(), msg.offset(), msg.value().decode(), flush=True)
+        # One write per line: with PYTHONUNBUFFERED, print() writes each of its
+        # arguments on its own, and the kill could cut a line between them.
+        sys.stdout.write(f"commit {msg.partition()} {msg.offset()} {msg.value().decode()}\\n")
+        sys.stdout.flush()
         try:
             consumer.commit(message=msg, asynchronous=False)
         except confluent_kafka.KafkaException:
-            print("failed", flush=True)
+            sys.stdout.write("failed\\n")
+            sys.stdout.flush()
             continue
-        print("done", flush=True)
+        sys.stdout.write("done\\n")
+        sys.stdout.flush()
     """
 )
 
@@ -187,6 +192,8 @@ class CrashingMember:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if not line.endswith("\n"):
+                break  # cut short by the kill: the commit it announces was never sent
             words = line.split()
             if words[0] == "commit":
                 self.uncertain = (int(words[1]), int(words[2]), words[3].encode())
