@@ -53,7 +53,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -267,10 +267,10 @@ class HalfLoad:
     seconds: float
     # librdkafka's Produce request round trip (request sent to response read,
     # so without linger.ms and the client's queue), p99 of each 1 s window
-    rtt_p99_s: list[float] = field(default_factory=list)
+    rtt_p99_s: list[float]
     # The producer's threads over its life: seconds on a CPU, and runnable but
     # waiting for one (/proc/<pid>/task/*/schedstat)
-    producer_sched: RunQueue | None = None
+    producer_sched: RunQueue
 
     def rtt_note(self) -> str:
         if not self.rtt_p99_s:
@@ -517,11 +517,6 @@ def half_load_row(
     user_s = cpu_after.user_s - cpu_before.user_s
     system_s = cpu_after.system_s - cpu_before.system_s
     produces = series_delta(metrics, scraped, "kfs_requests_total", 'api="PRODUCE"')
-    producer_queue = (
-        f", {half.producer_sched.note(PRODUCER_THREADS, half.seconds)}"
-        if half.producer_sched is not None
-        else ""
-    )
     cells = (
         "-",
         f"{user_s * 1000 / half_mb:.2f}",
@@ -539,8 +534,8 @@ def half_load_row(
         f"event loop lag p99 <= {lag_p99 * 1000:g} ms; "
         f"{produces / half.seconds:,.0f} Produce requests/s, "
         f"{(user_s + system_s) * 1000 / max(produces, 1):.2f} ms of daemon CPU each; "
-        f"{run_queue.note(DAEMON_THREADS, half.seconds)} (ran/waited by thread: {by_role})"
-        f"{producer_queue}",
+        f"{run_queue.note(DAEMON_THREADS, half.seconds)} (ran/waited by thread: {by_role}), "
+        f"{half.producer_sched.note(PRODUCER_THREADS, half.seconds)}",
     )
     return cells, metrics
 
