@@ -16,6 +16,8 @@ One cycle of one partition (`_flush_partition`):
 2. PUT each segment, then its index -- the segments of a cycle side by side
    (``upload_concurrency``, or fewer if the store says more do not help:
    `ObjectStore.put_concurrency`), since nothing is visible before the commit;
+   a store that takes one at a time gets the whole cycle in one
+   `ObjectStore.put_many` (the local store: one directory fsync for all);
 3. ONE catalog commit for all segments of the cycle;
 4. in one loop step: adopt the new catalog state, drop the batches from the
    buffer and release their pool bytes -- so a fetch finds every offset in
@@ -237,8 +239,10 @@ class Flusher:
             # Nothing is visible before the commit, so the segments of a cycle
             # upload side by side (each before its index): one partition that
             # takes hundreds of MB/s must not wait for one PUT after another.
+            # A store that writes one at a time gets them all in one call.
+            groups = [sealed] if self._upload_concurrency == 1 else [[s] for s in sealed]
             slots = asyncio.Semaphore(self._upload_concurrency)
-            await asyncio.gather(*(self._upload(p, s, slots) for s in sealed))
+            await asyncio.gather(*(self._upload(p, group, slots) for group in groups))
             entries = [s.entry for s in sealed]
             state = await self._retry(
                 f"{p.name}: committing {len(entries)} segment(s)",
@@ -304,31 +308,33 @@ class Flusher:
             compression_type = "producer"
         return Recompression.for_topic(compression_type, self.settings.compression_codec)
 
-    async def _upload(self, p: Partition, sealed: Sealed, slots: asyncio.Semaphore) -> None:
-        """PUT one sealed segment, then its index, retrying until they land."""
-        segment_key = self._fetcher.object_key(sealed.entry.key)
-        index_key = self._fetcher.object_key(sealed.entry.index_key)
-        async with slots:
+    async def _upload(
+        self, p: Partition, group: Sequence[Sealed], slots: asyncio.Semaphore
+    ) -> None:
+        """PUT segments, each before its index, in one store call; retried until they land."""
+        objects: list[tuple[str, Sequence[bytes | bytearray | memoryview]]] = []
+        for sealed in group:
             segment = sealed.segment
             # The parts as sealed (no joined copy), or the bytes joined for L1.
             parts = (segment.data,) if segment.joined else segment.parts
+            objects.append((self._fetcher.object_key(sealed.entry.key), parts))
+            objects.append((self._fetcher.object_key(sealed.entry.index_key), (segment.index,)))
+        what = objects[0][0] if len(group) == 1 else f"{len(group)} segments from {objects[0][0]}"
+        async with slots:
             await self._retry(
-                f"{p.name}: uploading {segment_key}",
-                functools.partial(self._put, segment_key, parts),
-            )
-            await self._retry(
-                f"{p.name}: uploading {index_key}",
-                functools.partial(self._put, index_key, (sealed.segment.index,)),
+                f"{p.name}: uploading {what}", functools.partial(self._put_many, objects)
             )
 
-    async def _put(self, key: str, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+    async def _put_many(
+        self, objects: Sequence[tuple[str, Sequence[bytes | bytearray | memoryview]]]
+    ) -> None:
         try:
-            await run_in(self._executor, self._store.put_parts, key, parts)
+            await run_in(self._executor, self._store.put_many, objects)
         except Exception:
             self._metrics.store_errors += 1
             raise
-        self._metrics.store_puts += 1
-        self._metrics.store_put_bytes += sum(len(part) for part in parts)
+        self._metrics.store_puts += len(objects)
+        self._metrics.store_put_bytes += sum(len(part) for _, parts in objects for part in parts)
 
     def _cache_wanted(self, p: Partition) -> bool:
         """Whether this flush's segments go into L1: only while the partition has consumers.

@@ -158,6 +158,17 @@ class ObjectStore(abc.ABC):
         """
         return self.put(key, b"".join(parts))
 
+    def put_many(
+        self, objects: Sequence[tuple[str, Sequence[bytes | bytearray | memoryview]]]
+    ) -> list[ObjectInfo]:
+        """`put_parts` of each ``(key, parts)`` in order; all durable when it returns.
+
+        Not atomic as a whole: a failure may leave the earlier objects
+        written.  A backend that can make several objects durable together
+        (the local store: one directory fsync) overrides this.
+        """
+        return [self.put_parts(key, parts) for key, parts in objects]
+
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
         """Write only if ``key`` does not exist; raise `ObjectAlreadyExists` otherwise.

@@ -102,18 +102,33 @@ class LocalObjectStore(ObjectStore):
         return self.put_parts(key, (data,))
 
     def put_parts(self, key: str, parts: Sequence[Buffer]) -> ObjectInfo:
-        path = self._path(key)
-        directory = os.path.dirname(path)
-        temp, written = self._write_temp(key, directory, parts)
-        try:
-            os.replace(temp, path)
-        except OSError as exc:
-            _remove_quietly(temp)
-            if os.path.isdir(path):
-                raise self._prefix_conflict(key, key) from exc
-            raise self._os_error("put", key, exc) from exc
-        self._sync_directory(key, directory)
-        return _info(key, written)
+        return self.put_many(((key, parts),))[0]
+
+    def put_many(self, objects: Sequence[tuple[str, Sequence[Buffer]]]) -> list[ObjectInfo]:
+        """Each object written, fsynced and renamed into place in turn; then each directory fsynced once.
+
+        A flush's segments and their indexes share a directory: one
+        directory fsync makes all their names durable, where one per object
+        cost a device flush each.
+        """
+        infos = []
+        directories: dict[str, str] = {}  # directory -> the first key written there
+        for key, parts in objects:
+            path = self._path(key)
+            directory = os.path.dirname(path)
+            temp, written = self._write_temp(key, directory, parts)
+            try:
+                os.replace(temp, path)
+            except OSError as exc:
+                _remove_quietly(temp)
+                if os.path.isdir(path):
+                    raise self._prefix_conflict(key, key) from exc
+                raise self._os_error("put", key, exc) from exc
+            directories.setdefault(directory, key)
+            infos.append(_info(key, written))
+        for directory, key in directories.items():
+            self._sync_directory(key, directory)
+        return infos
 
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
         path = self._path(key)

@@ -454,6 +454,17 @@ def test_the_metrics_wrapper_passes_on_what_the_store_says_about_parallel_puts(
     assert InstrumentedStore(s3, metrics).put_concurrency is None
 
 
+def test_the_metrics_wrapper_counts_each_object_of_a_put_many(tmp_path: Path) -> None:
+    metrics = ServerMetrics()
+    store = InstrumentedStore(LocalObjectStore(tmp_path), metrics)
+    infos = store.put_many([("t/0/a.kfs", [b"abc", b"de"]), ("t/0/a.index", [b"xyz"])])
+    assert [info.size for info in infos] == [5, 3]
+    sample = metrics.registry.get_sample_value
+    assert sample("kfs_object_store_requests_total", {"op": "put"}) == 2
+    assert sample("kfs_object_store_bytes_total", {"direction": "put"}) == 8
+    assert store.inner.get("t/0/a.kfs") == b"abcde"
+
+
 def test_a_failing_store_shows_on_readyz_and_in_the_metrics() -> None:
     class Down(ObjectStore):
         url = "mem://down"

@@ -73,6 +73,23 @@ class ObjectStoreContract:
         assert store.head("ns/t/0/parts.kfs") == info
         assert store.get("ns/t/0/parts.kfs") == bytes(backing)
 
+    def test_put_many_stores_each_object_in_order(self, store: ObjectStore) -> None:
+        """A flush's segments and indexes in one call: each lands whole, under its key."""
+        big = os.urandom((1 << 20) + 5)
+        objects = [
+            ("ns/t/0/segment-1.kfs", [big[:4096], memoryview(big)[4096:]]),
+            ("ns/t/0/segment-1.index", [b"index one"]),
+            ("ns/t/1/segment-2.kfs", [b"", b"small"]),
+        ]
+        infos = store.put_many(objects)
+        assert [info.key for info in infos] == [key for key, _ in objects]
+        assert [info.size for info in infos] == [len(big), 9, 5]
+        assert [store.head(key) for key, _ in objects] == infos
+        assert store.get("ns/t/0/segment-1.kfs") == big
+        assert store.get("ns/t/0/segment-1.index") == b"index one"
+        assert store.get("ns/t/1/segment-2.kfs") == b"small"
+        assert store.put_many([]) == []
+
     def test_put_info_matches_head(self, store: ObjectStore) -> None:
         before = time.time()
         put = store.put("k", b"abc")

@@ -224,6 +224,36 @@ def test_put_fsyncs_the_file_and_its_directory(
     assert synced == ["dir", "dir", "file", "dir"]
 
 
+def test_put_many_fsyncs_each_directory_once_after_its_files(
+    local_store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local_store.put("a/seed", b"x")
+    local_store.put("b/seed", b"x")
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            synced.append(
+                next(
+                    d
+                    for d in ("a", "b")
+                    if os.path.samestat(st, os.stat(os.path.join(local_store.root, d)))
+                )
+            )
+        else:
+            synced.append("file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    local_store.put_many(
+        [("a/segment.kfs", [b"s" * 5000]), ("a/segment.index", [b"i"]), ("b/segment.kfs", [b"t"])]
+    )
+    # every file before any directory; a directory's fsync covers all its renames
+    assert synced == ["file", "file", "file", "a", "b"]
+
+
 def test_etag_changes_when_rewritten_with_same_bytes(local_store: LocalObjectStore) -> None:
     first = local_store.put("k", b"same")
     second = local_store.put("k", b"same")
