@@ -566,12 +566,19 @@ class WalWriter:
         item = self._checkpoint_frame(topic, partition, flushed_offset)
         self._submit(item)
         (position,) = await asyncio.shield(asyncio.wrap_future(item.future))
-        # Unlinking files is quick, but it is disk I/O: keep it off the loop.
-        await asyncio.to_thread(self._after_checkpoint, (topic, partition), flushed_offset)
+        victims = self._advance_checkpoint((topic, partition), flushed_offset)
+        if victims:
+            # Unlinking files is quick, but it is disk I/O: keep it off the loop.
+            # Most checkpoints free no file, and they need no thread at all.
+            await asyncio.to_thread(self._unlink_files, victims)
         return position
 
     def delete_flushed_files(self) -> list[str]:
         """Delete the sealed files whose every RECORD frame is flushed; return their names."""
+        return self._unlink_files(self._take_flushed_files())
+
+    def _take_flushed_files(self) -> list[WalFile]:
+        """Forget the sealed files whose every RECORD frame is flushed, and return them."""
         with self._files_lock:
             active = self._active
             victims = [
@@ -582,6 +589,9 @@ class WalWriter:
             ]
             for victim in victims:
                 del self._files[victim.seq]
+        return victims
+
+    def _unlink_files(self, victims: list[WalFile]) -> list[str]:
         for victim in victims:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(victim.path)
@@ -618,11 +628,15 @@ class WalWriter:
         return _Pending([_Frame([frame], len(frame), (topic, partition), None)])
 
     def _after_checkpoint(self, key: tuple[str, int], flushed_offset: int) -> None:
+        self._unlink_files(self._advance_checkpoint(key, flushed_offset))
+
+    def _advance_checkpoint(self, key: tuple[str, int], flushed_offset: int) -> list[WalFile]:
+        """Record the partition's flushed offset; the files that leaves with nothing to keep."""
         with self._files_lock:
             if flushed_offset > self._flushed.get(key, -1):
                 self._flushed[key] = flushed_offset
         self._count(checkpoints=1)
-        self.delete_flushed_files()
+        return self._take_flushed_files()
 
     def _submit(self, item: _Pending) -> None:
         with self._cond:

@@ -475,10 +475,13 @@ def test_a_cancelled_append_async_is_still_written(
 # --- checkpoints and file deletion ------------------------------------------
 
 
+@pytest.mark.parametrize("from_a_loop", [False, True], ids=["checkpoint", "checkpoint_async"])
 def test_checkpoint_deletes_fully_flushed_files_but_never_the_active_one(
-    open_wal: OpenWal, wal_dir: Path
+    open_wal: OpenWal, wal_dir: Path, from_a_loop: bool
 ) -> None:
     wal = open_wal(file_size=SMALL)
+    if from_a_loop:
+        wal.checkpoint = lambda *args: asyncio.run(wal.checkpoint_async(*args))  # type: ignore[method-assign]
     positions: dict[tuple[int, int], WalPosition] = {}
     for offset in range(40):
         for partition in (0, 1):
