@@ -164,7 +164,7 @@ class ObjectStore(abc.ABC):
         """`put_parts` of each ``(key, parts)`` in order; all durable when it returns.
 
         Not atomic as a whole: a failure may leave the earlier objects
-        written.  A backend that can make several objects durable together
+        written, and not yet durable.  A backend that can make several objects durable together
         (the local store: one directory fsync) overrides this.
         """
         return [self.put_parts(key, parts) for key, parts in objects]

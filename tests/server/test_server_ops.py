@@ -30,7 +30,7 @@ import pytest
 from kfs_core.errors import ObjectNotFound, ObjectStoreError
 from kfs_core.server.metrics import InstrumentedStore, OpsHttpServer, ServerMetrics, StoreHealth
 from kfs_core.server.protocol import ErrorCode
-from kfs_core.storage.base import ObjectStore
+from kfs_core.storage.base import ObjectInfo, ObjectStore
 from kfs_core.storage.local import LocalObjectStore
 from kfs_core.storage.s3 import S3ObjectStore
 from tests.conftest import wait_for
@@ -463,6 +463,31 @@ def test_the_metrics_wrapper_counts_each_object_of_a_put_many(tmp_path: Path) ->
     assert sample("kfs_object_store_requests_total", {"op": "put"}) == 2
     assert sample("kfs_object_store_bytes_total", {"direction": "put"}) == 8
     assert store.inner.get("t/0/a.kfs") == b"abcde"
+    # The local store writes them together: one latency for the call.
+    assert sample("kfs_object_store_request_seconds_count", {"op": "put"}) == 1
+
+
+def test_the_metrics_wrapper_times_each_put_of_a_store_that_puts_one_at_a_time() -> None:
+    class OneAtATime(ObjectStore):  # the base put_many: one put_parts after another, as S3
+        url = "mem://one-at-a-time"
+
+        def __init__(self) -> None:
+            self.objects: dict[str, bytes] = {}
+
+        def put(self, key: str, data: bytes) -> ObjectInfo:
+            self.objects[key] = data
+            return ObjectInfo(key, len(data), etag=key, last_modified=0.0)
+
+        put_if_absent = get = head = list = delete = put  # type: ignore[assignment]
+
+    metrics = ServerMetrics()
+    inner = OneAtATime()
+    InstrumentedStore(inner, metrics).put_many([("a", [b"12"]), ("b", [b"3"])])
+    assert inner.objects == {"a": b"12", "b": b"3"}
+    sample = metrics.registry.get_sample_value
+    assert sample("kfs_object_store_requests_total", {"op": "put"}) == 2
+    assert sample("kfs_object_store_request_seconds_count", {"op": "put"}) == 2
+    assert sample("kfs_object_store_bytes_total", {"direction": "put"}) == 3
 
 
 def test_a_failing_store_shows_on_readyz_and_in_the_metrics() -> None:
