@@ -9,9 +9,10 @@
  * (rd_kafka_message_latency: from produce() to the acknowledgement, linger
  * and the client's queue included).  A thread of its own serves the delivery
  * reports as librdkafka queues them, so a report does not wait for the
- * sending loop's next 1 ms tick (that wait was in every figure, up to 1 ms).  A Python producer doing this needs half
- * a core of a 2-core machine at 170 MB/s; this one needs a few per cent, so
- * the daemon under test has the machine to itself.
+ * sending loop's next 1 ms tick (that wait was in every figure, up to 1 ms).
+ * A Python producer doing this needs half a core of a 2-core machine at
+ * 170 MB/s; this one needs a few per cent, so the daemon under test has the
+ * machine to itself.
  *
  * Prints one JSON object per line on stdout: librdkafka's statistics, once a
  * second, then the result: {"sent": N, "latencies_us": [...], "sched_ns":

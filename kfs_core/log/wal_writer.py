@@ -557,7 +557,7 @@ class WalWriter:
         item = self._checkpoint_frame(topic, partition, flushed_offset)
         self._submit(item)
         (position,) = item.future.result()
-        self._after_checkpoint((topic, partition), flushed_offset)
+        self._unlink_files(self._advance_checkpoint((topic, partition), flushed_offset))
         return position
 
     async def checkpoint_async(
@@ -573,32 +573,13 @@ class WalWriter:
             await asyncio.to_thread(self._unlink_files, victims)
         return position
 
-    def delete_flushed_files(self) -> list[str]:
-        """Delete the sealed files whose every RECORD frame is flushed; return their names."""
-        return self._unlink_files(self._take_flushed_files())
-
-    def _take_flushed_files(self) -> list[WalFile]:
-        """Forget the sealed files whose every RECORD frame is flushed, and return them."""
-        with self._files_lock:
-            active = self._active
-            victims = [
-                f
-                for f in self._files.values()
-                if f is not active
-                and all(self._flushed.get(k, -1) >= last for k, last in f.max_offsets.items())
-            ]
-            for victim in victims:
-                del self._files[victim.seq]
-        return victims
-
-    def _unlink_files(self, victims: list[WalFile]) -> list[str]:
+    def _unlink_files(self, victims: list[WalFile]) -> None:
         for victim in victims:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(victim.path)
             log.debug("deleted flushed WAL file %s", victim.path)
         if victims:
             self._count(files_deleted=len(victims))
-        return [os.path.basename(v.path) for v in sorted(victims, key=_seq)]
 
     @staticmethod
     def _record(append: WalAppend) -> _Frame:
@@ -627,16 +608,26 @@ class WalWriter:
         )
         return _Pending([_Frame([frame], len(frame), (topic, partition), None)])
 
-    def _after_checkpoint(self, key: tuple[str, int], flushed_offset: int) -> None:
-        self._unlink_files(self._advance_checkpoint(key, flushed_offset))
-
     def _advance_checkpoint(self, key: tuple[str, int], flushed_offset: int) -> list[WalFile]:
-        """Record the partition's flushed offset; the files that leaves with nothing to keep."""
+        """Record the partition's flushed offset; forget the files it leaves with nothing to keep.
+
+        Returns them for the caller to unlink: the sealed files whose every
+        RECORD frame is now flushed (never the active one).
+        """
         with self._files_lock:
             if flushed_offset > self._flushed.get(key, -1):
                 self._flushed[key] = flushed_offset
+            active = self._active
+            victims = [
+                f
+                for f in self._files.values()
+                if f is not active
+                and all(self._flushed.get(k, -1) >= last for k, last in f.max_offsets.items())
+            ]
+            for victim in victims:
+                del self._files[victim.seq]
         self._count(checkpoints=1)
-        return self._take_flushed_files()
+        return victims
 
     def _submit(self, item: _Pending) -> None:
         with self._cond:
