@@ -6,7 +6,8 @@ so name order is sequence order.  A ``*.wal.tmp`` file is one being created;
 it never holds an acknowledged frame.  Here too: `WalPosition` (where a frame
 is), `WalFile` (a live file and the highest offset each partition has in it,
 which decides when the file may be deleted), the last offset of a RECORD
-frame's batches, and the two syscalls both sides need.
+frame's batches, the two syscalls both sides need, and the file preparation
+the writer does (`preallocate`, `zero_range`).
 
 Why a module of its own: the writer imports `kfs_core.log.wal_recovery` to
 resume from what it found, so recovery must not import the writer; what both
@@ -15,6 +16,7 @@ need lives below the two of them, here.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import re
@@ -35,6 +37,7 @@ __all__ = [
     "fsync_directory",
     "preallocate",
     "wal_file_name",
+    "zero_range",
 ]
 
 WAL_SUFFIX = ".wal"
@@ -113,3 +116,28 @@ def preallocate(fd: int, size: int) -> None:
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             raise
         os.ftruncate(fd, size)  # a sparse file: still zero-filled, still a fixed size
+
+
+_FALLOC_FL_ZERO_RANGE = 0x10  # linux/falloc.h
+_libc = ctypes.CDLL(None, use_errno=True)
+_fallocate = getattr(_libc, "fallocate", None)
+if _fallocate is not None:
+    _fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    _fallocate.restype = ctypes.c_int
+
+
+def zero_range(fd: int, size: int) -> None:
+    """Make the first ``size`` bytes of ``fd`` read as zeros without freeing their blocks.
+
+    ``fallocate(FALLOC_FL_ZERO_RANGE)``: the filesystem marks the extents
+    unwritten, which writes no data and frees nothing (so a ``discard``
+    mount sends the device no discard).  Raises OSError -- EOPNOTSUPP on a
+    filesystem without it (tmpfs), ENOSYS on a platform without
+    ``fallocate`` -- and the file is then not known to be zeroed.
+    """
+    if _fallocate is None:
+        raise OSError(errno.ENOSYS, "fallocate is not available on this platform")
+    while _fallocate(fd, _FALLOC_FL_ZERO_RANGE, 0, size) != 0:
+        err = ctypes.get_errno()
+        if err != errno.EINTR:
+            raise OSError(err, f"fallocate(FALLOC_FL_ZERO_RANGE): {os.strerror(err)}")

@@ -9,6 +9,15 @@ into place and the directory fsynced: a ``*.wal`` file is always complete and
 zero-filled.  The next file is prepared (created, preallocated, fsynced) on a
 helper thread while the current one fills, and keeps its temporary name
 until the roll, so rolling costs the writer a rename and a directory fsync.
+Files are recycled: a file the checkpoints leave with nothing to keep is
+not deleted while fewer than `RECYCLED_FILES` wait for reuse; it is renamed
+to a temporary name, and the next spare is that file, zeroed in place
+(`wal_files.zero_range`: its blocks stay allocated and read as zeros).  A
+deleted file frees its blocks, and on a filesystem mounted with
+``discard`` the device then spends milliseconds discarding 16 MiB while
+the WAL's next write waits behind it; a new file's blocks must also be
+allocated again.  Where the filesystem cannot zero a range (tmpfs), the
+writer deletes and creates files as before.
 A frame never spans two files; when the next frame does not fit, the WAL
 fsyncs the current file (sealing it) and rolls to a new one.  A frame larger
 than the file size gets a file of its own, sized to fit, instead of being
@@ -125,6 +134,7 @@ from kfs_core.log.wal_files import (
     fsync_directory,
     preallocate,
     wal_file_name,
+    zero_range,
 )
 from kfs_core.log.wal_recovery import RecoveredWal, WalRecovery, recover_wal
 from kfs_core.maintenance_pause import set_emergency_flag
@@ -167,9 +177,15 @@ FailureListener = Callable[[WalWriteFailed], None]
 
 DEFAULT_FILE_SIZE = WAL_FILE_SIZE  # 16 MiB
 MIN_FILE_SIZE = 1024  # small files are for tests; anything smaller is a mistake
+#: Flushed files kept (under a temporary name) to become the next spares.  One
+#: file is retired per file filled, so two cover a roll that finds the last
+#: one not yet retired.
+RECYCLED_FILES = 2
 #: How a roll waits for disk space: the first pause, and the longest.
 OUT_OF_SPACE_RETRY_MIN_S = 0.05
 OUT_OF_SPACE_RETRY_MAX_S = 1.0
+#: What `zero_range` raises where the filesystem or platform cannot zero a range.
+_NO_ZERO_RANGE = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 
 # Looked up at call time so tests can slow down or fail the writer's fsyncs
@@ -215,6 +231,7 @@ class WalMetrics:
     checkpoints: int = 0
     files_created: int = 0
     files_deleted: int = 0
+    files_recycled: int = 0  # flushed files kept for reuse as new ones instead of deleted
     out_of_space: int = 0  # times the disk was full when the next file was due
 
 
@@ -328,6 +345,16 @@ def _create_temp_file(path: str, size: int) -> None:
         os.close(fd)
 
 
+def _zero_temp_file(path: str, size: int) -> None:
+    """Zero a recycled file of ``size`` bytes in place (`zero_range`), fsynced."""
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    try:
+        zero_range(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 # --- the writer ------------------------------------------------------------
 
 
@@ -393,6 +420,11 @@ class WalWriter:
         self._files: dict[int, WalFile] = {}
         self._active: WalFile | None = None
         self._flushed: dict[tuple[str, int], int] = {}
+        # Flushed files waiting to be reused (temporary names), and whether to keep any.
+        # Only the threads that retire files and prepare spares take this lock.
+        self._recycle_lock = threading.Lock()
+        self._recycled: list[str] = []
+        self._recycling = True
 
         # Owned by the writer thread once it runs.
         self._fd = -1
@@ -557,7 +589,7 @@ class WalWriter:
         item = self._checkpoint_frame(topic, partition, flushed_offset)
         self._submit(item)
         (position,) = item.future.result()
-        self._unlink_files(self._advance_checkpoint((topic, partition), flushed_offset))
+        self._retire_files(self._advance_checkpoint((topic, partition), flushed_offset))
         return position
 
     async def checkpoint_async(
@@ -568,18 +600,78 @@ class WalWriter:
         (position,) = await asyncio.shield(asyncio.wrap_future(item.future))
         victims = self._advance_checkpoint((topic, partition), flushed_offset)
         if victims:
-            # Unlinking files is quick, but it is disk I/O: keep it off the loop.
-            # Most checkpoints free no file, and they need no thread at all.
-            await asyncio.to_thread(self._unlink_files, victims)
+            # Renaming or unlinking files is quick, but it is disk I/O: keep it off
+            # the loop.  Most checkpoints free no file, and they need no thread at all.
+            await asyncio.to_thread(self._retire_files, victims)
         return position
 
-    def _unlink_files(self, victims: list[WalFile]) -> None:
+    def _retire_files(self, victims: list[WalFile]) -> None:
+        """Set aside flushed files for reuse (up to `RECYCLED_FILES` waiting), delete the rest."""
+        kept = deleted = 0
         for victim in victims:
             with contextlib.suppress(FileNotFoundError):
+                if self._keep_for_reuse(victim):
+                    kept += 1
+                    continue
                 os.unlink(victim.path)
-            log.debug("deleted flushed WAL file %s", victim.path)
+                deleted += 1
+                log.debug("deleted flushed WAL file %s", victim.path)
+        if kept:
+            # Renamed before it is zeroed: a crash never leaves a zeroed file
+            # under a WAL name, only a *.wal.tmp that recovery removes.
+            fsync_directory(self._directory)
         if victims:
-            self._count(files_deleted=len(victims))
+            self._count(files_deleted=deleted, files_recycled=kept)
+
+    def _keep_for_reuse(self, victim: WalFile) -> bool:
+        if victim.size != self._file_size:
+            return False  # a file sized for one large frame
+        with self._recycle_lock:
+            if not self._recycling or len(self._recycled) >= RECYCLED_FILES:
+                return False
+            temp = victim.path + TEMP_SUFFIX
+            os.rename(victim.path, temp)
+            self._recycled.append(temp)
+        log.debug("kept flushed WAL file %s for reuse", victim.path)
+        return True
+
+    def _spare_file(self, path: str) -> None:
+        """Put a zero-filled, preallocated file at ``path``: a recycled one if one waits.
+
+        A file that fails is deleted and a new one created instead; a
+        filesystem that cannot zero a range in place (tmpfs) stops the
+        recycling, and flushed files are deleted from then on.
+        """
+        with self._recycle_lock:
+            recycled = self._recycled.pop(0) if self._recycled else None
+        if recycled is not None:
+            try:
+                os.rename(recycled, path)
+                _zero_temp_file(path, self._file_size)
+                return
+            except OSError as exc:
+                for stale in (path, recycled):
+                    with contextlib.suppress(OSError):
+                        os.unlink(stale)
+                if exc.errno not in _NO_ZERO_RANGE:
+                    raise
+                self._stop_recycling()
+                log.info(
+                    "WAL %s: this filesystem cannot zero a file in place (%s); "
+                    "flushed WAL files are deleted, not reused",
+                    self._directory,
+                    exc,
+                )
+        _create_temp_file(path, self._file_size)
+
+    def _stop_recycling(self) -> None:
+        """Keep no more flushed files, and delete those waiting (on close, or on tmpfs)."""
+        with self._recycle_lock:
+            self._recycling = False
+            recycled, self._recycled = self._recycled, []
+        for path in recycled:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
     @staticmethod
     def _record(append: WalAppend) -> _Frame:
@@ -919,7 +1011,7 @@ class WalWriter:
         return WalFile(seq, path, size)
 
     def _prepare_spare(self, seq: int) -> None:
-        """Create the next file (``{seq}.wal.tmp``, preallocated, fsynced) on a helper thread.
+        """Prepare the next file (``{seq}.wal.tmp``, `_spare_file`) on a helper thread.
 
         It keeps its temporary name until `_create_file` renames it, so a
         crash leaves at most a ``*.wal.tmp`` that recovery removes, never a
@@ -929,7 +1021,7 @@ class WalWriter:
 
         def prepare() -> None:
             try:
-                _create_temp_file(spare.path, self._file_size)
+                self._spare_file(spare.path)
             except OSError as exc:  # the writer creates the file itself, and meets the error
                 spare.error = exc
 
@@ -1048,6 +1140,7 @@ class WalWriter:
         if self._thread is not None:
             self._thread.join()
         self._discard_spare()
+        self._stop_recycling()
         with self._cond:
             failure = self._failure if self._state is _State.FAILED else None
             self._state = _State.CLOSED

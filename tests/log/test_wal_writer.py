@@ -508,19 +508,95 @@ def test_checkpoint_deletes_fully_flushed_files_but_never_the_active_one(
         if last_of_1[seq] > 19 or wal_file_name(seq) == active
     ]
     assert wal.wal_files() == expected
-    assert wal.metrics.files_deleted == len(files_before) - len(expected)
+    assert wal.metrics.files_recycled + wal.metrics.files_deleted == len(files_before) - len(
+        expected
+    )
     assert sorted(p.name for p in wal_paths(wal_dir)) == expected
 
     # Everything flushed: only the active file is left, even though all of it is flushed.
     wal.checkpoint("t", 1, 39)
     assert wal.wal_files() == [active] == [p.name for p in wal_paths(wal_dir)]
+    # Two wait to become later files (no roll took one meanwhile); the rest are gone.
+    assert wal.metrics.files_recycled == wal_writer.RECYCLED_FILES
+    assert wal.metrics.files_deleted == len(files_before) - 1 - wal_writer.RECYCLED_FILES
+    assert len(list(wal_dir.glob("*.wal.tmp"))) == wal_writer.RECYCLED_FILES + 1  # and the spare
     assert wal.metrics.checkpoints == 3
 
     wal.append("t", 0, 40, make_batch(0, 40))
     wal.close()
+    assert not list(wal_dir.glob("*.tmp"))  # neither the spare nor the files kept for reuse
     recovery = recovered(wal_dir, file_size=SMALL)
     assert [(r.partition, r.base_offset) for r in recovery] == [(0, 40)]
     assert recovery.flushed_offsets == {("t", 0): 39, ("t", 1): 39}
+
+
+def _fill_until_active(wal: WalWriter, seq: int, partition: int, offset: int) -> int:
+    """Append batches of ``partition`` from ``offset`` until file ``seq`` is active; the next offset."""
+    while wal.active_file != wal_file_name(seq):
+        wal.append("t", partition, offset, make_batch(partition, offset, size=150))
+        offset += 1
+    return offset
+
+
+def test_a_flushed_file_is_zeroed_and_reused_as_a_later_one(
+    open_wal: OpenWal, wal_dir: Path
+) -> None:
+    wal = open_wal(file_size=SMALL)
+    offset = _fill_until_active(wal, 1, 0, 0)  # file 0 sealed; spare 2 created meanwhile
+    inode = (wal_dir / wal_file_name(0)).stat().st_ino
+    wal.checkpoint("t", 0, offset - 1)  # file 0 holds nothing unflushed
+    assert wal.wal_files() == [wal_file_name(1)]
+    assert wal.metrics.files_recycled == 1 and wal.metrics.files_deleted == 0
+    assert (wal_dir / (wal_file_name(0) + ".tmp")).stat().st_ino == inode
+
+    # The roll into file 2 prepares spare 3 from file 0; the roll into 3 takes it.
+    first_in_3 = _fill_until_active(wal, 2, 1, 0)
+    last = _fill_until_active(wal, 3, 1, first_in_3)
+    reused = wal_dir / wal_file_name(3)
+    assert reused.stat().st_ino == inode
+    assert reused.stat().st_size == SMALL
+    assert not (wal_dir / (wal_file_name(0) + ".tmp")).exists()
+    # Partition 0's carried checkpoint and the frame that rolled into it, then
+    # zeros: none of file 0's frames.
+    frames = [f.record() for f in scan_wal(reused.read_bytes()).frames]
+    assert [(r.frame_type, r.partition, r.base_offset) for r in frames] == [
+        (FrameType.CHECKPOINT, 0, offset),
+        (FrameType.RECORD_BATCH, 1, last - 1),
+    ]
+    wal.close()
+    assert not list(wal_dir.glob("*.tmp"))
+    recovery = recovered(wal_dir, file_size=SMALL)
+    assert [(r.partition, r.base_offset) for r in recovery] == [(1, o) for o in range(last)]
+
+
+@pytest.mark.parametrize("error", [errno.EOPNOTSUPP, errno.EIO])
+def test_a_file_that_cannot_be_zeroed_is_deleted_and_a_new_one_made(
+    open_wal: OpenWal, wal_dir: Path, monkeypatch: pytest.MonkeyPatch, error: int
+) -> None:
+    def refuse(fd: int, size: int) -> None:
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(wal_writer, "zero_range", refuse)
+    wal = open_wal(file_size=SMALL)
+    offset = _fill_until_active(wal, 1, 0, 0)
+    wal.checkpoint("t", 0, offset - 1)
+    last = _fill_until_active(wal, 3, 1, 0)
+    assert not (wal_dir / (wal_file_name(0) + ".tmp")).exists()
+    frames = [f.record() for f in scan_wal((wal_dir / wal_file_name(3)).read_bytes()).frames]
+    assert [(r.frame_type, r.partition, r.base_offset) for r in frames] == [
+        (FrameType.CHECKPOINT, 0, offset),
+        (FrameType.RECORD_BATCH, 1, last - 1),
+    ]
+    # A filesystem without the call stops the recycling; another error drops one file.
+    wal.checkpoint("t", 1, last - 1)
+    kept = 0 if error == errno.EOPNOTSUPP else 2
+    assert wal.metrics.files_recycled == 1 + kept
+    assert len(list(wal_dir.glob("*.wal.tmp"))) == kept + 1  # and the spare
+    wal.append("t", 1, last, make_batch(1, last))
+    wal.close()
+    assert [(r.partition, r.base_offset) for r in recovered(wal_dir, file_size=SMALL)] == [
+        (1, last)
+    ]
 
 
 def test_recovery_returns_only_unflushed_batches(open_wal: OpenWal, wal_dir: Path) -> None:
