@@ -14,9 +14,11 @@ One cycle of one partition (`_flush_partition`):
    threads), re-encoding them as the topic's ``compression.type`` or
    ``KFS_COMPRESSION_CODEC`` says;
 2. PUT each segment, then its index -- the segments of a cycle side by side
-   (``upload_concurrency``, or fewer if the store says more do not help:
-   `ObjectStore.put_concurrency`), since nothing is visible before the commit;
-   a store that takes one at a time gets the whole cycle in one
+   (``upload_concurrency``), since nothing is visible before the commit.  A
+   store that says how many PUTs it takes at once
+   (`ObjectStore.put_concurrency`) gets no more than that from all the
+   partitions' flushes together, unless the memory pool is under pressure,
+   and one that takes one at a time gets each cycle in one
    `ObjectStore.put_many` (the local store: one directory fsync for all);
 3. ONE catalog commit for all segments of the cycle;
 4. in one loop step: adopt the new catalog state, drop the batches from the
@@ -107,6 +109,13 @@ class Flusher:
         # The store may know that fewer PUTs side by side serve it better.
         self._upload_concurrency = min(
             settings.upload_concurrency, store.put_concurrency or settings.upload_concurrency
+        )
+        # Then that many at once across every partition's flush, not per flush
+        # (unless memory is short, `_flush_partition`).  A disk takes one write
+        # at a time: four partitions' segments side by side queued 16 MiB ahead
+        # of the WAL's next write (`bench.produce_cpu`).
+        self._store_slots = (
+            asyncio.Semaphore(store.put_concurrency) if store.put_concurrency else None
         )
         self._wal = wal
         self._pool = pool
@@ -241,7 +250,12 @@ class Flusher:
             # takes hundreds of MB/s must not wait for one PUT after another.
             # A store that writes one at a time gets them all in one call.
             groups = [sealed] if self._upload_concurrency == 1 else [[s] for s in sealed]
-            slots = asyncio.Semaphore(self._upload_concurrency)
+            # Under memory pressure the partitions' uploads go side by side
+            # again: draining the pool before the producers stall matters more
+            # then than the WAL's latency.
+            slots = self._store_slots
+            if slots is None or self._pool.under_pressure:
+                slots = asyncio.Semaphore(self._upload_concurrency)
             await asyncio.gather(*(self._upload(p, group, slots) for group in groups))
             entries = [s.entry for s in sealed]
             state = await self._retry(

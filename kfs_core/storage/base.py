@@ -141,9 +141,10 @@ class ObjectStore(abc.ABC):
 
     #: A URL that `open_store` turns back into an equivalent store.
     url: str
-    #: How many PUTs of one flush are worth running side by side; None: as
-    #: many as the daemon's ``upload_concurrency``.  An object store over
-    #: HTTP hides each request's latency behind the others; a local disk does not.
+    #: How many PUTs are worth running side by side, all flushes together;
+    #: None: each flush runs up to the daemon's ``upload_concurrency``.  An
+    #: object store over HTTP hides each request's latency behind the others;
+    #: a local disk does not, and more writes queued ahead of the WAL's only delay it.
     put_concurrency: int | None = None
 
     @abc.abstractmethod

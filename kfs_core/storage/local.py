@@ -71,10 +71,12 @@ _CREATE_ATTEMPTS = 16
 class LocalObjectStore(ObjectStore):
     """An `ObjectStore` on a directory; thread-safe and picklable (it holds only a path)."""
 
-    # One write at a time per flush: a PUT here is a disk write and fsyncs
-    # with no network latency to hide.  Four side by side only made the
-    # writing threads take turns at the GIL: 0.3 ms more of the daemon's CPU
-    # per produced MB (`bench.produce_cpu`), at the same throughput.
+    # One write at a time, all flushes together: a PUT here is a disk write and
+    # fsyncs with no network latency to hide.  Four side by side in one flush
+    # only made the writing threads take turns at the GIL: 0.3 ms more of the
+    # daemon's CPU per produced MB (`bench.produce_cpu`), at the same
+    # throughput; four partitions' flushes side by side queued their segments
+    # ahead of the WAL's writes on a disk that serves one request at a time.
     put_concurrency = 1
 
     def __init__(self, root: str | os.PathLike[str]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -110,6 +110,8 @@ class InstrumentedStore(ObjectStore):
         self.put_gate = threading.Event()
         self.put_gate.set()  # open
         self.held = 0  # puts waiting at the closed gate
+        self.put_many_calls = 0  # running now
+        self.most_put_many_calls = 0  # running at once, at most
 
     def data_gets(self) -> list[Get]:
         """GETs of segment and index objects (not the catalog's)."""
@@ -139,6 +141,18 @@ class InstrumentedStore(ObjectStore):
     def put(self, key: str, data: bytes) -> ObjectInfo:
         self._before_write(key)
         return self.inner.put(key, data)
+
+    def put_many(
+        self, objects: Sequence[tuple[str, Sequence[bytes | bytearray | memoryview]]]
+    ) -> list[ObjectInfo]:
+        with self._lock:
+            self.put_many_calls += 1
+            self.most_put_many_calls = max(self.most_put_many_calls, self.put_many_calls)
+        try:
+            return super().put_many(objects)
+        finally:
+            with self._lock:
+                self.put_many_calls -= 1
 
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
         self._before_write(key)

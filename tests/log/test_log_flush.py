@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from kfs_core.catalog import PartitionCatalog
 from kfs_core.formats.segment import SegmentReader
 from kfs_core.storage.base import ObjectStore
@@ -144,6 +146,44 @@ def test_a_store_that_gains_nothing_from_parallel_puts_gets_one_at_a_time(
         # Each segment and its index before the next segment: one upload at a time.
         expected = [f"{NS}/{key}" for s in state.segments for key in (s.key, s.index_key)]
         assert [key for key in store.puts if key.endswith((".kfs", ".index"))] == expected
+
+    run_harness(store, tmp_path, body)
+
+
+@pytest.mark.parametrize(
+    ("put_concurrency", "pool_bytes", "side_by_side"),
+    [(1, 64 << 20, 1), (None, 64 << 20, 3), (1, 1100, 3)],
+    ids=["one-at-a-time", "no-limit", "one-at-a-time-but-memory-is-short"],
+)
+def test_a_store_that_takes_n_puts_at_once_gets_n_from_all_flushes_together(
+    local_store: ObjectStore,
+    tmp_path: Path,
+    put_concurrency: int | None,
+    pool_bytes: int,
+    side_by_side: int,
+) -> None:
+    store = InstrumentedStore(local_store)
+    store.put_concurrency = put_concurrency
+
+    async def body(h: Harness) -> None:
+        logs = await h.open(upload_concurrency=3, pool_bytes=pool_bytes)
+        await logs.create_topic(TOPIC, partitions=3)
+        store.put_gate.clear()  # nothing leaves memory before the gate opens
+        batches = [make_batch(4, size=60) for _ in range(3)]
+        for partition, batch in enumerate(batches):
+            await logs.append(TOPIC, partition, batch, timeout_s=10)
+        # 1,023 bytes: under pressure in a pool of 1,100 (75 %), not in one of 64 MiB.
+        assert logs.metrics().pool_used_bytes == sum(map(len, batches)) == 1023
+        flush = asyncio.ensure_future(logs.flush())
+        # One partition's upload at the gate, and the others waiting for it
+        # (one at a time); or each partition's at the gate together.
+        await eventually(lambda: store.held == side_by_side)
+        store.put_gate.set()
+        await flush
+        for partition in range(3):
+            state = await logs.catalog_state(TOPIC, partition)
+            assert [(s.base_offset, s.last_offset) for s in state.segments] == [(0, 3)]
+        assert store.most_put_many_calls == side_by_side
 
     run_harness(store, tmp_path, body)
 
