@@ -7,7 +7,7 @@ it never holds an acknowledged frame.  Here too: `WalPosition` (where a frame
 is), `WalFile` (a live file and the highest offset each partition has in it,
 which decides when the file may be deleted), the last offset of a RECORD
 frame's batches, the two syscalls both sides need, and the file preparation
-the writer does (`preallocate`, `zero_range`).
+the writer and recovery do (`preallocate`, `zero_range`, `change_and_fsync`).
 
 Why a module of its own: the writer imports `kfs_core.log.wal_recovery` to
 resume from what it found, so recovery must not import the writer; what both
@@ -33,6 +33,7 @@ __all__ = [
     "WalFile",
     "WalPosition",
     "batch_last_offset",
+    "change_and_fsync",
     "fdatasync",
     "fsync_directory",
     "preallocate",
@@ -107,6 +108,16 @@ def batch_last_offset(batch: Buffer, base_offset: int, object_name: str) -> int:
     if last is None:
         raise ValueError("a WAL record needs at least one record batch")
     return last
+
+
+def change_and_fsync(path: str, change: Callable[[int], None]) -> None:
+    """Open the existing file ``path``, call ``change`` with its descriptor, fsync it, close it."""
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    try:
+        change(fd)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def preallocate(fd: int, size: int) -> None:

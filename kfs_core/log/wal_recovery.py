@@ -33,6 +33,7 @@ needs to resume (the live files and where appends continue).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterator
@@ -48,6 +49,7 @@ from kfs_core.log.wal_files import (
     WalFile,
     WalPosition,
     batch_last_offset,
+    change_and_fsync,
     fdatasync,
     fsync_directory,
     preallocate,
@@ -196,7 +198,8 @@ def recover_wal(
             if reader.ending is WalEnd.TORN:
                 torn = _repair_torn_tail(path, data, reader.end, reader.reason)
         if (cut is not None or last) and wal_file.size < file_size:
-            _extend(path, file_size)  # cut short outside KFS: refill it
+            # Cut short outside KFS: refill it.
+            change_and_fsync(path, functools.partial(preallocate, size=file_size))
             wal_file.size = file_size
         del data
         if cut is not None:
@@ -304,12 +307,3 @@ def _zero_range(fd: int, start: int, stop: int) -> None:
     while start < stop:
         n = os.pwrite(fd, memoryview(_ZERO_CHUNK)[: min(len(_ZERO_CHUNK), stop - start)], start)
         start += n
-
-
-def _extend(path: str, size: int) -> None:
-    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-    try:
-        preallocate(fd, size)
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -100,6 +100,7 @@ import asyncio
 import contextlib
 import enum
 import errno
+import functools
 import logging
 import os
 import threading
@@ -130,6 +131,7 @@ from kfs_core.log.wal_files import (
     WalFile,
     WalPosition,
     batch_last_offset,
+    change_and_fsync,
     fdatasync,
     fsync_directory,
     preallocate,
@@ -341,16 +343,6 @@ def _create_temp_file(path: str, size: int) -> None:
         with contextlib.suppress(OSError):
             os.unlink(path)  # a full disk must not keep what it could not finish
         raise
-    finally:
-        os.close(fd)
-
-
-def _zero_temp_file(path: str, size: int) -> None:
-    """Zero a recycled file of ``size`` bytes in place (`zero_range`), fsynced."""
-    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-    try:
-        zero_range(fd, size)
-        os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -647,7 +639,7 @@ class WalWriter:
         if recycled is not None:
             try:
                 os.rename(recycled, path)
-                _zero_temp_file(path, self._file_size)
+                change_and_fsync(path, functools.partial(zero_range, size=self._file_size))
                 return
             except OSError as exc:
                 for stale in (path, recycled):
