@@ -28,6 +28,7 @@ from kfs_core.records.batch import iter_batch_headers
 
 __all__ = [
     "TEMP_SUFFIX",
+    "UNSUPPORTED",
     "WAL_NAME",
     "WAL_SUFFIX",
     "WalFile",
@@ -40,6 +41,9 @@ __all__ = [
     "wal_file_name",
     "zero_range",
 ]
+
+#: What `preallocate` and `zero_range` meet where the filesystem or platform lacks the call.
+UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 
 WAL_SUFFIX = ".wal"
 TEMP_SUFFIX = ".tmp"  # a file being created: never holds an acknowledged frame
@@ -124,7 +128,7 @@ def preallocate(fd: int, size: int) -> None:
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+        if exc.errno not in UNSUPPORTED:
             raise
         os.ftruncate(fd, size)  # a sparse file: still zero-filled, still a fixed size
 

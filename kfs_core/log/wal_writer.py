@@ -128,6 +128,7 @@ from kfs_core.formats.wal import (
 )
 from kfs_core.log.wal_files import (
     TEMP_SUFFIX,
+    UNSUPPORTED,
     WalFile,
     WalPosition,
     batch_last_offset,
@@ -186,8 +187,6 @@ RECYCLED_FILES = 2
 #: How a roll waits for disk space: the first pause, and the longest.
 OUT_OF_SPACE_RETRY_MIN_S = 0.05
 OUT_OF_SPACE_RETRY_MAX_S = 1.0
-#: What `zero_range` raises where the filesystem or platform cannot zero a range.
-_NO_ZERO_RANGE = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 
 # Looked up at call time so tests can slow down or fail the writer's fsyncs
@@ -645,7 +644,7 @@ class WalWriter:
                 for stale in (path, recycled):
                     with contextlib.suppress(OSError):
                         os.unlink(stale)
-                if exc.errno not in _NO_ZERO_RANGE:
+                if exc.errno not in UNSUPPORTED:
                     raise
                 self._stop_recycling()
                 log.info(
@@ -695,8 +694,9 @@ class WalWriter:
     def _advance_checkpoint(self, key: tuple[str, int], flushed_offset: int) -> list[WalFile]:
         """Record the partition's flushed offset; forget the files it leaves with nothing to keep.
 
-        Returns them for the caller to unlink: the sealed files whose every
-        RECORD frame is now flushed (never the active one).
+        Returns them for the caller to retire (`_retire_files`: keep for
+        reuse or delete): the sealed files whose every RECORD frame is now
+        flushed (never the active one).
         """
         with self._files_lock:
             if flushed_offset > self._flushed.get(key, -1):
