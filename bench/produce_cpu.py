@@ -178,14 +178,22 @@ class SaturationResult:
 
 
 def line_file(directory: Path, megabytes: int) -> Path:
-    """``megabytes`` of 1 KiB lines of printable, poorly compressible bytes."""
+    """``megabytes`` of 1 KiB lines of printable, poorly compressible bytes (made once)."""
+    path = directory / f"lines-{megabytes}.txt"
+    if path.exists():
+        return path
     alphabet = bytes(range(33, 127))
     block = b"".join(
         bytes(alphabet[b % len(alphabet)] for b in os.urandom(LINE_BYTES - 1)) + b"\n"
         for _ in range(MIB // LINE_BYTES)
     )
-    path = directory / f"lines-{megabytes}.txt"
-    path.write_bytes(block * megabytes)
+    with path.open("wb") as out:
+        out.write(block * megabytes)
+        # On disk before any run starts: left dirty, the kernel would write it
+        # back 30 s later (vm.dirty_expire_centisecs), in the middle of a
+        # half-load run, holding the disk for 100-200 ms.
+        out.flush()
+        os.fsync(out.fileno())
     return path
 
 
