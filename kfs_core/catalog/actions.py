@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -92,7 +92,23 @@ class SegmentEntry(_Model):
             raise ValueError(f"segment key {self.key!r} does not end in {layout.SEGMENT_SUFFIX}")
         if not self.index_key.endswith(layout.INDEX_SUFFIX):
             raise ValueError(f"index key {self.index_key!r} does not end in {layout.INDEX_SUFFIX}")
+        # Every field is required, so every entry's "fields set" is the same:
+        # one shared set instead of a set of its own (a frozenset would do,
+        # but pydantic's serializer takes only a set; the entry is frozen and
+        # `model_copy` is its own, so nothing adds to it).  A partition of
+        # 10,000 segments holds 10,000 entries for the daemon's life, and the
+        # garbage collector's full collections walked each entry's set (about
+        # seven times the cost of walking the entries themselves).
+        object.__setattr__(self, "__pydantic_fields_set__", _EVERY_SEGMENT_FIELD)
         return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A new entry with ``update``'s fields changed, validated as any entry is.
+
+        (pydantic's own copy would add ``update``'s names to the shared
+        fields set, and skip the validation.)
+        """
+        return type(self)(**{**self.__dict__, **(update or {})})
 
     @classmethod
     def for_partition(
@@ -147,6 +163,9 @@ class SegmentEntry(_Model):
             created_ms=meta.created_ms,
             key_suffix=key_suffix,
         )
+
+
+_EVERY_SEGMENT_FIELD = set(SegmentEntry.model_fields)
 
 
 class Tombstone(_Model):

@@ -108,7 +108,15 @@ class IndexReader:
     Raises `CorruptIndex` naming the object and byte offset when the magic,
     version, entry count (it must match the length exactly), interval or entry
     order is wrong.
+
+    The entries are kept as two tuples of ints (``offsets`` and
+    ``positions``), not as an `IndexEntry` each.  The L2 cache holds
+    thousands of readers for the daemon's whole life; the garbage collector
+    stops tracking a tuple that holds only ints, but walked every
+    `IndexEntry` of every cached reader in each full collection.
     """
+
+    __slots__ = ("object_name", "interval", "offsets", "positions")
 
     def __init__(self, data: Buffer, object_name: str = "<index>") -> None:
         self.object_name = object_name
@@ -157,33 +165,37 @@ class IndexReader:
                 offset=INTERVAL_OFFSET,
             )
         self.interval: int = interval
-        self.entries: tuple[IndexEntry, ...] = tuple(
-            IndexEntry(*fields) for fields in INDEX_ENTRY.iter_unpack(view[INDEX_HEADER_SIZE:])
-        )
-        self._offsets = [entry.offset for entry in self.entries]
-        self._positions = [entry.position for entry in self.entries]
+        fields = INDEX_ENTRY.iter_unpack(view[INDEX_HEADER_SIZE:])
+        offsets, positions = zip(*fields, strict=True)
+        self.offsets: tuple[int, ...] = offsets
+        self.positions: tuple[int, ...] = positions
         self._check_order()
 
     def _check_order(self) -> None:
-        previous = IndexEntry(-1, -1)
-        for i, entry in enumerate(self.entries):
-            if entry.offset <= previous.offset or entry.position <= previous.position:
+        previous_offset = previous_position = -1
+        for i, (offset, position) in enumerate(zip(self.offsets, self.positions, strict=True)):
+            if offset <= previous_offset or position <= previous_position:
                 raise CorruptIndex(
-                    f"entry {i} ({entry.offset} at {entry.position}) does not follow "
-                    f"entry {i - 1} ({previous.offset} at {previous.position}); entries "
+                    f"entry {i} ({offset} at {position}) does not follow "
+                    f"entry {i - 1} ({previous_offset} at {previous_position}); entries "
                     "must strictly increase in offset and position",
                     object_name=self.object_name,
                     offset=entry_file_offset(i),
                 )
-            previous = entry
+            previous_offset, previous_position = offset, position
+
+    @property
+    def entries(self) -> tuple[IndexEntry, ...]:
+        """Every entry, in order (built on each call: `lookup` is the fast path)."""
+        return tuple(map(IndexEntry, self.offsets, self.positions))
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.offsets)
 
     def lookup_entry(self, offset: int) -> IndexEntry:
         """The last entry whose offset is <= ``offset`` (the first entry if none is)."""
-        i = bisect.bisect_right(self._offsets, offset) - 1
-        return self.entries[max(i, 0)]
+        i = max(bisect.bisect_right(self.offsets, offset) - 1, 0)
+        return IndexEntry(self.offsets[i], self.positions[i])
 
     def lookup(self, offset: int) -> int:
         """File position to start scanning batch headers from to reach ``offset``."""

@@ -29,10 +29,11 @@ __all__ = ["CachedSegment", "LruCache", "index_weight", "take_batches"]
 K = TypeVar("K")
 V = TypeVar("V")
 
-# A parsed index entry costs far more than its 12 file bytes: an IndexEntry
-# tuple and two ints in the reader's lookup lists.
-_INDEX_ENTRY_MEMORY = 160
-_INDEX_BASE_MEMORY = 512
+# A parsed index entry costs far more than its 12 file bytes: two ints and
+# their places in the reader's two tuples (about 80 bytes); the reader
+# itself about 170 more.
+_INDEX_ENTRY_MEMORY = 80
+_INDEX_BASE_MEMORY = 192
 
 
 def index_weight(index: IndexReader) -> int:

@@ -44,10 +44,10 @@ def index_window(index: IndexReader, offset: int, end: int) -> tuple[int, int]:
     if none is), ``bound`` the next entry's position, or ``end`` (the body's
     end) after the last entry.
     """
-    entries = index.entries
-    i = max(bisect.bisect_right(entries, offset, key=lambda e: e.offset) - 1, 0)
-    bound = entries[i + 1].position if i + 1 < len(entries) else end
-    return entries[i].position, bound
+    positions = index.positions
+    i = max(bisect.bisect_right(index.offsets, offset) - 1, 0)
+    bound = positions[i + 1] if i + 1 < len(positions) else end
+    return positions[i], bound
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,7 +149,7 @@ class SegmentFetcher:
         except CorruptIndex as exc:
             log.warning("%s; reading the whole segment", exc)
             return None
-        first, last = index.entries[0].position, index.entries[-1].position
+        first, last = index.positions[0], index.positions[-1]
         if first < SEGMENT_HEADER_SIZE or last >= body_end(segment):
             log.warning(
                 "index %s names positions %d..%d outside the segment's batches; "

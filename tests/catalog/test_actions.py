@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -154,3 +155,26 @@ def test_segment_entries_are_immutable() -> None:
     entry = seg(0)
     with pytest.raises(ValidationError):
         entry.base_offset = 5  # type: ignore[misc]
+
+
+def test_segment_entries_share_one_fields_set_so_each_is_one_object_for_the_collector() -> None:
+    # A long partition holds its entries for the daemon's life: every full
+    # collection walks whatever they add to the collector's lists.
+    gc.collect()
+    before = len(gc.get_objects())
+    entries = [seg(i * 10) for i in range(1_000)]
+    gc.collect()
+    assert len(gc.get_objects()) - before <= len(entries) + 50
+    assert entries[0].model_fields_set == set(SegmentEntry.model_fields)
+    assert entries[0].model_dump(exclude_unset=True) == entries[0].model_dump()
+
+
+def test_a_copied_segment_entry_is_validated_and_the_shared_fields_set_unchanged() -> None:
+    entry = seg(0, 10)
+    copy = entry.model_copy(update={"created_ms": 5})
+    assert (copy.created_ms, copy.base_offset, entry.created_ms) == (5, 0, 1_700_000_000_000)
+    with pytest.raises(ValidationError, match="record_count 11 > offset span 10"):
+        entry.model_copy(update={"record_count": 11})
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        entry.model_copy(update={"colour": "red"})
+    assert seg(20).model_fields_set == set(SegmentEntry.model_fields)

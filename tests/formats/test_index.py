@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import struct
 
 import pytest
@@ -68,6 +69,18 @@ def test_encode_and_read_back() -> None:
     assert len(data) == 16 + 3 * 12
     index = IndexReader(data, INDEX_NAME)
     assert (index.entries, index.interval, len(index)) == (tuple(entries), 100, 3)
+
+
+def test_a_read_index_is_one_object_for_the_collector_however_many_entries() -> None:
+    # The L2 cache keeps thousands of read indexes for the daemon's life.
+    data = encode_index([(i * 100, 32 + i * 1_000) for i in range(50)], 100)
+    gc.collect()
+    before = len(gc.get_objects())
+    readers = [IndexReader(data, INDEX_NAME) for _ in range(200)]
+    gc.collect()
+    assert len(gc.get_objects()) - before <= len(readers) + 50
+    assert readers[0].entries[49] == IndexEntry(4_900, 49_032)
+    assert readers[0].lookup_entry(4_950) == IndexEntry(4_900, 49_032)
 
 
 @pytest.mark.parametrize(
