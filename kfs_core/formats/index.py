@@ -192,14 +192,17 @@ class IndexReader:
     def __len__(self) -> int:
         return len(self.offsets)
 
+    def _at_or_below(self, offset: int) -> int:
+        return max(bisect.bisect_right(self.offsets, offset) - 1, 0)
+
     def lookup_entry(self, offset: int) -> IndexEntry:
         """The last entry whose offset is <= ``offset`` (the first entry if none is)."""
-        i = max(bisect.bisect_right(self.offsets, offset) - 1, 0)
+        i = self._at_or_below(offset)
         return IndexEntry(self.offsets[i], self.positions[i])
 
     def lookup(self, offset: int) -> int:
         """File position to start scanning batch headers from to reach ``offset``."""
-        return self.lookup_entry(offset).position
+        return self.positions[self._at_or_below(offset)]
 
 
 def entry_file_offset(i: int) -> int:
