@@ -178,10 +178,8 @@ class SaturationResult:
 
 
 def line_file(directory: Path, megabytes: int) -> Path:
-    """``megabytes`` of 1 KiB lines of printable, poorly compressible bytes (made once)."""
+    """``megabytes`` of 1 KiB lines of printable, poorly compressible bytes, fsynced."""
     path = directory / f"lines-{megabytes}.txt"
-    if path.exists():
-        return path
     alphabet = bytes(range(33, 127))
     block = b"".join(
         bytes(alphabet[b % len(alphabet)] for b in os.urandom(LINE_BYTES - 1)) + b"\n"
@@ -189,20 +187,20 @@ def line_file(directory: Path, megabytes: int) -> Path:
     )
     with path.open("wb") as out:
         out.write(block * megabytes)
-        # On disk before any run starts: left dirty, the kernel would write it
-        # back 30 s later (vm.dirty_expire_centisecs), in the middle of a
-        # half-load run, holding the disk for 100-200 ms.
+        # Left dirty, the kernel would write it back 30 s later
+        # (vm.dirty_expire_centisecs), in the middle of a later row, holding
+        # the disk for 60-90 ms.
         out.flush()
         os.fsync(out.fileno())
     return path
 
 
 def saturate(
-    daemon: Daemon, root: Path, megabytes: int, producers: int, topic: str = TOPIC
+    daemon: Daemon, lines: Path, megabytes: int, producers: int, topic: str = TOPIC
 ) -> SaturationResult:
+    """Each of ``producers`` kcat processes sends all of ``lines`` (``megabytes / producers``)."""
     assert daemon.proc is not None
     share = max(1, megabytes // producers)
-    lines = line_file(root, share)
     create_topic(daemon.bootstrap, topic, producers)
     files_before = _store_files(daemon)
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -609,19 +607,21 @@ def run(
 ) -> list[tuple[str, ...]]:
     daemon = Daemon(root)
     daemon.data_dir.mkdir(parents=True, exist_ok=True)
+    # The producers' input, on disk before anything is measured.
+    lines = line_file(root, max(1, megabytes // producers))
     rows = disk_rows(daemon.data_dir, min(256, megabytes) * MIB)
     disk_mb_s = float(rows[1][1].replace(",", ""))
     file_ms = float(rows[2][3])
     daemon.start()
     try:
-        sat = saturate(daemon, root, megabytes, producers)
+        sat = saturate(daemon, lines, megabytes, producers)
         rows.append(
             produce_row(f"kfs produce, {producers} kcat producers", sat, disk_mb_s, file_ms)
         )
         # The same again: the first run grew the heap to hold the memory pool
         # (every new page faulted in and zeroed); a daemon that has run for a
         # while reuses those pages, as this run does.
-        warm = saturate(daemon, root, megabytes, producers, WARM_TOPIC)
+        warm = saturate(daemon, lines, megabytes, producers, WARM_TOPIC)
         rows.append(produce_row("kfs produce again, warm heap", warm, disk_mb_s, file_ms))
         scraped = daemon.metrics()
         rate = max(sat.mb_per_second, warm.mb_per_second) / 2
