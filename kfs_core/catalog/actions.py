@@ -105,8 +105,9 @@ class SegmentEntry(_Model):
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A new entry with ``update``'s fields changed, validated as any entry is.
 
-        (pydantic's own copy would add ``update``'s names to the shared
-        fields set, and skip the validation.)
+        ``deep`` changes nothing: every field is an int or a str.  (pydantic's
+        own copy would add ``update``'s names to the shared fields set, and
+        skip the validation.)
         """
         return type(self)(**{**self.__dict__, **(update or {})})
 
