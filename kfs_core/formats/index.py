@@ -192,17 +192,18 @@ class IndexReader:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def _at_or_below(self, offset: int) -> int:
+    def entry_index(self, offset: int) -> int:
+        """The number of the last entry whose offset is <= ``offset`` (0 if none is)."""
         return max(bisect.bisect_right(self.offsets, offset) - 1, 0)
 
     def lookup_entry(self, offset: int) -> IndexEntry:
         """The last entry whose offset is <= ``offset`` (the first entry if none is)."""
-        i = self._at_or_below(offset)
+        i = self.entry_index(offset)
         return IndexEntry(self.offsets[i], self.positions[i])
 
     def lookup(self, offset: int) -> int:
         """File position to start scanning batch headers from to reach ``offset``."""
-        return self.positions[self._at_or_below(offset)]
+        return self.positions[self.entry_index(offset)]
 
 
 def entry_file_offset(i: int) -> int:

@@ -13,7 +13,6 @@ keeps whole batches from the one holding the offset.  No I/O here: the
 
 from __future__ import annotations
 
-import bisect
 import struct
 from dataclasses import dataclass
 
@@ -45,7 +44,7 @@ def index_window(index: IndexReader, offset: int, end: int) -> tuple[int, int]:
     end) after the last entry.
     """
     positions = index.positions
-    i = max(bisect.bisect_right(index.offsets, offset) - 1, 0)
+    i = index.entry_index(offset)
     bound = positions[i + 1] if i + 1 < len(positions) else end
     return positions[i], bound
 
