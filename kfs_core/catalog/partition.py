@@ -11,16 +11,20 @@ of a put unknown, the writer reads the version back and recognises its own
 commit by the ``commit_id`` every commit carries; if it cannot find out,
 `CatalogCommitStateUnknown` (with ``commit_id``) says so.
 
-Checkpoints.  The writer of version ``v`` with ``v % checkpoint_interval == 0``
+Checkpoints.  The writer of version ``v`` with ``v % interval == 0``
 writes ``_log/{v:020d}.checkpoint.json`` (live segments and unexpired
 tombstones) and moves ``_log/_last_checkpoint`` forwards.  A failed checkpoint
 never fails the commit: the next one, or the checkpoint job, catches up.
+``interval`` is ``checkpoint_interval`` stretched by the size of the last
+checkpoint (`checkpoint_stretch`): a partition of ten thousand segments has a
+checkpoint of 3 MB, which written every ten commits would cost each commit
+more than the commit itself, so it is written every 80.
 
 Reading.  A cold load costs one pointer GET, then the checkpoint GET and a
-batch of ``checkpoint_interval`` commit GETs issued together on a thread pool
-(the commits after the checkpoint, the first missing one ends the log): two
-round trips, and the same handful of requests after 170,000 commits as after
-ten.  There is no listing unless the pointer is missing or far behind.  The
+batch of commit GETs issued together on a thread pool, as many as the
+checkpoint's interval (its size is in the pointer; the commits after the
+checkpoint, the first missing one ends the log): two round trips, and the
+same handful of requests after 170,000 commits as after ten.  There is no listing unless the pointer is missing or far behind.  The
 catalog caches its state; `refresh` reads only newer commits, and a writer
 applies its own commits without reading anything.
 
@@ -87,6 +91,9 @@ from kfs_core.threads import name_os_thread
 log = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_INTERVAL = 10  # Delta Lake's checkpointInterval
+#: Checkpoints larger than this are written less often: see `checkpoint_stretch`.
+CHECKPOINT_STRETCH_BYTES = 256 * 1024
+MAX_CHECKPOINT_STRETCH = 8
 MAX_PROBE_BATCH = 64
 #: `expire_commits` leaves commit files younger than this alone by default.
 #: It must exceed `HEAD_RECHECK_MS` plus clock skew, so that a reader that
@@ -166,6 +173,23 @@ def _io_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def checkpoint_stretch(checkpoint_bytes: int) -> int:
+    """By how much a partition whose last checkpoint had this size stretches its interval.
+
+    1 up to `CHECKPOINT_STRETCH_BYTES`, then doubling with each doubling of
+    the size, to at most `MAX_CHECKPOINT_STRETCH`: below the cap a checkpoint
+    costs each commit at most ``CHECKPOINT_STRETCH_BYTES / checkpoint_interval``
+    bytes, however long the partition.  Powers of two, so the versions a
+    longer interval checkpoints are ones a shorter interval checkpoints too.
+    """
+    stretch = 1
+    while (
+        stretch < MAX_CHECKPOINT_STRETCH and checkpoint_bytes > CHECKPOINT_STRETCH_BYTES * stretch
+    ):
+        stretch *= 2
+    return stretch
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -243,6 +267,10 @@ class PartitionCatalog:
         )
 
     # --- keys ------------------------------------------------------------------
+
+    def checkpoint_every(self, checkpoint_bytes: int) -> int:
+        """Commits between checkpoints after a checkpoint of ``checkpoint_bytes``."""
+        return self.checkpoint_interval * checkpoint_stretch(checkpoint_bytes)
 
     def commit_key(self, version: int) -> str:
         return self._prefix + layout.commit_name(version)
@@ -550,7 +578,8 @@ class PartitionCatalog:
     ) -> CommitResult:
         self._builder = builder
         checkpointed = False
-        if version > 0 and version % self.checkpoint_interval == 0 and builder.version == version:
+        every = self.checkpoint_every(builder.checkpoint_bytes)
+        if version > 0 and version % every == 0 and builder.version == version:
             try:
                 self._write_checkpoint(builder)
                 checkpointed = True
@@ -593,6 +622,7 @@ class PartitionCatalog:
 
     def _write_checkpoint(self, builder: StateBuilder) -> None:
         data = builder.encode_checkpoint()
+        builder.checkpoint_bytes = len(data)
         key = self.checkpoint_key(builder.version)
         # Someone may have checkpointed this version already: checkpoints are immutable.
         with contextlib.suppress(ObjectAlreadyExists):
@@ -655,15 +685,16 @@ class PartitionCatalog:
     def _load_from_pointer(self, pointer: CheckpointPointer) -> StateBuilder | None:
         """Checkpoint and first tail batch in one round trip; None if the checkpoint is gone."""
         base = pointer.version
+        every = self.checkpoint_every(pointer.size)
         keys = [self.checkpoint_key(base)]
-        keys += [self.commit_key(v) for v in range(base + 1, base + 1 + self.checkpoint_interval)]
+        keys += [self.commit_key(v) for v in range(base + 1, base + 1 + every)]
         found = self._get_many(keys)
         if found[0] is None:
             return None
         builder = self._from_checkpoint(found[0], base)
-        if self._apply_contiguous(builder, found[1:], None) < self.checkpoint_interval:
+        if self._apply_contiguous(builder, found[1:], None) < every:
             return self._confirm_end(builder)
-        return self._read_tail(builder, first_batch=self.checkpoint_interval)
+        return self._read_tail(builder, first_batch=every)
 
     def _load_by_listing(self) -> StateBuilder:
         """The newest checkpoint a listing shows (or none) plus the commits after it."""
@@ -723,7 +754,7 @@ class PartitionCatalog:
             if applied < batch:
                 return self._confirm_end(builder)
             probed += batch
-            if not listed and probed >= 4 * self.checkpoint_interval:
+            if not listed and probed >= 4 * self.checkpoint_every(builder.checkpoint_bytes):
                 listed = True
                 after = self.commit_key(builder.version)
                 newer = [
@@ -735,7 +766,7 @@ class PartitionCatalog:
                 ]
                 jumped = self._newest_checkpoint(newer)
                 if jumped is not None:
-                    builder, batch = jumped, self.checkpoint_interval
+                    builder, batch = jumped, self.checkpoint_every(jumped.checkpoint_bytes)
                     continue
             batch = min(batch * 2, MAX_PROBE_BATCH)
 

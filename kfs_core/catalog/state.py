@@ -206,6 +206,8 @@ class StateBuilder:
         self.log_start_offset = 0
         self.high_watermark = 0
         self.config: dict[str, str] = {}
+        #: The size of the checkpoint this state was loaded from or last wrote (0: none).
+        self.checkpoint_bytes = 0
         self._bases: list[int] = []  # sorted base offsets of the live segments
         self._by_base: dict[int, SegmentEntry] = {}
         self._by_key: dict[str, SegmentEntry] = {}
@@ -284,6 +286,7 @@ class StateBuilder:
             (t.removed_ms for t in checkpoint.tombstones), default=None
         )
         builder._removals_through = checkpoint.version  # what came before is unknown
+        builder.checkpoint_bytes = len(data) if data is not None else 0
         if data is not None and (block := _segment_lines_of(data, len(checkpoint.segments))):
             builder._segment_blocks, builder._blocked = [block], len(checkpoint.segments)
             builder._block_order = checkpoint.segments

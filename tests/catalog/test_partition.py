@@ -9,6 +9,11 @@ import pytest
 
 from kfs_core.catalog import PartitionCatalog, RetryPolicy, SegmentEntry
 from kfs_core.catalog.layout import POINTER_NAME, parse_log_name
+from kfs_core.catalog.partition import (
+    CHECKPOINT_STRETCH_BYTES,
+    MAX_CHECKPOINT_STRETCH,
+    checkpoint_stretch,
+)
 from kfs_core.catalog.state import encode_pointer
 from kfs_core.errors import (
     CatalogCommitConflict,
@@ -152,6 +157,48 @@ def test_cold_load_costs_pointer_checkpoint_and_one_probe_batch(store: ObjectSto
     assert stats.lists == 0
     assert stats.gets == 1 + 1 + 10  # pointer, checkpoint 90, probes 91..100
     assert stats.gets - stats.misses == 1 + 1 + 5
+
+
+def test_checkpoint_stretch_doubles_with_the_checkpoint_size() -> None:
+    step = CHECKPOINT_STRETCH_BYTES
+    sizes = [0, step, step + 1, 2 * step, 2 * step + 1, 4 * step + 1, 1000 * step]
+    assert [checkpoint_stretch(size) for size in sizes] == [1, 1, 2, 2, 4, 8, 8]
+    assert MAX_CHECKPOINT_STRETCH == 8
+
+
+def long_partition(cat: PartitionCatalog, segments: int) -> None:
+    """``segments`` 10-offset segments in commits of 1,000, from offset 0."""
+    for first in range(0, segments, 1_000):
+        cat.add_segments([seg(10 * i) for i in range(first, min(segments, first + 1_000))])
+
+
+def test_a_long_partition_checkpoints_less_often_and_still_loads_in_two_round_trips(
+    store: ObjectStore,
+) -> None:
+    writer = catalog(store, checkpoint_interval=5)
+    long_partition(writer, 10_000)  # versions 0..9, 6,000 segments in the checkpoint at 5
+    first = store.get(writer.checkpoint_key(5))
+    assert len(first) > 4 * CHECKPOINT_STRETCH_BYTES  # so the interval is 8 times 5
+    assert writer.checkpoint_every(len(first)) == 40
+    results = [writer.add_segments([seg(100_000 + 10 * i)]) for i in range(100)]  # 10..109
+    assert [r.version for r in results if r.checkpointed] == [40, 80]
+    pointer = store.get(writer.pointer_key)
+    assert b'"version":80' in pointer
+    reader = catalog(store, checkpoint_interval=5)
+    state = reader.load()
+    assert state == writer.state
+    assert len(state.segments) == 10_100
+    stats = reader.io_stats()
+    assert stats.lists == 0
+    assert stats.gets == 1 + 1 + 40  # pointer, checkpoint 80, probes 81..120 in one batch
+    assert stats.gets - stats.misses == 1 + 1 + 29
+
+
+def test_a_short_partition_keeps_the_interval_it_was_given(store: ObjectStore) -> None:
+    writer = catalog(store, checkpoint_interval=5)
+    long_partition(writer, 500)  # one commit: a checkpoint far below the stretch size
+    results = [writer.add_segments([seg(5_000 + 10 * i)]) for i in range(20)]  # 1..20
+    assert [r.version for r in results if r.checkpointed] == [5, 10, 15, 20]
 
 
 def test_stale_pointer_still_finds_the_newest_version(store: ObjectStore) -> None:
