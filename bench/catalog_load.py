@@ -184,7 +184,8 @@ def bench_commit_cost(
     ``commits`` flush commits each add one segment, as the daemon's flusher
     does: the commit (every ``checkpoint_interval``-th writes a checkpoint of
     every live segment), the state it returns, and on the event loop the
-    adoption of that state (`PartitionState.gone_since`, `PartitionState.holds`).
+    adoption of that state (`PartitionState.gone_since`, `PartitionState.holds`);
+    a long partition's checkpoint stretches the interval (`checkpoint_stretch`).
     Each is timed in this thread's CPU time, and a commit's also without the
     store's writes (``catalog_seconds``); a dict of the figures.
     """
@@ -236,6 +237,7 @@ def bench_commit_cost(
         "checkpoint_commit_seconds": statistics.mean(checkpointing) if checkpointing else 0.0,
         "mean_seconds": statistics.mean(plain + checkpointing),
         "checkpoint_bytes": checkpoint_bytes,
+        "checkpoint_every": catalog.checkpoint_every(checkpoint_bytes),
     }
 
 

@@ -185,8 +185,9 @@ def bench_commit_cost(
         first = first or own_ms
         growth = own_ms / first
         note = (
-            f"with the store's writes {result['commit_seconds'] * 1000:.2f} ms; every 10th "
-            f"commit also writes the checkpoint ({result['checkpoint_bytes'] / 1e6:.1f} MB): "
+            f"with the store's writes {result['commit_seconds'] * 1000:.2f} ms; every "
+            f"{result['checkpoint_every']}th commit also writes the checkpoint "
+            f"({result['checkpoint_bytes'] / 1e6:.1f} MB): "
             f"{result['checkpoint_commit_seconds'] * 1000:.1f} ms"
         )
         if size == sizes[-1]:

@@ -29,6 +29,7 @@ def test_bench_commit_cost_small(store: ObjectStore) -> None:
     assert result["checkpoint_commit_seconds"] > 0  # 25 commits pass two checkpoints
     # The newest checkpoint lists every live segment: 150 filled in, then up to 20 flushed.
     assert 150 * 200 < result["checkpoint_bytes"] < 175 * 400
+    assert result["checkpoint_every"] == 10  # far below the size that stretches it
 
 
 def test_bench_commit_cost_rows() -> None:
