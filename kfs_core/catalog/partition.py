@@ -17,15 +17,17 @@ tombstones) and moves ``_log/_last_checkpoint`` forwards.  A failed checkpoint
 never fails the commit: the next one, or the checkpoint job, catches up.
 ``interval`` is ``checkpoint_interval`` stretched by the size of the last
 checkpoint (`checkpoint_stretch`): a partition of ten thousand segments has a
-checkpoint of 3 MB, which written every ten commits would cost each commit
-more than the commit itself, so it is written every 80.
+checkpoint of 3 MB, which every tenth commit would mean 300 KB written for
+each commit of a kilobyte, so it comes every 80th.
 
 Reading.  A cold load costs one pointer GET, then the checkpoint GET and a
 batch of commit GETs issued together on a thread pool, as many as the
-checkpoint's interval (its size is in the pointer; the commits after the
-checkpoint, the first missing one ends the log): two round trips, and the
-same handful of requests after 170,000 commits as after ten.  There is no listing unless the pointer is missing or far behind.  The
-catalog caches its state; `refresh` reads only newer commits, and a writer
+checkpoint's interval (the pointer gives its size; the commits after the
+checkpoint, the first missing one ends the log): two round trips, and at most
+82 requests after 170,000 commits as after ten.  The price of a stretched
+interval is there: up to 80 GETs, on average half of them for commits not
+written yet.  There is no listing unless the pointer is missing or far
+behind.  The catalog caches its state; `refresh` reads only newer commits, and a writer
 applies its own commits without reading anything.
 
 Expiry.  `expire_commits` deletes commits and checkpoints below a checkpoint,
