@@ -12,6 +12,7 @@ from kfs_core.catalog.layout import POINTER_NAME, parse_log_name
 from kfs_core.catalog.partition import (
     CHECKPOINT_STRETCH_BYTES,
     MAX_CHECKPOINT_STRETCH,
+    IoStats,
     checkpoint_stretch,
 )
 from kfs_core.catalog.state import encode_pointer
@@ -40,6 +41,15 @@ def fill(cat: PartitionCatalog, commits: int, start: int = 0) -> list[SegmentEnt
     for s in segments:
         cat.add_segments([s])
     return segments
+
+
+def cold_load(store: ObjectStore, writer: PartitionCatalog) -> IoStats:
+    """What a new reader's load of ``writer``'s log cost; it must find the writer's state."""
+    reader = catalog(store, checkpoint_interval=writer.checkpoint_interval)
+    assert reader.load() == writer.state
+    stats = reader.io_stats()
+    assert stats.lists == 0
+    return stats
 
 
 def log_names(store: ObjectStore) -> list[str]:
@@ -149,12 +159,8 @@ def test_writers_checkpoint_every_interval_and_move_the_pointer(store: ObjectSto
 def test_cold_load_costs_pointer_checkpoint_and_one_probe_batch(store: ObjectStore) -> None:
     writer = catalog(store, checkpoint_interval=10)
     fill(writer, 96)  # versions 0..95, newest checkpoint 90
-    reader = catalog(store, checkpoint_interval=10)
-    state = reader.load()
-    assert state == writer.state
-    assert len(state.segments) == 96
-    stats = reader.io_stats()
-    assert stats.lists == 0
+    assert len(writer.state.segments) == 96
+    stats = cold_load(store, writer)
     assert stats.gets == 1 + 1 + 10  # pointer, checkpoint 90, probes 91..100
     assert stats.gets - stats.misses == 1 + 1 + 5
 
@@ -184,12 +190,8 @@ def test_a_long_partition_checkpoints_less_often_and_still_loads_in_two_round_tr
     assert [r.version for r in results if r.checkpointed] == [40, 80]
     pointer = store.get(writer.pointer_key)
     assert b'"version":80' in pointer
-    reader = catalog(store, checkpoint_interval=5)
-    state = reader.load()
-    assert state == writer.state
-    assert len(state.segments) == 10_100
-    stats = reader.io_stats()
-    assert stats.lists == 0
+    assert len(writer.state.segments) == 10_100
+    stats = cold_load(store, writer)
     assert stats.gets == 1 + 1 + 40  # pointer, checkpoint 80, probes 81..120 in one batch
     assert stats.gets - stats.misses == 1 + 1 + 29
 
