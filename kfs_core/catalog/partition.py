@@ -27,8 +27,8 @@ checkpoint, the first missing one ends the log): two round trips, and at most
 82 requests after 170,000 commits as after ten.  The price of a stretched
 interval is there: up to 80 GETs, on average half of them for commits not
 written yet.  There is no listing unless the pointer is missing or far
-behind.  The catalog caches its state; `refresh` reads only newer commits, and a writer
-applies its own commits without reading anything.
+behind.  The catalog caches its state; `refresh` reads only newer commits,
+and a writer applies its own commits without reading anything.
 
 Expiry.  `expire_commits` deletes commits and checkpoints below a checkpoint,
 oldest first, after moving the pointer to it, so the log is readable at every
@@ -270,10 +270,6 @@ class PartitionCatalog:
 
     # --- keys ------------------------------------------------------------------
 
-    def checkpoint_every(self, checkpoint_bytes: int) -> int:
-        """Commits between checkpoints after a checkpoint of ``checkpoint_bytes``."""
-        return self.checkpoint_interval * checkpoint_stretch(checkpoint_bytes)
-
     def commit_key(self, version: int) -> str:
         return self._prefix + layout.commit_name(version)
 
@@ -484,6 +480,10 @@ class PartitionCatalog:
         """Record the topic config overrides in effect for this partition from now on."""
         action = SetTopicConfig(configs=validate_configs(configs))
         return self.commit([action], operation="topic_config")
+
+    def checkpoint_every(self, checkpoint_bytes: int) -> int:
+        """Commits between checkpoints after a checkpoint of ``checkpoint_bytes``."""
+        return self.checkpoint_interval * checkpoint_stretch(checkpoint_bytes)
 
     def checkpoint(self) -> int:
         """Write a checkpoint of the newest state and move the pointer; its version (-1: empty)."""
