@@ -54,3 +54,13 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert float(long["user ms/MB"]) + float(long["sys ms/MB"]) > 0
     assert "p99" in long["note"] and "Produce requests/s" in long["note"]
     assert format_table_rows(rows).splitlines()[0].startswith("run")
+
+
+def test_the_new_file_row_warns_when_files_deleted_nearby_slow_it() -> None:
+    from bench.produce_cpu import NEW_FILE_SLOW_MS, new_file_note
+
+    quiet = new_file_note(NEW_FILE_SLOW_MS)
+    assert quiet == "system ms per file, as the local store makes an object (best of 3 x 200)"
+    slow = new_file_note(NEW_FILE_SLOW_MS * 2)
+    assert slow.startswith(quiet)
+    assert "passed over on every create" in slow and "read high" in slow
