@@ -48,7 +48,9 @@ test: install browser kcat kafkajs rate-producer ## Run the whole test suite
 # filesystem) creating a file scans past every inode deleted in the last one to
 # six minutes, and the benchmarks after it delete thousands of files when they
 # clean up (bench/formats.py's catalog commits, bench.produce_fetch's segments).
-# Run after them, each of the daemon's new files cost several times as much.
+# Run after them, each of the daemon's new files cost several times as much;
+# bench.produce_cpu also waits (up to 7 minutes, after a sync) for what `make test`
+# or an earlier run deleted to stop slowing creates, and says how long.
 bench: install kcat rate-producer ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.produce_cpu
 	$(BIN)/python bench/formats.py --commits $(BENCH_COMMITS)
