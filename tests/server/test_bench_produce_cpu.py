@@ -136,10 +136,15 @@ def _settle(fs: _Filesystem, tmp_path: Path, limit_s: float) -> Settled:
     )
 
 
-def test_a_quiet_filesystem_is_measured_once_without_waiting(tmp_path: Path) -> None:
-    fs = _Filesystem(slow_ms=0.12, fast_ms=0.12, fast_after=0)
-    settled = _settle(fs, tmp_path, limit_s=90)
-    assert (settled.file_ms, settled.waited_s) == (pytest.approx(0.12), 0.0)
+@pytest.mark.parametrize(
+    ("first_ms", "limit_s"),
+    [(0.12, 90), (0.7, 0)],
+    ids=["a quiet filesystem", "the short form, which does not wait"],
+)
+def test_one_probe_without_a_wait(tmp_path: Path, first_ms: float, limit_s: float) -> None:
+    fs = _Filesystem(slow_ms=first_ms, fast_ms=0.12, fast_after=1)
+    settled = _settle(fs, tmp_path, limit_s=limit_s)
+    assert (settled.file_ms, settled.waited_s) == (pytest.approx(first_ms), 0.0)
     assert fs.probes == [0.0] and fs.syncs == []
 
 
@@ -167,13 +172,6 @@ def test_the_wait_is_bounded_and_a_still_slow_filesystem_is_reported(tmp_path: P
     assert settled.waited_s == limit_s  # the last step is cut to the limit
     assert fs.probes == [0, SETTLE_STEP_S, limit_s]
     assert "read high" in new_file_note(settled.file_ms, settled.waited_s)
-
-
-def test_the_short_form_does_not_wait(tmp_path: Path) -> None:
-    fs = _Filesystem(slow_ms=0.7, fast_ms=0.12, fast_after=1)
-    settled = _settle(fs, tmp_path, limit_s=0)
-    assert (settled.file_ms, settled.waited_s) == (pytest.approx(0.7), 0.0)
-    assert fs.probes == [0.0] and fs.syncs == []
 
 
 def test_the_probe_keeps_its_files_and_makes_new_ones_each_time(tmp_path: Path) -> None:
