@@ -15,7 +15,7 @@ what is measured:
   or so of another run's clean-up, that cost is several times its usual
   figure and the daemon's rows read high (ext4 without a journal passes over
   recently deleted inodes on every create, for up to six minutes), so a slow
-  probe syncs and waits, probing every 30 s, for up to 7 minutes
+  probe syncs and waits a little over six minutes before the daemon's rows
   (`settle_filesystem`; ``--quick`` does not wait), and the row says how
   long it waited;
 - saturation: ``--producers`` ``kcat -P -l`` processes (librdkafka, C; acks=all,
@@ -523,44 +523,44 @@ NEW_FILE_SLOW_MS = 0.25
 #: while its inode table block is dirty (ext4's ``recently_deleted``), and
 #: every create in that block dirties it again: in a directory that keeps
 #: making files, the longer window holds (a probe 90 s after a sync still read
-#: 0.53 ms).  So `settle_filesystem` waits this long at most, probing every
-#: `SETTLE_STEP_S`.
-SETTLE_LIMIT_S = 420.0
-SETTLE_STEP_S = 30.0
+#: 0.53 ms).  So once the first probe finds recent deletions, everything
+#: deleted before the run is out of that window this long after it.
+SETTLE_S = 370.0
 
 
 @dataclass(frozen=True)
 class Settled:
     file_ms: float  # what a new file cost at the last probe
-    waited_s: float  # how long the probes waited for it to come down (0: not at all)
+    waited_s: float  # how long it waited for the deletions to age out (0: not at all)
 
 
 def settle_filesystem(
     directory: Path,
-    limit_s: float = SETTLE_LIMIT_S,
+    wait_s: float = SETTLE_S,
     *,
     probe: Callable[[Path], float] = new_file_cost,
     sync: Callable[[], None] = os.sync,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Settled:
-    """The new-file cost in ``directory``, once files deleted nearby before the run stop raising it.
+    """The new-file cost in ``directory``, after files deleted nearby before the run age out.
 
     Run straight after another run's clean-up, the daemon's rows below read
-    high (every create passes over the thousands of inodes just freed), so
-    a slow first probe syncs the filesystem (so that no write-back of the
-    last run's files lands in a row) and probes again every `SETTLE_STEP_S`
-    until a file costs at most `NEW_FILE_SLOW_MS`, for ``limit_s`` at most
-    (0: measure once, do not wait).
+    high (every create passes over the thousands of inodes just freed).  A
+    slow first probe means such deletions: then the filesystem is synced (so
+    that no write-back of the last run's files lands in a row), and the run
+    waits ``wait_s`` in full before it probes again (0: measure once, do not
+    wait).  It does not stop at the first fast probe: the probe's directory
+    can be clear before the daemon's are (once, a probe read 0.16 ms after
+    63 s, and the daemon's rows still read 1.84 / 1.45 ms per MB).
     """
     started = clock()
     file_ms = probe(directory) * 1000
-    if file_ms <= NEW_FILE_SLOW_MS or limit_s <= 0:
+    if file_ms <= NEW_FILE_SLOW_MS or wait_s <= 0:
         return Settled(file_ms, 0.0)
     sync()
-    while file_ms > NEW_FILE_SLOW_MS and clock() - started < limit_s:
-        sleep(min(SETTLE_STEP_S, max(0.0, limit_s - (clock() - started))))
-        file_ms = probe(directory) * 1000
+    sleep(wait_s)
+    file_ms = probe(directory) * 1000
     return Settled(file_ms, clock() - started)
 
 
@@ -581,9 +581,7 @@ def new_file_note(file_ms: float, waited_s: float = 0.0) -> str:
     return note
 
 
-def disk_rows(
-    directory: Path, volume: int, settle_limit_s: float = SETTLE_LIMIT_S
-) -> list[tuple[str, ...]]:
+def disk_rows(directory: Path, volume: int, settle_s: float = SETTLE_S) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for chunk in (64 << 10, MIB):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_stime
@@ -602,7 +600,7 @@ def disk_rows(
                 f"p99 {result.latency(0.99) * 1000:.2f} ms",
             )
         )
-    settled = settle_filesystem(directory, settle_limit_s)
+    settled = settle_filesystem(directory, settle_s)
     rows.append(
         (
             "disk new file (create, write, fsync, rename)",
@@ -845,7 +843,7 @@ def run(
     producers: int,
     half_seconds: float,
     long_segments: int = LONG_SEGMENTS,
-    settle_limit_s: float = SETTLE_LIMIT_S,
+    settle_s: float = SETTLE_S,
     runs: int = 1,
 ) -> list[tuple[str, ...]]:
     """The disk rows, then ``runs`` daemons' rows one after another, then (``runs`` > 1) their sums.
@@ -858,7 +856,7 @@ def run(
     daemon.data_dir.mkdir(parents=True, exist_ok=True)
     # The producers' input, on disk before anything is measured.
     lines = line_file(root, max(1, megabytes // producers))
-    rows = disk_rows(daemon.data_dir, min(256, megabytes) * MIB, settle_limit_s)
+    rows = disk_rows(daemon.data_dir, min(256, megabytes) * MIB, settle_s)
     disk_mb_s = float(rows[1][1].replace(",", ""))
     file_ms = float(rows[2][3])
     done: list[DaemonRun] = []
@@ -924,11 +922,9 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="kfs-bench-cpu-"))
     try:
         # The short form measures the filesystem as it finds it, without waiting.
-        settle_limit_s = 0.0 if args.quick else SETTLE_LIMIT_S
+        settle_s = 0.0 if args.quick else SETTLE_S
         runs = 1 if args.quick else args.runs
-        rows = run(
-            root, megabytes, args.producers, half_seconds, long_segments, settle_limit_s, runs
-        )
+        rows = run(root, megabytes, args.producers, half_seconds, long_segments, settle_s, runs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(format_table_rows(rows))
