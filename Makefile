@@ -49,7 +49,7 @@ test: install browser kcat kafkajs rate-producer ## Run the whole test suite
 # six minutes, and the benchmarks after it delete thousands of files when they
 # clean up (bench/formats.py's catalog commits, bench.produce_fetch's segments).
 # Run after them, each of the daemon's new files cost several times as much;
-# bench.produce_cpu also waits (up to 7 minutes, after a sync) for what `make test`
+# bench.produce_cpu also waits (370 s, after a sync) for what `make test`
 # or an earlier run deleted to stop slowing creates, and says how long.
 bench: install kcat rate-producer ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.produce_cpu
