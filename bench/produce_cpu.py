@@ -879,8 +879,9 @@ def run(
         done.append(result)
         prefix = f"run {number}: " if runs > 1 else ""
         rows += [(prefix + name, *cells) for name, *cells in result.rows]
-        empty_files(daemon.data_dir)
-        empty_files(daemon.store_dir)
+        if number < runs:  # the last run's are deleted with the rest by the caller
+            empty_files(daemon.data_dir)
+            empty_files(daemon.store_dir)
     if runs > 1:
         rows += [
             pooled_produce_row(
