@@ -331,6 +331,11 @@ class Settings:
     retry_max_ms: int = tuning(5000, "longest backoff", minimum=1)
     cache_flushed_segments: bool = tuning(True, "put freshly flushed segments into L1")
     decode_records: bool = tuning(False, "decode every produced record (Kafka does; slow here)")
+    warmup_partitions: int = tuning(
+        1000,
+        "after a start, open at most this many of the partitions the WAL names, in the background",
+        minimum=0,
+    )
     producer_rebuild_bytes: int = tuning(
         16 << 20,
         "without a producer-state snapshot, rebuild from at most this much of the newest segments",

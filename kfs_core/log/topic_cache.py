@@ -80,7 +80,7 @@ class TopicCache:
         self,
         registry: TopicRegistry,
         executor: Executor,
-        spawn: Callable[[Awaitable[Any]], None],
+        spawn: Callable[[Awaitable[Any]], object],
         *,
         refresh_ms: int,
     ) -> None:

@@ -123,3 +123,70 @@ def test_batches_committed_before_their_checkpoint_are_not_replayed_twice(
         check_catalog(h.store, hws)
 
     run_harness(local_store, tmp_path, body)
+
+
+# --- the warm-up after a start -------------------------------------------------------
+
+WARM_PARTITIONS = 4
+
+
+async def produce_everywhere(logs: LogManager, topics: list[str]) -> None:
+    for topic in topics:
+        for partition in range(WARM_PARTITIONS):
+            await logs.append(
+                topic, partition, make_batch(2, tag=f"{topic}-{partition}-"), timeout_s=10
+            )
+
+
+@pytest.mark.parametrize("stop", ["graceful", "crash"])
+def test_a_start_opens_the_partitions_the_wal_names_before_any_request(
+    local_store: ObjectStore, tmp_path: Path, stop: str
+) -> None:
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        await logs.create_topic(TOPIC, partitions=WARM_PARTITIONS)
+        await produce_everywhere(logs, [TOPIC])
+        await logs.flush()  # all in the catalog: nothing for the replay to open
+        await (h.shutdown(logs) if stop == "graceful" else h.crash(logs))
+
+        again = await h.open()
+        assert again.warm_up is not None
+        assert await again.warm_up == WARM_PARTITIONS
+        # Open without a request: the first produce finds its partition loaded.
+        assert again.metrics().partitions == WARM_PARTITIONS
+        result = await again.append(TOPIC, 3, make_batch(1), timeout_s=10)
+        assert result.base_offset == 2
+        await h.crash(again)
+
+    run_harness(local_store, tmp_path, body)
+
+
+def test_the_warm_up_tries_at_most_warmup_partitions_and_skips_deleted_topics(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        for topic in ("gone", "kept"):
+            await logs.create_topic(topic, partitions=WARM_PARTITIONS)
+        await produce_everywhere(logs, ["gone", "kept"])
+        await logs.flush()
+        await h.crash(logs)
+        # Deleted while the daemon was down: the WAL still names its partitions.
+        logs.registry.delete_topic("gone")
+
+        # The first six keys: "gone"'s four (tried, not opened) and two of "kept".
+        again = await h.open(warmup_partitions=6)
+        assert again.warm_up is not None
+        assert await again.warm_up == 2
+        assert again.metrics().partitions == 2
+        for partition in range(WARM_PARTITIONS):  # the rest open on their first request
+            await again.append("kept", partition, make_batch(1), timeout_s=10)
+        await again.flush()  # so that the next start has nothing to replay
+        await h.crash(again)
+
+        none = await h.open(warmup_partitions=0)
+        assert none.warm_up is not None
+        assert await none.warm_up == 0
+        assert none.metrics().partitions == 0
+
+    run_harness(local_store, tmp_path, body)
