@@ -36,7 +36,7 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
         "disk new file (create, write, fsync, rename)",
     ]
     assert float(all_rows[2][3]) >= 0  # system ms per new file (rusage may round it to 0)
-    runs = [all_rows[3:8], all_rows[8:13]]
+    runs = [all_rows[3:9], all_rows[9:15]]
     for number, rows in enumerate(runs, start=1):
         prefix = f"run {number}: "
         assert all(row[0].startswith(prefix) for row in rows)
@@ -74,7 +74,12 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
         long = dict(zip(HEADER, rows[4], strict=True))
         assert float(long["user ms/MB"]) + float(long["sys ms/MB"]) > 0
         assert "p99" in long["note"] and "Produce requests/s" in long["note"]
-    pooled = all_rows[13:]
+        assert names[5] == "kfs first Produce after a restart, 2 partitions of 150 segments"
+        first = re.fullmatch(
+            r"([\d,]+) ms sent at readiness, ([\d,]+) ms sent 1 s later \(.*\)", rows[5][-1]
+        )
+        assert first is not None, rows[5][-1]
+    pooled = all_rows[15:]
     assert [row[0] for row in pooled] == [
         "all runs: kfs produce, 2 kcat producers",
         "all runs: kfs produce again, warm heap",
