@@ -107,7 +107,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -285,7 +285,7 @@ class _Spare:
 
     seq: int
     path: str  # the temporary name
-    thread: threading.Thread = field(init=False)
+    done: Future[None] = field(init=False)  # the preparation, on the spare worker
     error: OSError | None = None
 
 
@@ -422,6 +422,10 @@ class WalWriter:
         self._appender: DirectAppender | None = None  # the active file's, when it is direct
         self._direct_appender: DirectAppender | None = None  # kept across files (warm staging)
         self._spare: _Spare | None = None  # the next file, prepared ahead
+        # One thread for the spares, started with the first: submitting to it
+        # does not wait, as starting a thread at every roll did (0.16 ms at
+        # the median, up to 0.6, while the appends queued behind the roll).
+        self._spare_worker: ThreadPoolExecutor | None = None
         self._out_of_space: OSError | None = None  # set while a roll waits for disk space
         self._write_pos = 0
         self._unsynced_frames = 0
@@ -988,8 +992,13 @@ class WalWriter:
         spare, self._spare = self._spare, None
         ready = False
         if spare is not None:
-            spare.thread.join()
-            ready = spare.error is None and spare.seq == seq and size == self._file_size
+            unexpected = spare.done.exception()  # waits for it
+            ready = (
+                unexpected is None
+                and spare.error is None
+                and spare.seq == seq
+                and size == self._file_size
+            )
             if not ready:
                 with contextlib.suppress(OSError):
                     os.unlink(spare.path)
@@ -1003,7 +1012,7 @@ class WalWriter:
         return WalFile(seq, path, size)
 
     def _prepare_spare(self, seq: int) -> None:
-        """Prepare the next file (``{seq}.wal.tmp``, `_spare_file`) on a helper thread.
+        """Prepare the next file (``{seq}.wal.tmp``, `_spare_file`) on the spare worker thread.
 
         It keeps its temporary name until `_create_file` renames it, so a
         crash leaves at most a ``*.wal.tmp`` that recovery removes, never a
@@ -1017,14 +1026,17 @@ class WalWriter:
             except OSError as exc:  # the writer creates the file itself, and meets the error
                 spare.error = exc
 
-        spare.thread = threading.Thread(target=prepare, name="kfs-wal-spare", daemon=True)
-        spare.thread.start()
+        if self._spare_worker is None:
+            self._spare_worker = ThreadPoolExecutor(
+                1, thread_name_prefix="kfs-wal-spare", initializer=name_os_thread
+            )
+        spare.done = self._spare_worker.submit(prepare)
         self._spare = spare
 
     def _discard_spare(self) -> None:
         spare, self._spare = self._spare, None
         if spare is not None:
-            spare.thread.join()
+            spare.done.exception()  # waits for it
             with contextlib.suppress(OSError):
                 os.unlink(spare.path)
 
@@ -1132,6 +1144,9 @@ class WalWriter:
         if self._thread is not None:
             self._thread.join()
         self._discard_spare()
+        if self._spare_worker is not None:
+            self._spare_worker.shutdown(wait=True)
+            self._spare_worker = None
         self._stop_recycling()
         with self._cond:
             failure = self._failure if self._state is _State.FAILED else None

@@ -205,6 +205,29 @@ def test_the_next_file_is_prepared_ahead_and_removed_on_close(
     assert sorted(p.name for p in wal_dir.iterdir()) == [wal_file_name(0), wal_file_name(1)]
 
 
+def test_every_spare_is_prepared_on_one_worker_thread_that_close_stops(
+    open_wal: OpenWal, wal_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A thread started at every roll made the roll wait for it to start.
+    preparers: list[threading.Thread] = []
+    prepare = WalWriter._spare_file
+
+    def recording(self: WalWriter, path: str) -> None:
+        preparers.append(threading.current_thread())
+        prepare(self, path)
+
+    monkeypatch.setattr(WalWriter, "_spare_file", recording)
+    wal = open_wal(file_size=SMALL)
+    for offset in range(12):
+        wal.append("t", 0, offset, make_batch(0, offset, size=1500))
+    assert wal.metrics.files_created >= 4
+    wait_for(lambda: len(preparers) >= 4, timeout=10, what="four spares")
+    assert len({id(thread) for thread in preparers}) == 1
+    assert preparers[0].name.startswith("kfs-wal-spare")
+    wal.close()
+    assert not preparers[0].is_alive()
+
+
 def test_constructor_rejects_bad_settings(wal_dir: Path) -> None:
     with pytest.raises(ValueError, match="durability"):
         WalWriter(wal_dir, durability="reckless")
