@@ -491,7 +491,9 @@ class LogManager:
         Returns at once (without yielding to the loop) when all are loaded.
         A server awaits it before it reads the next request of a connection,
         so that request's appends cannot overtake these: `append_many` then
-        finds its partitions open and assigns offsets without waiting.
+        finds its partitions open and assigns offsets without waiting.  The
+        missing ones load at once, so a request to several pays for one
+        object store round trip per step of a load, not one per partition.
         Errors and timeouts are left for `append_many` to report per partition.
         """
         missing = {key for key in keys if key not in self._partitions}
@@ -499,9 +501,10 @@ class LogManager:
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
-                for topic, partition in sorted(missing):
-                    with contextlib.suppress(Exception):
-                        await self._partition(topic, partition)
+                await asyncio.gather(
+                    *(self._partition(topic, partition) for topic, partition in sorted(missing)),
+                    return_exceptions=True,
+                )
 
     async def _partition(self, topic: str, partition: int) -> tuple[Partition, TopicInfo]:
         info = await self._topics.get(topic)

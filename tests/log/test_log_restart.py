@@ -7,18 +7,21 @@ old high watermark.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
 from kfs_core.catalog import PartitionCatalog, PartitionState
+from kfs_core.catalog.layout import POINTER_NAME
 from kfs_core.log import LogManager
 from kfs_core.log.wal_writer import WalPosition
-from kfs_core.storage.base import ObjectStore
+from kfs_core.storage.base import ByteRange, ObjectStore
 from tests.log.log_helpers import (
     NS,
     TOPIC,
     Harness,
+    InstrumentedStore,
     both_stores,
     make_batch,
     offsets_and_values,
@@ -190,3 +193,26 @@ def test_the_warm_up_tries_at_most_warmup_partitions_and_skips_deleted_topics(
         assert none.metrics().partitions == 0
 
     run_harness(local_store, tmp_path, body)
+
+
+def test_the_partitions_a_request_opens_load_at_once(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    # On S3 a catalog load is several round trips: one after another, a
+    # request to many cold partitions would pay them once per partition.
+    both_loading = threading.Barrier(2)
+
+    class MeetingStore(InstrumentedStore):
+        def get(self, key: str, byte_range: ByteRange | None = None) -> bytes:
+            if f"/{TOPIC}/" in key and key.endswith(POINTER_NAME):
+                both_loading.wait(timeout=10)  # broken, and the load fails, if alone
+            return super().get(key, byte_range)
+
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        await logs.create_topic(TOPIC, partitions=PARTITIONS)
+        await logs.open_partitions([(TOPIC, p) for p in range(PARTITIONS)], timeout_s=30)
+        assert logs.metrics().partitions == PARTITIONS
+        assert not both_loading.broken
+
+    run_harness(MeetingStore(local_store), tmp_path, body)
