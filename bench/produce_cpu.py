@@ -341,6 +341,9 @@ class HalfLoad:
     # The producer's threads over its life: seconds on a CPU, and runnable but
     # waiting for one (/proc/<pid>/task/*/schedstat)
     producer_sched: RunQueue
+    # What else librdkafka saw: retries, request timeouts, reconnects, the
+    # longest single round trip (`client_note`)
+    client_events: str = ""
 
     def rtt_note(self) -> str:
         if not self.rtt_p99_s:
@@ -395,7 +398,35 @@ def half_load(
     ran_ns, waited_ns = result["sched_ns"]
     sched = RunQueue(ran_ns / 1e9, waited_ns / 1e9)
     latencies = array("d", sorted(us / 1e6 for us in result["latencies_us"]))
-    return HalfLoad(latencies, result["sent"], cpu, elapsed, rtts, sched)
+    return HalfLoad(latencies, result["sent"], cpu, elapsed, rtts, sched, client_note(stats))
+
+
+def client_note(stats: list[dict[str, Any]]) -> str:
+    """What the producer's brokers counted over the run (librdkafka's cumulative statistics).
+
+    Retries, request timeouts and reconnects each delay their messages by
+    a backoff the broker's round trip does not show; the longest single
+    round trip is the window maxima's maximum.
+    """
+    if not stats:
+        return "librdkafka reported no statistics"
+    brokers = stats[-1]["brokers"].values()
+    retries = sum(b.get("txretries", 0) for b in brokers)
+    timeouts = sum(b.get("req_timeouts", 0) for b in brokers)
+    disconnects = sum(b.get("disconnects", 0) for b in brokers)
+    longest = max(
+        (
+            b["rtt"]["max"]
+            for w in stats
+            for b in w["brokers"].values()
+            if b.get("rtt", {}).get("cnt")
+        ),
+        default=0,
+    )
+    return (
+        f"librdkafka counted {retries} retries, {timeouts} request timeouts, "
+        f"{disconnects} disconnects, longest round trip {longest / 1000:,.1f} ms"
+    )
 
 
 def _produce_rtt_p99_us(stats: list[dict[str, Any]]) -> list[int]:
@@ -711,6 +742,7 @@ def half_load_row(
         f"{produce_p99 * 1000:g} ms, WAL queue wait p99 <= {wait_p99 * 1000:g} ms, "
         f"write p99 <= {write_p99 * 1000:g} ms, fdatasync p99 <= {fsync_p99 * 1000:g} ms, "
         f"event loop lag p99 <= {lag_p99 * 1000:g} ms; "
+        f"Produce errors answered: {produce_errors(metrics, scraped)}; {half.client_events}; "
         f"{produces / half.seconds:,.0f} Produce requests/s, "
         f"{(user_s + system_s) * 1000 / max(produces, 1):.2f} ms of daemon CPU each; "
         f"{run_queue.note(DAEMON_THREADS, half.seconds)} (ran/waited by thread: {by_role}), "
@@ -797,6 +829,18 @@ def restart_row(daemon: Daemon, topic: str, partitions: int, segments: int) -> t
         f"{at_ready:,.0f} ms sent at readiness, {later:,.0f} ms sent {RECONNECT_DELAY_S:g} s "
         f"later (the warm-up opened the partitions the WAL names meanwhile)",
     )  # fmt: skip
+
+
+def produce_errors(after: dict[str, float], before: dict[str, float]) -> str:
+    """The error codes the daemon answered Produce partitions with between scrapes, or "none"."""
+    counts: dict[str, float] = {}
+    for series, value in after.items():
+        if series.startswith("kfs_partition_errors_total{") and 'api="PRODUCE"' in series:
+            grew = value - before.get(series, 0.0)
+            if grew:
+                name = series.split('error="', 1)[1].split('"', 1)[0]
+                counts[name] = counts.get(name, 0.0) + grew
+    return ", ".join(f"{count:,.0f} {name}" for name, count in sorted(counts.items())) or "none"
 
 
 def fill_catalogs(daemon: Daemon, topic: str, partitions: int, segments: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -68,6 +68,13 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
         assert ran is not None and float(ran.group(1)) > 0
         assert "the producer's ran" in half["note"]
         assert "event loop " in half["note"] and "WAL writer " in half["note"]  # by OS thread name
+        # What would explain a stall the round trips do not show.
+        assert "Produce errors answered: none" in half["note"]
+        assert re.search(
+            r"librdkafka counted \d+ retries, \d+ request timeouts, \d+ disconnects, "
+            r"longest round trip [\d,.]+ ms",
+            half["note"],
+        )
         assert names[3] == "kfs WAL writer at half load"
         assert rows[3][-1].startswith("busy ") and "writes/s" in rows[3][-1]
         assert names[4] == "kfs ack latency at half load, 150 segments a partition"
@@ -238,3 +245,32 @@ def test_pooled_rows_judge_the_target_on_all_the_runs_together() -> None:
     # 200 messages: the p99 is the 199th, a 12 ms one; each run's own p99 is its 100th.
     assert note.startswith("p50 5.0 ms, p99 12.0 ms MISSED (<= 10) over all 200 messages of 2 runs")
     assert note.endswith("p99 in each: 9.0, 12.0 ms")
+
+
+def test_the_half_load_row_names_produce_errors_and_client_retries() -> None:
+    from bench.produce_cpu import client_note, produce_errors
+
+    series = 'kfs_partition_errors_total{api="PRODUCE",error="%s"}'
+    before = {
+        series % "REQUEST_TIMED_OUT": 2.0,
+        'kfs_partition_errors_total{api="FETCH",error="X"}': 0,
+    }
+    after = {
+        series % "REQUEST_TIMED_OUT": 5.0,
+        series % "KAFKA_STORAGE_ERROR": 1.0,
+        'kfs_partition_errors_total{api="FETCH",error="X"}': 9.0,
+    }
+    assert produce_errors(after, before) == "1 KAFKA_STORAGE_ERROR, 3 REQUEST_TIMED_OUT"
+    assert produce_errors(before, before) == "none"
+
+    def window(rtt_max_us: int, retries: int) -> dict[str, Any]:
+        bootstrap = {"txretries": 0, "req_timeouts": 1, "disconnects": 0}
+        produce = {**bootstrap, "txretries": retries, "rtt": {"cnt": 10, "max": rtt_max_us}}
+        return {"brokers": {"bootstrap": bootstrap, "kfs:1": produce}}
+
+    note = client_note([window(91_600, 0), window(4_000, 7)])
+    assert note == (
+        "librdkafka counted 7 retries, 2 request timeouts, 0 disconnects, "
+        "longest round trip 91.6 ms"
+    )
+    assert client_note([]) == "librdkafka reported no statistics"
