@@ -398,18 +398,22 @@ def half_load(
     ran_ns, waited_ns = result["sched_ns"]
     sched = RunQueue(ran_ns / 1e9, waited_ns / 1e9)
     latencies = array("d", sorted(us / 1e6 for us in result["latencies_us"]))
-    return HalfLoad(latencies, result["sent"], cpu, elapsed, rtts, sched, client_note(stats))
+    events = client_note(stats, result["stats_write_max_us"] / 1000)
+    return HalfLoad(latencies, result["sent"], cpu, elapsed, rtts, sched, events)
 
 
-def client_note(stats: list[dict[str, Any]]) -> str:
+def client_note(stats: list[dict[str, Any]], stats_write_max_ms: float) -> str:
     """What the producer's brokers counted over the run (librdkafka's cumulative statistics).
 
     Retries, request timeouts and reconnects each delay their messages by
     a backoff the broker's round trip does not show; the longest single
-    round trip is the window maxima's maximum.
+    round trip is the window maxima's maximum.  ``stats_write_max_ms`` is
+    the producer's longest write of a statistics line to its stdout: the
+    delivery reports wait behind it, and their latencies include the wait.
     """
+    held = f"statistics writes held the delivery reports up to {stats_write_max_ms:,.1f} ms"
     if not stats:
-        return "librdkafka reported no statistics"
+        return f"librdkafka reported no statistics; {held}"
     brokers = stats[-1]["brokers"].values()
     retries = sum(b.get("txretries", 0) for b in brokers)
     timeouts = sum(b.get("req_timeouts", 0) for b in brokers)
@@ -425,7 +429,7 @@ def client_note(stats: list[dict[str, Any]]) -> str:
     )
     return (
         f"librdkafka counted {retries} retries, {timeouts} request timeouts, "
-        f"{disconnects} disconnects, longest round trip {longest / 1000:,.1f} ms"
+        f"{disconnects} disconnects, longest round trip {longest / 1000:,.1f} ms; {held}"
     )
 
 

@@ -72,7 +72,8 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
         assert "Produce errors answered: none" in half["note"]
         assert re.search(
             r"librdkafka counted \d+ retries, \d+ request timeouts, \d+ disconnects, "
-            r"longest round trip [\d,.]+ ms",
+            r"longest round trip [\d,.]+ ms; statistics writes held the delivery reports up to "
+            r"[\d,.]+ ms",
             half["note"],
         )
         assert names[3] == "kfs WAL writer at half load"
@@ -268,9 +269,12 @@ def test_the_half_load_row_names_produce_errors_and_client_retries() -> None:
         produce = {**bootstrap, "txretries": retries, "rtt": {"cnt": 10, "max": rtt_max_us}}
         return {"brokers": {"bootstrap": bootstrap, "kfs:1": produce}}
 
-    note = client_note([window(91_600, 0), window(4_000, 7)])
+    note = client_note([window(91_600, 0), window(4_000, 7)], 1_003.25)
     assert note == (
         "librdkafka counted 7 retries, 2 request timeouts, 0 disconnects, "
-        "longest round trip 91.6 ms"
+        "longest round trip 91.6 ms; statistics writes held the delivery reports up to 1,003.2 ms"
     )
-    assert client_note([]) == "librdkafka reported no statistics"
+    assert client_note([], 0.01) == (
+        "librdkafka reported no statistics; statistics writes held the delivery reports up to "
+        "0.0 ms"
+    )
