@@ -285,8 +285,9 @@ class _Spare:
 
     seq: int
     path: str  # the temporary name
-    done: Future[None] = field(init=False)  # the preparation, on the spare worker
-    error: OSError | None = None
+    # The preparation, on the spare worker.  If it failed, the writer creates
+    # the file itself, and meets the error.
+    done: Future[None] = field(init=False)
 
 
 def _resolve(item: _Pending) -> None:
@@ -992,13 +993,8 @@ class WalWriter:
         spare, self._spare = self._spare, None
         ready = False
         if spare is not None:
-            unexpected = spare.done.exception()  # waits for it
-            ready = (
-                unexpected is None
-                and spare.error is None
-                and spare.seq == seq
-                and size == self._file_size
-            )
+            failed = spare.done.exception()  # waits for it
+            ready = failed is None and spare.seq == seq and size == self._file_size
             if not ready:
                 with contextlib.suppress(OSError):
                     os.unlink(spare.path)
@@ -1019,18 +1015,11 @@ class WalWriter:
         file that would make the active one look sealed.
         """
         spare = _Spare(seq, os.path.join(self._directory, wal_file_name(seq)) + TEMP_SUFFIX)
-
-        def prepare() -> None:
-            try:
-                self._spare_file(spare.path)
-            except OSError as exc:  # the writer creates the file itself, and meets the error
-                spare.error = exc
-
         if self._spare_worker is None:
             self._spare_worker = ThreadPoolExecutor(
                 1, thread_name_prefix="kfs-wal-spare", initializer=name_os_thread
             )
-        spare.done = self._spare_worker.submit(prepare)
+        spare.done = self._spare_worker.submit(self._spare_file, spare.path)
         self._spare = spare
 
     def _discard_spare(self) -> None:
