@@ -67,8 +67,6 @@ import json
 import os
 import resource
 import shutil
-import socket
-import struct
 import subprocess
 import tempfile
 import time
@@ -91,8 +89,9 @@ from bench.produce_fetch import (
 )
 from kfs_core.catalog import PartitionCatalog
 from kfs_core.records.batch import Record, encode_batch
-from kfs_core.server.protocol_messages import ProduceRequest, ProduceResponse
+from kfs_core.server.protocol_messages import ProduceRequest
 from kfs_core.storage.local import LocalObjectStore
+from tests.server.conftest import RawClient
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -343,7 +342,7 @@ class HalfLoad:
     producer_sched: RunQueue
     # What else librdkafka saw: retries, request timeouts, reconnects, the
     # longest single round trip (`client_note`)
-    client_events: str = ""
+    client_events: str
 
     def rtt_note(self) -> str:
         if not self.rtt_p99_s:
@@ -418,15 +417,7 @@ def client_note(stats: list[dict[str, Any]], stats_write_max_ms: float) -> str:
     retries = sum(b.get("txretries", 0) for b in brokers)
     timeouts = sum(b.get("req_timeouts", 0) for b in brokers)
     disconnects = sum(b.get("disconnects", 0) for b in brokers)
-    longest = max(
-        (
-            b["rtt"]["max"]
-            for w in stats
-            for b in w["brokers"].values()
-            if b.get("rtt", {}).get("cnt")
-        ),
-        default=0,
-    )
+    longest = max((b["rtt"]["max"] for w in stats for b in _timed_brokers(w)), default=0)
     return (
         f"librdkafka counted {retries} retries, {timeouts} request timeouts, "
         f"{disconnects} disconnects, longest round trip {longest / 1000:,.1f} ms; {held}"
@@ -441,10 +432,15 @@ def _produce_rtt_p99_us(stats: list[dict[str, Any]]) -> list[int]:
     """
     p99s = []
     for window in stats:
-        brokers = [b for b in window["brokers"].values() if b.get("rtt", {}).get("cnt")]
+        brokers = _timed_brokers(window)
         if brokers:
             p99s.append(max(brokers, key=lambda b: b["rtt"]["cnt"])["rtt"]["p99"])
     return p99s
+
+
+def _timed_brokers(window: dict[str, Any]) -> list[dict[str, Any]]:
+    """The brokers of one statistics window that timed round trips in it."""
+    return [b for b in window["brokers"].values() if b.get("rtt", {}).get("cnt")]
 
 
 def histogram_bound(
@@ -787,30 +783,14 @@ def first_produce_ms(bootstrap: str, topic: str, partitions: int) -> float:
             )
         ],
     )
-    request.with_header(correlation_id=1, client_id="bench-first-produce")
-    frame = bytes(request.encode(header=True, framed=True))
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=60) as sock:
+    with RawClient(bootstrap, timeout=60) as client:
         started = time.perf_counter()
-        sock.sendall(frame)
-        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-        answer = _recv_exactly(sock, size)
+        response = client.request(request)
         elapsed = time.perf_counter() - started
-    response = ProduceResponse.decode(answer, version=7, header=True)
     codes = {p.error_code for t in response.responses for p in t.partition_responses}
     if codes != {0}:
         raise RuntimeError(f"the first produce after a restart answered error codes {codes}")
     return elapsed * 1000
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("kfs serve closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 def restart_row(daemon: Daemon, topic: str, partitions: int, segments: int) -> tuple[str, ...]:
