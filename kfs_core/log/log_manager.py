@@ -1150,6 +1150,8 @@ class LogManager:
             pool_used_bytes=self._pool.used,
             pool_capacity_bytes=self._pool.capacity,
             pool_waiters=self._pool.waiting,
+            pool_waits=self._pool.waits,
+            pool_wait_seconds=self._pool.wait_seconds,
             buffered_bytes=sum(p.buffer.bytes for p in self._partitions.values()),
             l1_bytes=self._fetcher.l1.weight,
             l1_segments=len(self._fetcher.l1),

@@ -60,6 +60,9 @@ class LogMetrics:
     store_puts: int = 0
     store_put_bytes: int = 0
     store_errors: int = 0
+    # produce requests that waited for room in the pool, and their time waiting in all
+    pool_waits: int = 0
+    pool_wait_seconds: float = 0.0
     # gauges
     pool_used_bytes: int = 0
     pool_capacity_bytes: int = 0

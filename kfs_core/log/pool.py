@@ -10,7 +10,9 @@ for all partitions never exceed ``capacity``.
   every acquisition: the log manager starts an emergency flush.
 - When a request does not fit, it waits (first come, first served, so a large
   request is not starved by small ones) until releases make room, or until
-  its deadline: then `RequestTimedOut`.
+  its deadline: then `RequestTimedOut`.  ``waits`` and ``wait_seconds`` count
+  those waits and add up their time, so a produce stall can be told apart
+  from one in the WAL.
 - A request larger than the whole pool can never fit: `ValueError`; the
   caller turns it into `MessageTooLarge`.
 
@@ -54,6 +56,8 @@ class MemoryPool:
         self.used = 0
         self._on_pressure = on_pressure
         self._waiters: deque[_Waiter] = deque()
+        self.waits = 0  # acquisitions that had to wait for room
+        self.wait_seconds = 0.0  # their time waiting, granted or not
 
     @property
     def waiting(self) -> int:
@@ -75,9 +79,12 @@ class MemoryPool:
             self.used += size
             self._signal()
             return
-        waiter = _Waiter(size, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(size, loop.create_future())
         self._waiters.append(waiter)
         self._signal()  # full: make sure a flush is on its way to free memory
+        self.waits += 1
+        started = loop.time()
         try:
             async with asyncio.timeout(timeout_s):
                 await waiter.granted
@@ -94,6 +101,8 @@ class MemoryPool:
                     f"{self.capacity} used) within {timeout_s}s: flushes are not keeping up"
                 ) from None
             raise
+        finally:
+            self.wait_seconds += loop.time() - started
 
     def force_acquire(self, size: int) -> None:
         """Charge ``size`` bytes without waiting, even beyond the capacity.

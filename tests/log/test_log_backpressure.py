@@ -40,6 +40,7 @@ def test_a_full_pool_makes_appends_wait_until_a_flush_frees_it(
             await logs.append(TOPIC, n % 2, BATCH, timeout_s=10)
         # 75 % full: an emergency flush has started (and is stuck in its upload).
         await eventually(lambda: store.held > 0, what="the emergency flush's upload")
+        assert logs.metrics().pool_waits == 0  # every append so far fitted
         waiting = asyncio.ensure_future(logs.append(TOPIC, 0, BATCH, timeout_s=30))
         await eventually(lambda: logs.metrics().pool_waiters == 1, what="the append to wait")
         assert not waiting.done()
@@ -47,6 +48,9 @@ def test_a_full_pool_makes_appends_wait_until_a_flush_frees_it(
 
         store.put_gate.set()  # the store recovers; the flushes free the pool
         result = await waiting
+        # The wait is counted and timed: a stall in the pool shows as such.
+        assert logs.metrics().pool_waits == 1
+        assert logs.metrics().pool_wait_seconds > 0
         assert result.base_offset == len(offsets_and_values(BATCH)) * ((fits + 1) // 2)
         await logs.flush()
         total = 0
@@ -141,6 +145,7 @@ def test_pool_timeouts_and_cancellations_give_their_place_up() -> None:
         with pytest.raises(RequestTimedOut):
             await pool.acquire(50, 0.01)
         assert (pool.used, pool.waiting) == (90, 0)
+        assert pool.waits == 1 and pool.wait_seconds > 0.005  # a timed-out wait counts too
         blocked = asyncio.ensure_future(pool.acquire(50, 5))
         behind = asyncio.ensure_future(pool.acquire(5, 5))
         await eventually(lambda: pool.waiting == 2)
@@ -148,6 +153,7 @@ def test_pool_timeouts_and_cancellations_give_their_place_up() -> None:
         await asyncio.wait([blocked])
         await behind  # the cancelled head no longer blocks it
         assert (pool.used, pool.waiting) == (95, 0)
+        assert pool.waits == 3
         pool.force_acquire(50)  # replay may overshoot; the flush brings it back
         assert pool.used == 145 and pool.under_pressure
         pool.release(145)

@@ -389,6 +389,8 @@ def test_probes_and_metrics(local_daemon: Daemon) -> None:
         "kfs_flush_bytes_bucket",
         'kfs_object_store_requests_total{op="put_if_absent"}',
         "kfs_log_pool_used_bytes",
+        "kfs_log_pool_waits_total",
+        "kfs_log_pool_wait_seconds_total",
         "kfs_log_l1_hit_ratio",
         "kfs_log_flushes_total",
         "kfs_ready 1.0",
