@@ -746,7 +746,8 @@ def half_load_row(
         f"{produce_p99 * 1000:g} ms, WAL queue wait p99 <= {wait_p99 * 1000:g} ms, "
         f"write p99 <= {write_p99 * 1000:g} ms, fdatasync p99 <= {fsync_p99 * 1000:g} ms, "
         f"event loop lag p99 <= {lag_p99 * 1000:g} ms; "
-        f"Produce errors answered: {produce_errors(metrics, scraped)}; {half.client_events}; "
+        f"Produce errors answered: {produce_errors(metrics, scraped)}; "
+        f"{pool_note(metrics, scraped)}; {half.client_events}; "
         f"{produces / half.seconds:,.0f} Produce requests/s, "
         f"{(user_s + system_s) * 1000 / max(produces, 1):.2f} ms of daemon CPU each; "
         f"{run_queue.note(DAEMON_THREADS, half.seconds)} (ran/waited by thread: {by_role}), "
@@ -817,6 +818,17 @@ def restart_row(daemon: Daemon, topic: str, partitions: int, segments: int) -> t
         f"{at_ready:,.0f} ms sent at readiness, {later:,.0f} ms sent {RECONNECT_DELAY_S:g} s "
         f"later (the warm-up opened the partitions the WAL names meanwhile)",
     )  # fmt: skip
+
+
+def pool_note(after: dict[str, float], before: dict[str, float]) -> str:
+    """How often the memory pool made a Produce wait for room between scrapes, and how long."""
+    waits = series_delta(after, before, "kfs_log_pool_waits_total")
+    seconds = series_delta(after, before, "kfs_log_pool_wait_seconds_total")
+    if not waits:
+        return "no Produce waited for room in the memory pool"
+    return (
+        f"{waits:,.0f} Produce waits for room in the memory pool, {seconds * 1000:,.1f} ms in all"
+    )
 
 
 def produce_errors(after: dict[str, float], before: dict[str, float]) -> str:

@@ -70,6 +70,7 @@ def test_produce_cpu_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
         assert "event loop " in half["note"] and "WAL writer " in half["note"]  # by OS thread name
         # What would explain a stall the round trips do not show.
         assert "Produce errors answered: none" in half["note"]
+        assert "in the memory pool" in half["note"]
         assert re.search(
             r"librdkafka counted \d+ retries, \d+ request timeouts, \d+ disconnects, "
             r"longest round trip [\d,.]+ ms; statistics writes held the delivery reports up to "
@@ -254,7 +255,7 @@ def test_pooled_rows_judge_the_target_on_all_the_runs_together() -> None:
 
 
 def test_the_half_load_row_names_produce_errors_and_client_retries() -> None:
-    from bench.produce_cpu import client_note, produce_errors
+    from bench.produce_cpu import client_note, pool_note, produce_errors
 
     series = 'kfs_partition_errors_total{api="PRODUCE",error="%s"}'
     before = {
@@ -268,6 +269,13 @@ def test_the_half_load_row_names_produce_errors_and_client_retries() -> None:
     }
     assert produce_errors(after, before) == "1 KAFKA_STORAGE_ERROR, 3 REQUEST_TIMED_OUT"
     assert produce_errors(before, before) == "none"
+    # A stall in the memory pool, told apart from one in the WAL or the client.
+    pool = {"kfs_log_pool_waits_total": 4.0, "kfs_log_pool_wait_seconds_total": 1.5}
+    grown = {"kfs_log_pool_waits_total": 1_204.0, "kfs_log_pool_wait_seconds_total": 2.5}
+    assert pool_note(grown, pool) == (
+        "1,200 Produce waits for room in the memory pool, 1,000.0 ms in all"
+    )
+    assert pool_note(pool, pool) == "no Produce waited for room in the memory pool"
 
     def window(rtt_max_us: int, retries: int) -> dict[str, Any]:
         bootstrap = {"txretries": 0, "req_timeouts": 1, "disconnects": 0}
