@@ -269,7 +269,8 @@ def test_dashboard_covers_the_daemons_main_metrics() -> None:
     for metric in ("kfs_requests_total", "kfs_request_latency_seconds_bucket",
                    "kfs_wal_fsync_seconds_bucket", "kfs_flush_seconds_bucket",
                    "kfs_object_store_requests_total", "kfs_object_store_errors_total",
-                   "kfs_partition_errors_total", "kfs_log_pool_used_bytes", "kfs_ready"):  # fmt: skip
+                   "kfs_partition_errors_total", "kfs_log_pool_used_bytes", "kfs_ready",
+                   "kfs_log_pool_wait_seconds_total"):  # fmt: skip
         assert metric in used, metric
 
 
