@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from bench.produce_fetch import parse_metrics
 from kfs_core.errors import ObjectNotFound, ObjectStoreError
 from kfs_core.server.metrics import InstrumentedStore, OpsHttpServer, ServerMetrics, StoreHealth
 from kfs_core.server.protocol import ErrorCode
@@ -397,27 +398,18 @@ def test_probes_and_metrics(local_daemon: Daemon) -> None:
     ):
         assert name in text, name
     # Where an acknowledgement's time goes: observed, not merely declared.
-    counts = {
-        line.split(" ")[0]: float(line.split(" ")[1])
-        for line in text.splitlines()
-        if line.startswith(
-            ("kfs_wal_append_stage_seconds_count", "kfs_event_loop_lag_seconds_count")
-        )
-    }
+    counts = parse_metrics(text)
     assert counts['kfs_wal_append_stage_seconds_count{stage="queue_wait"}'] >= 1
     assert counts['kfs_wal_append_stage_seconds_count{stage="write"}'] >= 1
-
     # The loop's lag is sampled every 50 ms from the start: a daemon this
     # young (the module's first test) may not have taken a sample yet.
-    def lag_samples() -> float:
-        (line,) = (
-            line
-            for line in local_daemon.http("/metrics")[1].splitlines()
-            if line.startswith("kfs_event_loop_lag_seconds_count ")
-        )
-        return float(line.split(" ")[1])
-
-    wait_for(lambda: lag_samples() >= 1, timeout=10, what="an event-loop lag sample")
+    wait_for(
+        lambda: (
+            parse_metrics(local_daemon.http("/metrics")[1])["kfs_event_loop_lag_seconds_count"] >= 1
+        ),
+        timeout=10,
+        what="an event-loop lag sample",
+    )
 
 
 def test_readyz_is_503_until_ready() -> None:
