@@ -43,7 +43,6 @@ invisible; running it again with the same name completes it).
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +51,7 @@ from kfs_core.catalog import PartitionCatalog, TopicRegistry, layout
 from kfs_core.catalog import snapshots as snaps
 from kfs_core.catalog.partition import COMMIT_EXPIRY_MIN_AGE_MS, HEAD_RECHECK_MS
 from kfs_core.catalog.state import decode_pointer
+from kfs_core.clock import now_ms
 from kfs_core.errors import CatalogVersionNotFound, KfsError, ObjectNotFound
 from kfs_core.maintenance_pause import is_paused
 from kfs_core.reports import CHECKPOINT_JOB
@@ -382,10 +382,6 @@ def _prune_auto_snapshots(
 # --- the job ----------------------------------------------------------------------------------
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _body(ctx: JobContext, options: CheckpointOptions, clock: Clock) -> JobResult:
     now_ms = clock()
     store, ns = ctx.store, ctx.namespace
@@ -493,7 +489,7 @@ def run(
     opts = common.coerce_options(options, build_parser(), CheckpointOptions)
     if opts.snapshot is not None:
         _refuse_existing_snapshot(opts)
-    return common.execute(JOB, opts, lambda ctx: _body(ctx, opts, clock or _now_ms), spark)
+    return common.execute(JOB, opts, lambda ctx: _body(ctx, opts, clock or now_ms), spark)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

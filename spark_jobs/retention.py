@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -73,6 +72,7 @@ from kfs_core.catalog import (
     TopicRegistry,
     layout,
 )
+from kfs_core.clock import now_ms
 from kfs_core.errors import (
     CatalogCommitConflict,
     InvalidCatalogAction,
@@ -426,10 +426,6 @@ def _sweep(store: ObjectStore, task: SweepTask, result: SweepResult) -> None:
 # --- the job -------------------------------------------------------------------------------
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _topic_configs(
     store: ObjectStore, namespace: str, topics: Sequence[str] | None
 ) -> list[tuple[str, int, TopicConfig]]:
@@ -594,7 +590,7 @@ def run(
 ) -> dict[str, Any]:
     """Run retention once; the run summary.  ``clock`` (ms) fixes "now" (tests, backfills)."""
     opts = common.coerce_options(options, build_parser(), RetentionOptions)
-    return common.execute(JOB, opts, lambda ctx: _body(ctx, opts, clock or _now_ms), spark)
+    return common.execute(JOB, opts, lambda ctx: _body(ctx, opts, clock or now_ms), spark)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -76,6 +76,7 @@ from kfs_core.catalog.state import (
     decode_pointer,
     encode_pointer,
 )
+from kfs_core.clock import now_ms
 from kfs_core.errors import (
     CatalogCommitConflict,
     CatalogCommitStateUnknown,
@@ -192,10 +193,6 @@ def checkpoint_stretch(checkpoint_bytes: int) -> int:
     return stretch
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def default_writer_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -236,7 +233,7 @@ class PartitionCatalog:
         self.writer = writer or default_writer_id()
         self.retry = retry or RetryPolicy()
         self.max_state_age_s = max_state_age_s
-        self._clock = clock or _now_ms
+        self._clock = clock or now_ms
         self._prefix = layout.log_prefix(namespace, topic, partition)
         self._pointer_key = self._prefix + layout.POINTER_NAME
         self._lock = threading.RLock()

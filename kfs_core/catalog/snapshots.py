@@ -62,7 +62,6 @@ import datetime as dt
 import logging
 import re
 import secrets
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -85,6 +84,7 @@ from kfs_core.catalog.actions import (
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import Checkpoint, PartitionState, decode_checkpoint
 from kfs_core.catalog.topics import TopicRecord, TopicRegistry
+from kfs_core.clock import now_ms
 from kfs_core.errors import (
     CatalogError,
     InvalidCatalogAction,
@@ -250,10 +250,6 @@ class SnapshotTask:
     partition: int
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _encode_state(state: PartitionState) -> bytes:
     header = {
         "format": FORMAT_VERSION,
@@ -359,7 +355,7 @@ def finish_snapshot(
     manifest = SnapshotManifest(
         name=name,
         namespace=namespace,
-        created_ms=_now_ms() if created_ms is None else created_ms,
+        created_ms=now_ms() if created_ms is None else created_ms,
         topics=tuple(
             TopicSnapshot(
                 name=r.name,
@@ -407,7 +403,7 @@ def take_snapshot(
             summaries = list(pool.map(lambda t: snapshot_partition(store, t), tasks))
     else:
         summaries = map_partitions(tasks)
-    created = (clock or _now_ms)()
+    created = (clock or now_ms)()
     return finish_snapshot(
         store,
         namespace,
@@ -752,7 +748,7 @@ def restore_topic(
     conflicts with a concurrent change is reported (``RestoreResult.ok`` is
     False); rerun to finish.  ``dry_run`` returns the plan without changes.
     """
-    now = clock or _now_ms
+    now = clock or now_ms
     plan = plan_restore(store, namespace, topic, snapshot_name)
     if plan.missing_objects:
         raise SnapshotObjectsMissing(

@@ -49,6 +49,7 @@ from kfs_core.catalog.config import (
     validate_topic_name,
 )
 from kfs_core.catalog.partition import _io_pool
+from kfs_core.clock import now_ms
 from kfs_core.errors import (
     CatalogCommitConflict,
     CorruptCatalog,
@@ -99,10 +100,6 @@ class TopicDescription:
         return config_name not in self.record.configs
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class TopicRegistry:
     """Create, read, alter and delete the topics of one namespace."""
 
@@ -111,7 +108,7 @@ class TopicRegistry:
     ) -> None:
         self.store = store
         self.namespace = namespace
-        self._clock = clock or _now_ms
+        self._clock = clock or now_ms
         self._prefix = layout.topics_prefix(namespace)
         self._rng = random.Random()
 

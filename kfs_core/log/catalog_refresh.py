@@ -24,7 +24,8 @@ from kfs_core.catalog.state import PartitionState
 from kfs_core.errors import CatalogError, LogStorageError, ObjectStoreError
 from kfs_core.log.metrics import LogMetrics
 from kfs_core.log.partition import Partition
-from kfs_core.log.segment_fetcher import SegmentFetcher, run_in
+from kfs_core.log.segment_fetcher import SegmentFetcher
+from kfs_core.threads import run_in
 
 __all__ = ["CatalogRefresher"]
 

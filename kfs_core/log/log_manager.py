@@ -82,6 +82,7 @@ from kfs_core.catalog.config import ConfigValue
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import PartitionState
 from kfs_core.catalog.topics import TopicRecord, TopicRegistry
+from kfs_core.clock import now_ms
 from kfs_core.config import Settings
 from kfs_core.errors import (
     CatalogError,
@@ -118,7 +119,7 @@ from kfs_core.log.reader import (
     PartitionReader,
     ReadResult,
 )
-from kfs_core.log.segment_fetcher import SegmentFetcher, run_in
+from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.log.topic_cache import TopicCache, TopicInfo
 from kfs_core.log.validate import validate_produce
 from kfs_core.log.wal_recovery import RecoveredBatch, TornTail
@@ -130,7 +131,7 @@ from kfs_core.records.batch import (
 )
 from kfs_core.records.header import BatchHeader, read_batch_header
 from kfs_core.storage.base import ObjectStore
-from kfs_core.threads import name_os_thread
+from kfs_core.threads import name_os_thread, run_in
 
 __all__ = ["AppendResult", "LogManager", "StartReport"]
 
@@ -140,10 +141,6 @@ T = TypeVar("T")
 
 #: Partitions the warm-up after a start opens at once (`LogManager._warm_up`).
 WARMUP_CONCURRENCY = 4
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +211,7 @@ class LogManager:
         self.wal = wal
         self.settings = settings
         self.registry = registry if registry is not None else TopicRegistry(store, namespace)
-        self._clock = clock or _now_ms
+        self._clock = clock or now_ms
         self._metrics = LogMetrics()
         self._failure = LogFailure(on_failure)
         self._partitions: dict[tuple[str, int], Partition] = {}

@@ -36,9 +36,10 @@ from kfs_core.log.cache import CachedSegment
 from kfs_core.log.catalog_refresh import CatalogRefresher
 from kfs_core.log.metrics import LogMetrics
 from kfs_core.log.partition import Partition
-from kfs_core.log.segment_fetcher import SegmentFetcher, run_in
+from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.records.batch import decode_batch
 from kfs_core.records.header import read_batch_header
+from kfs_core.threads import run_in
 
 __all__ = [
     "EARLIEST_TIMESTAMP",

@@ -31,7 +31,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kfs_core.catalog import layout
 from kfs_core.catalog.actions import SegmentEntry
@@ -42,8 +42,9 @@ from kfs_core.log.cache import CachedSegment, LruCache, index_weight
 from kfs_core.log.metrics import LogMetrics
 from kfs_core.log.range_reads import body_end, index_window, select_batches
 from kfs_core.storage.base import ByteRange, ObjectStore
+from kfs_core.threads import run_in
 
-__all__ = ["IsLive", "SegmentFetcher", "run_in"]
+__all__ = ["IsLive", "SegmentFetcher"]
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +52,6 @@ T = TypeVar("T")
 
 #: Whether a catalog segment is still live (asked when something would be cached).
 IsLive = Callable[[SegmentEntry], bool]
-
-
-async def run_in(executor: Executor, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` on ``executor``, awaited without blocking the loop."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor, functools.partial(fn, *args))
 
 
 def _segment_weight(segment: CachedSegment) -> int:

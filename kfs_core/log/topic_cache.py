@@ -32,7 +32,7 @@ from kfs_core.errors import (
     UnknownTopic,
     UnknownTopicOrPartition,
 )
-from kfs_core.log.segment_fetcher import run_in
+from kfs_core.threads import run_in
 
 __all__ = ["TopicCache", "TopicInfo"]
 

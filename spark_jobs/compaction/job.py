@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kfs_core.catalog import TopicConfig, TopicRegistry
+from kfs_core.clock import now_ms
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
 from spark_jobs.common import STATUS_PAUSED, JobContext, JobOptions, JobResult
@@ -22,10 +22,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 Clock = Callable[[], int]
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _topic_configs(
@@ -103,7 +99,7 @@ def run(
     """
     opts = common.coerce_options(options, build_parser(), CompactionOptions)
     return common.execute(
-        JOB, opts, lambda ctx: _body(ctx, opts, clock or _now_ms, before_commit), spark
+        JOB, opts, lambda ctx: _body(ctx, opts, clock or now_ms, before_commit), spark
     )
 
 
