@@ -1,4 +1,9 @@
-"""The fixed top level, the README's two commands and CI hold together (compose: test_compose.py)."""
+"""The fixed top level, the README's two commands and CI hold together (compose: test_compose.py).
+
+The README is the front door: short, with a layout naming every top-level
+directory, and it and the pages under docs/ link only to files that exist and
+describe the project, not the work that made it (no dated diary entries).
+"""
 
 from __future__ import annotations
 
@@ -52,6 +57,70 @@ def test_the_architecture_page_the_code_cites_is_in_the_repository() -> None:
     for package in ("kfs_core", "spark_jobs", "plugins", "dags"):
         for path in sorted((ROOT / package).rglob("*.py")):
             assert "DESIGN.md" not in path.read_text(), path
+
+
+README_MAX_LINES = 350
+TOP_LEVEL_DIRECTORIES = [
+    "kfs_core/",
+    "spark_jobs/",
+    "plugins/kfs_airflow/",
+    "dags/",
+    "bench/",
+    "soak/",
+    "docs/",
+    "infra/",
+    "tests/",
+    ".ci/",
+]
+# The pages that describe the project to its users; docs/architecture.md joins them once
+# it carries no work-process words either.
+FRONT_PAGES = [
+    "README.md",
+    "docs/benchmarks.md",
+    "docs/performance-notes.md",
+    "docs/reliability.md",
+]
+# Words that date a text or tell of the work behind it rather than of the project.
+# "session" alone stays allowed: Kafka's session timeouts, a SparkSession, a SASL session.
+PROCESS_WORDS = re.compile(
+    r"\b(?:this|that|next|last|previous|earlier|later|first|second|third|fourth|fifth|sixth|"
+    r"seventh|eighth) session\b|\bthis (?:morning|afternoon|evening)\b|\byesterday\b|"
+    r"\blast time\b|\btoday\b|\btonight\b|\b20\d\d-[01]\d-[0-3]\d\b",
+    re.IGNORECASE,
+)
+
+
+def test_readme_is_a_front_door_of_under_350_lines() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < README_MAX_LINES, f"README.md has {len(lines)} lines"
+
+
+def test_readme_layout_names_every_top_level_directory() -> None:
+    readme = (ROOT / "README.md").read_text()
+    layout = re.search(r"^## Layout\n\n```\n(.*?)^```", readme, re.S | re.M)
+    assert layout is not None, "README.md has no ## Layout block"
+    named = {line.split()[0] for line in layout.group(1).splitlines() if line and line[0] != " "}
+    missing = [d for d in TOP_LEVEL_DIRECTORIES if d not in named]
+    assert not missing, missing
+    for package in sorted((ROOT / "kfs_core").iterdir()):
+        if (package / "__init__.py").is_file():
+            assert f"  {package.name}/" in layout.group(1), f"layout lacks kfs_core/{package.name}/"
+
+
+@pytest.mark.parametrize("page", FRONT_PAGES)
+def test_front_pages_tell_of_the_project_not_of_the_work(page: str) -> None:
+    for number, line in enumerate((ROOT / page).read_text().splitlines(), 1):
+        found = PROCESS_WORDS.search(line)
+        assert found is None, f"{page}:{number}: {found.group(0)!r} in {line.strip()!r}"
+
+
+@pytest.mark.parametrize("page", FRONT_PAGES)
+def test_front_pages_link_to_files_that_exist(page: str) -> None:
+    path = ROOT / page
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", path.read_text())
+    local = [link for link in links if "://" not in link]
+    for link in local:
+        assert (path.parent / link).exists(), f"{page} links to {link}, which does not exist"
 
 
 @pytest.mark.integration
