@@ -10,6 +10,8 @@
   - `loader`      — loading and caching the state,
   - `checkpoints` — checkpoint cadence, writing and commit expiry,
   - `log_files`   — the ``_log/`` keys and counted store requests.
+- `snapshots` — named snapshots of a namespace's catalog: take, list, read, delete.
+- `restore`   — restoring a topic's catalog from a snapshot (plan, then commit).
 - `config`    — topic configs (Kafka names, defaults, validation) and topic names.
 - `topics`    — `TopicRegistry`: create, list, describe, alter, delete topics.
 """
