@@ -3,8 +3,9 @@
 `Group` is one consumer group as the coordinator holds it in memory: its
 members and the classic protocol's state (`kfs_core.groups.membership`
 drives it) and its committed offsets (`kfs_core.groups.offsets` keeps them).
-`GroupSettings` are the broker configs of both; `Group.describe` answers
-DescribeGroups.
+`GroupSettings` are the broker configs of both.  The JoinGroup, SyncGroup
+and DescribeGroups results are here too: a member waits on them, and the
+group itself computes them (`Group.join_result`, `Group.describe`).
 """
 
 from __future__ import annotations
