@@ -210,8 +210,8 @@ def bench_commit_cost(
 
         return run
 
-    catalog._put = timed(catalog._put)  # type: ignore[method-assign]
-    catalog._put_if_absent = timed(catalog._put_if_absent)  # type: ignore[method-assign]
+    catalog._files.put = timed(catalog._files.put)  # type: ignore[method-assign]
+    catalog._files.put_if_absent = timed(catalog._files.put_if_absent)  # type: ignore[method-assign]
     own: list[float] = []
     plain: list[float] = []
     checkpointing: list[float] = []

@@ -49,7 +49,8 @@ from typing import Any
 
 from kfs_core.catalog import PartitionCatalog, TopicRegistry, layout
 from kfs_core.catalog import snapshots as snaps
-from kfs_core.catalog.partition import COMMIT_EXPIRY_MIN_AGE_MS, HEAD_RECHECK_MS
+from kfs_core.catalog.checkpoints import COMMIT_EXPIRY_MIN_AGE_MS
+from kfs_core.catalog.loader import HEAD_RECHECK_MS
 from kfs_core.catalog.state import decode_pointer
 from kfs_core.clock import now_ms
 from kfs_core.errors import CatalogVersionNotFound, KfsError, ObjectNotFound

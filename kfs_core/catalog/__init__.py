@@ -5,7 +5,13 @@
   set_log_start_offset, topic_config); the commit file format.
 - `state`     — `PartitionState`, the replay that builds it, checkpoint files.
 - `partition` — `PartitionCatalog`: load, refresh, commit with retries,
-  checkpoints, snapshots by version, commit expiry.
+  checkpoints, snapshots by version, commit expiry; a façade over
+  - `commit`      — the commit protocol (put-if-absent versions, retries),
+  - `loader`      — loading and caching the state,
+  - `checkpoints` — checkpoint cadence, writing and commit expiry,
+  - `log_files`   — the ``_log/`` keys and counted store requests.
+- `snapshots` — named snapshots of a namespace's catalog: take, list, read, delete.
+- `restore`   — restoring a topic's catalog from a snapshot (plan, then commit).
 - `config`    — topic configs (Kafka names, defaults, validation) and topic names.
 - `topics`    — `TopicRegistry`: create, list, describe, alter, delete topics.
 """
@@ -22,6 +28,8 @@ from kfs_core.catalog.actions import (
     SetTopicConfig,
     Tombstone,
 )
+from kfs_core.catalog.checkpoints import ExpireResult
+from kfs_core.catalog.commit import CommitResult, RetryPolicy
 from kfs_core.catalog.config import (
     CONFIG_KEYS,
     DEFAULT_CONFIGS,
@@ -30,13 +38,8 @@ from kfs_core.catalog.config import (
     validate_configs,
     validate_topic_name,
 )
-from kfs_core.catalog.partition import (
-    CommitResult,
-    ExpireResult,
-    IoStats,
-    PartitionCatalog,
-    RetryPolicy,
-)
+from kfs_core.catalog.log_files import IoStats
+from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import TOMBSTONE_RETENTION_MS, PartitionState
 from kfs_core.catalog.topics import TopicDescription, TopicRecord, TopicRegistry
 

@@ -48,7 +48,7 @@ from kfs_core.catalog.config import (
     validate_configs,
     validate_topic_name,
 )
-from kfs_core.catalog.partition import _io_pool
+from kfs_core.catalog.log_files import io_pool
 from kfs_core.clock import now_ms
 from kfs_core.errors import (
     CatalogCommitConflict,
@@ -163,7 +163,7 @@ class TopicRegistry:
                 names.append(rest[: -len(".json")])
         # A topic never altered is alive at revision 0: no GET needed.
         to_read = [n for n in names if n in with_revisions]
-        records = dict(zip(to_read, _io_pool().map(self._current, to_read), strict=True))
+        records = dict(zip(to_read, io_pool().map(self._current, to_read), strict=True))
         alive = [n for n in names if n not in records]
         for n, record in records.items():
             if record is not None and (include_deleted or not record.deleted):

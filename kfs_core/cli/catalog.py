@@ -121,7 +121,7 @@ def catalog_restore(
     keep_configs: bool,
 ) -> None:
     """Restore TOPIC's catalog from a snapshot (its objects must still exist)."""
-    from kfs_core.catalog.snapshots import restore_topic
+    from kfs_core.catalog.restore import restore_topic
 
     with operator_errors():
         result = restore_topic(

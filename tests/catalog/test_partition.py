@@ -8,13 +8,13 @@ import time
 import pytest
 
 from kfs_core.catalog import PartitionCatalog, RetryPolicy, SegmentEntry
-from kfs_core.catalog.layout import POINTER_NAME, parse_log_name
-from kfs_core.catalog.partition import (
+from kfs_core.catalog.checkpoints import (
     CHECKPOINT_STRETCH_BYTES,
     MAX_CHECKPOINT_STRETCH,
-    IoStats,
     checkpoint_stretch,
 )
+from kfs_core.catalog.layout import POINTER_NAME, parse_log_name
+from kfs_core.catalog.log_files import IoStats
 from kfs_core.catalog.state import encode_pointer
 from kfs_core.errors import (
     CatalogCommitConflict,

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicRegistry, layout
+from kfs_core.catalog.restore import plan_restore, restore_topic
 from kfs_core.catalog.snapshots import (
     InvalidSnapshotName,
     RestoreRefused,
@@ -24,11 +25,9 @@ from kfs_core.catalog.snapshots import (
     list_snapshots,
     manifest_key,
     partition_state_key,
-    plan_restore,
     prepare_snapshot,
     read_partition_state,
     read_snapshot,
-    restore_topic,
     snapshot_partition,
     take_snapshot,
     validate_snapshot_name,

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from kfs_core.catalog import PartitionCatalog, PartitionState, TopicRegistry, layout
+from kfs_core.catalog.restore import restore_topic
 from kfs_core.catalog.snapshots import (
     SnapshotObjectsMissing,
     list_snapshots,
     read_snapshot,
-    restore_topic,
 )
 from kfs_core.errors import CatalogVersionNotFound
 from kfs_core.maintenance_pause import set_emergency_flag
