@@ -16,10 +16,14 @@ The rooms, in the order a produced batch meets them:
 - `producer_state` — idempotent producers: sequence checks and their snapshots.
 - `pool`         — `MemoryPool`: the byte budget of all buffers, backpressure.
 - `buffer`       — `PartitionBuffer`: a partition's batches not yet committed.
-- `wal_writer`   — `WalWriter`: the write-ahead log (files, group commit,
-  durability modes, checkpoints).
-- `wal_recovery` — `recover_wal`, `WalRecovery`: the WAL's start-up scan.
-- `wal_files`    — what both share: file names, `WalPosition`, `WalFile`.
+- `wal`          — the write-ahead log, a package of its own rooms:
+  `wal.writer` (`WalWriter`: the writer thread, group commit, durability
+  modes), `wal.active_file` (`ActiveFile`: the open file, ``O_DIRECT``),
+  `wal.ring` (`FileRing`: the ring of fixed-size files, spares, rolls,
+  recycling), `wal.checkpoints` (`Checkpoints`: flushed offsets and
+  the files they free), `wal.out_of_space` (waiting for disk space),
+  `wal.recovery` (`recover_wal`, `WalRecovery`: the start-up scan) and
+  `wal.files` (what they share: file names, `WalPosition`, `WalFile`).
 - `failure`      — `LogFailure`: the failed state after the WAL failed.
 - `flusher`      — `Flusher`: seal, upload, commit, cache, checkpoint the WAL.
 - `sealing`      — cutting batches into segment files, re-encoding them per

@@ -69,8 +69,7 @@ from kfs_core.log.pool import MemoryPool
 from kfs_core.log.producer_state import BatchMetadata, batch_offsets
 from kfs_core.log.topic_cache import TopicInfo
 from kfs_core.log.validate import validate_produce
-from kfs_core.log.wal_recovery import RecoveredBatch
-from kfs_core.log.wal_writer import WalAppend, WalPosition, WalWriter
+from kfs_core.log.wal import RecoveredBatch, WalAppend, WalPosition, WalWriter
 from kfs_core.records.batch import (
     assign_offsets_into,
     iter_batch_headers,

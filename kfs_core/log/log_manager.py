@@ -90,8 +90,7 @@ from kfs_core.log.reader import (
 )
 from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.log.topic_cache import TopicCache, TopicInfo
-from kfs_core.log.wal_recovery import TornTail
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log.wal import TornTail, WalWriter
 from kfs_core.storage.base import ObjectStore
 from kfs_core.threads import name_os_thread, run_in
 
