@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kfs_core.formats.wal import encode_record_frame
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log.wal import WalWriter
 from tests.log.batches import make_batch
 
 BASE_OFFSET = struct.Struct(">q")  # the first field of a RecordBatch

@@ -2,18 +2,28 @@
 
 The rooms, in the order a produced batch meets them:
 
-- `log_manager`  — `LogManager`: the lifecycle (start-up replay, close), the
-  partition table, the append path (offsets assigned in one step with no
-  await), `forget_topic`, DeleteRecords, the failed state; `AppendResult`.
+- `log_manager`  — `LogManager`: the façade the server calls; the lifecycle
+  (start-up replay, close), reads, DeleteRecords, metrics, the failed state.
+- `partition_table` — `PartitionTable`: opening and loading partitions, the
+  warm-up after a start, forgetting a deleted topic (partition ownership
+  belongs here).
+- `appender`     — `Appender`: the append path (offsets assigned in one step
+  with no await, the WAL group, acknowledgement per durability mode), WAL
+  replay into the buffers; `AppendResult` (control batches and the last
+  stable offset belong here).
 - `partition`    — `Partition`: one partition's state, shared by the parts below.
 - `validate`     — the produce-side batch checks and their Kafka error codes.
 - `producer_state` — idempotent producers: sequence checks and their snapshots.
 - `pool`         — `MemoryPool`: the byte budget of all buffers, backpressure.
 - `buffer`       — `PartitionBuffer`: a partition's batches not yet committed.
-- `wal_writer`   — `WalWriter`: the write-ahead log (files, group commit,
-  durability modes, checkpoints).
-- `wal_recovery` — `recover_wal`, `WalRecovery`: the WAL's start-up scan.
-- `wal_files`    — what both share: file names, `WalPosition`, `WalFile`.
+- `wal`          — the write-ahead log, a package of its own rooms:
+  `wal.writer` (`WalWriter`: the writer thread, group commit, durability
+  modes), `wal.active_file` (`ActiveFile`: the open file, ``O_DIRECT``),
+  `wal.ring` (`FileRing`: the ring of fixed-size files, spares, rolls,
+  recycling), `wal.checkpoints` (`Checkpoints`: flushed offsets and
+  the files they free), `wal.out_of_space` (waiting for disk space),
+  `wal.recovery` (`recover_wal`, `WalRecovery`: the start-up scan) and
+  `wal.files` (what they share: file names, `WalPosition`, `WalFile`).
 - `failure`      — `LogFailure`: the failed state after the WAL failed.
 - `flusher`      — `Flusher`: seal, upload, commit, cache, checkpoint the WAL.
 - `sealing`      — cutting batches into segment files, re-encoding them per
@@ -53,18 +63,19 @@ on its own.
   buffer or in the catalog, never in neither; the pool makes producers wait
   rather than evict anything uncommitted.
 - The WAL is read only by `WalWriter.recover`, and `LogManager.start` puts
-  everything the catalog lacks back into the buffers (and flushes it) before
-  the first fetch is served.
+  everything the catalog lacks back into the buffers (`Appender.replay`) and
+  flushes it before the first fetch is served.
 
 The WAL keeps a batch longer than the buffer does (until a checkpoint past it
 and the deletion of its file), never the other way round.  Only a deleted
-topic's batches leave both, on purpose (`LogManager.forget_topic`); its
+topic's batches leave both, on purpose (`PartitionTable.forget_topic`); its
 offsets are not readable any more.  A WAL tier would matter if buffers were
 evicted before their commit (to bound memory without making producers
 wait); then reads would need an index from offset to WAL position.
 """
 
-from kfs_core.log.log_manager import AppendResult, LogManager, StartReport
+from kfs_core.log.appender import AppendResult
+from kfs_core.log.log_manager import LogManager, StartReport
 from kfs_core.log.metrics import LogMetrics
 from kfs_core.log.reader import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetLookup, ReadResult
 from kfs_core.log.topic_cache import TopicInfo

@@ -1,59 +1,41 @@
-"""`LogManager`: the partition logs of the ``kfs serve`` daemon -- lifecycle, partition table, appends.
+"""`LogManager`: the partition logs of the ``kfs serve`` daemon -- the façade the server calls.
 
 The server calls `LogManager.append_many` (``append`` for one partition),
 `read`, `list_offsets` and `topic`; the group coordinator and admin APIs a
 few more.  Everything runs on one event loop; blocking work (object store
 requests, catalog commits, sealing segments) runs on the manager's thread
-pool, so the loop never waits on I/O.  The manager owns the parts and the
-partition table they share; each part has its own module:
+pool, so the loop never waits on I/O.  The manager owns the lifecycle and
+the parts; each part has its own module:
 
+- `kfs_core.log.partition_table` -- `PartitionTable`: opening and loading
+  partitions, the warm-up after a start, forgetting a deleted topic;
+- `kfs_core.log.appender` -- `Appender`: the append path (offsets assigned
+  in one step that never awaits, the WAL, acknowledgements);
 - `kfs_core.log.flusher` -- `Flusher`: seal, upload, commit, checkpoint;
 - `kfs_core.log.reader` -- `PartitionReader`: Fetch and ListOffsets;
 - `kfs_core.log.catalog_refresh` -- `CatalogRefresher`: others' catalog commits;
 - `kfs_core.log.topic_cache` -- `TopicCache`: the topic registry, cached;
-- `kfs_core.log.wal_writer` / `wal_recovery` -- the WAL and its recovery;
+- `kfs_core.log.wal` -- the WAL and its recovery;
 - `kfs_core.log.partition` -- `Partition`, the per-partition state they share.
 
-Write path.  ``append_many`` takes every partition of one produce request.
-It validates each partition's batches (`validate_produce`), charges their
-size to the `MemoryPool` (waiting while it is full), then, in one step with
-no await inside (`_assign_and_log`), checks the idempotent producers,
-assigns offsets in place, stamps LogAppendTime when the topic asks for it,
-puts the batches into the partitions' buffers and queues one WAL group (a
-frame per partition).  Nothing else runs on the loop in between, so offsets
-are assigned in exactly WAL order without a lock, and the step ends once the
-frames are queued, not when they are durable, so concurrent producers share
-fsyncs.  When the WAL acknowledges (per its durability mode), each
-partition's high watermark moves past its batches and the producer gets an
-`AppendResult` per partition.
-
-Idempotent producers.  In that same step each partition's
-`ProducerStateTable` checks the producer id, epoch and sequence of its
-batches (`kfs_core.log.producer_state`): a retry of one of a producer's
-last 5 batches is answered with the original offsets once they are
-visible and is not written again; a gap or an old epoch is refused.  The
-state is rebuilt when a partition opens from a snapshot written after each
-flush (``{wal}/producer-state/``), the segments committed since, and the WAL.
+What stays here is what ties them together: the lifecycle (`start`,
+`close`, the failed state), the reads and admin calls that look a partition
+up and hand it to its part, DeleteRecords and the metrics snapshot.
 
 Start-up.  `start` runs WAL recovery, skips what the catalog already has
-(batches below its high watermark), replays the rest into the buffers and
-flushes them before anything else happens.  Then, in the background, it opens
-the other partitions the WAL's live files name (`_warm_up`, at most
-``warmup_partitions``), so their producers' first requests after a restart
-do not wait for the catalogs to load.
+(batches below its high watermark), replays the rest into the buffers
+(`Appender.replay`) and flushes them before anything else happens.  Then,
+in the background, it opens the other partitions the WAL's live files name
+(`PartitionTable.warm_up`, at most ``warmup_partitions``), so their
+producers' first requests after a restart do not wait for the catalogs to
+load.
 
 Admin changes.  `adopt_topic` takes a registry record an admin request just
 wrote (altered configs, added partitions) into the topic cache at once;
 `delete_records` moves a partition's log start offset forwards with a
 catalog commit (flushing first what it must cover), so reads below it get
 `OffsetOutOfRange` from then on and retention removes the segments below.
-
-Deleted topics.  `forget_topic` (called once the registry marked the topic
-deleted) drops its partitions at once -- lookups, appends and reads answer
-`UnknownTopicOrPartition` without waiting for the topic cache -- discards
-their unflushed batches and checkpoints the WAL past them.  Because WAL
-checkpoints are keyed by topic name, a topic created again under that name
-starts its offsets above the checkpoint, never below it.
+`forget_topic` drops a deleted topic (`PartitionTable.forget_topic`).
 
 WAL failure.  A failed WAL write or fsync (`WalWriteFailed`) puts the log
 into its failed state (`LogManager.failed`, `kfs_core.log.failure`): every
@@ -70,14 +52,12 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from kfs_core.catalog.actions import SegmentEntry
 from kfs_core.catalog.config import ConfigValue
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import PartitionState
@@ -86,33 +66,22 @@ from kfs_core.clock import now_ms
 from kfs_core.config import Settings
 from kfs_core.errors import (
     CatalogError,
-    CorruptionError,
     LogClosed,
-    LogError,
     LogStartOffsetRegression,
     LogStorageError,
-    MessageTooLarge,
-    ObjectNotFound,
     ObjectStoreError,
     OffsetOutOfRange,
-    RequestTimedOut,
-    UnknownTopicOrPartition,
-    WalError,
     WalWriteFailed,
 )
-from kfs_core.log.buffer import BufferedBatch
+from kfs_core.log.appender import Appender, AppendResult
 from kfs_core.log.catalog_refresh import CatalogRefresher
 from kfs_core.log.failure import LogFailure
 from kfs_core.log.flusher import Flusher
 from kfs_core.log.metrics import FlushObserver, LogMetrics
-from kfs_core.log.partition import Partition, PendingAppend, deleted_error
+from kfs_core.log.partition import Partition, deleted_error
+from kfs_core.log.partition_table import PartitionTable
 from kfs_core.log.pool import MemoryPool
-from kfs_core.log.producer_state import (
-    BatchMetadata,
-    ProducerStateTable,
-    SnapshotStore,
-    batch_offsets,
-)
+from kfs_core.log.producer_state import SnapshotStore
 from kfs_core.log.reader import (
     LATEST_TIMESTAMP,
     OffsetLookup,
@@ -121,35 +90,16 @@ from kfs_core.log.reader import (
 )
 from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.log.topic_cache import TopicCache, TopicInfo
-from kfs_core.log.validate import validate_produce
-from kfs_core.log.wal_recovery import RecoveredBatch, TornTail
-from kfs_core.log.wal_writer import WalAppend, WalPosition, WalWriter
-from kfs_core.records.batch import (
-    assign_offsets_into,
-    iter_batch_headers,
-    stamp_log_append_time_into,
-)
-from kfs_core.records.header import BatchHeader, read_batch_header
+from kfs_core.log.wal import TornTail, WalWriter
 from kfs_core.storage.base import ObjectStore
 from kfs_core.threads import name_os_thread, run_in
 
+# AppendResult is what `append` returns; the server imports it from here.
 __all__ = ["AppendResult", "LogManager", "StartReport"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: Partitions the warm-up after a start opens at once (`LogManager._warm_up`).
-WARMUP_CONCURRENCY = 4
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    """What a produce response reports for one partition."""
-
-    base_offset: int
-    log_append_time: int  # the stamped time for LogAppendTime topics, else -1 (as Kafka)
-    log_start_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,20 +111,6 @@ class StartReport:
     skipped_batches: int  # batches the catalog already had
     wal_files: int  # WAL files scanned
     torn_tail: TornTail | None  # the unacknowledged write a crash cut short, now zeroed
-
-
-@dataclass(eq=False, slots=True)
-class _StagedAppend:
-    """One partition of a produce request on its way: validated, then charged, then logged."""
-
-    index: int  # its place in the request
-    p: Partition
-    info: TopicInfo
-    buf: bytearray | memoryview  # ours to edit in place
-    batches: list[tuple[int, BatchHeader]]
-    base_offset: int = -1  # assigned by `LogManager._assign_and_log`
-    append_time: int = -1  # stamped LogAppendTime, else -1
-    duplicate: bool = False  # a producer's retry: answered with the original offsets
 
 
 class LogManager:
@@ -214,10 +150,8 @@ class LogManager:
         self._clock = clock or now_ms
         self._metrics = LogMetrics()
         self._failure = LogFailure(on_failure)
-        self._partitions: dict[tuple[str, int], Partition] = {}
-        self._opening: dict[tuple[str, int], asyncio.Task[Partition]] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        # Opening the partitions the WAL names, after `start` (`_warm_up`):
+        # Opening the partitions the WAL names, after `start` (`PartitionTable.warm_up`):
         # its result is how many it opened.
         self.warm_up: asyncio.Task[int] | None = None
         self._lifecycle: Literal["new", "starting", "running", "closing", "closed"] = "new"
@@ -257,8 +191,21 @@ class LogManager:
             pressure_ratio=settings.pressure_ratio,
             on_pressure=self._wake_flusher,
         )
+        self._table = PartitionTable(
+            store,
+            namespace,
+            settings,
+            wal=wal,
+            topics=self._topics,
+            fetcher=self._fetcher,
+            snapshots=self._producer_snapshots,
+            pool=self._pool,
+            failure=self._failure,
+            executor=self._executor,
+            clock=self._clock,
+        )
         self._flusher = Flusher(
-            self._partitions,
+            self._table.partitions,
             settings=settings,
             store=store,
             wal=wal,
@@ -272,6 +219,17 @@ class LogManager:
             metrics=self._metrics,
             clock=self._clock,
             observer=flush_observer,
+        )
+        self._appender = Appender(
+            self._table,
+            wal,
+            settings,
+            pool=self._pool,
+            flusher=self._flusher,
+            failure=self._failure,
+            metrics=self._metrics,
+            clock=self._clock,
+            lifecycle=lambda: self._lifecycle,
         )
 
     def __repr__(self) -> str:
@@ -302,9 +260,9 @@ class LogManager:
         replayed = skipped = 0
         touched: dict[tuple[str, int], Partition] = {}
         for record in recovery:
-            p = await self._open_partition(record.topic, record.partition)
+            p = await self._table.open(record.topic, record.partition)
             touched[(p.topic, p.partition)] = p
-            added, ignored = self._replay(p, record)
+            added, ignored = self._appender.replay(p, record)
             replayed += added
             skipped += ignored
         for p in touched.values():
@@ -318,88 +276,18 @@ class LogManager:
         await self._flusher.flush_all(touched.values())
         self._lifecycle = "running"
         self._spawn(self._flusher.run())
-        self._spawn(self._refresher.run(self._partitions.values()))
-        self.warm_up = self._spawn(self._warm_up(sorted(self.wal.flushed_offsets)))
+        self._spawn(self._refresher.run(self._table.partitions.values()))
+        self.warm_up = self._spawn(
+            self._table.warm_up(
+                sorted(self.wal.flushed_offsets), lambda: self._lifecycle == "running"
+            )
+        )
         return StartReport(len(touched), replayed, skipped, len(recovery.files), recovery.torn_tail)
 
-    async def _warm_up(self, keys: Sequence[tuple[str, int]]) -> int:
-        """Open the partitions the WAL's live files name, in the background; return how many.
-
-        Those are the partitions written to shortly before the start.  Their
-        producers come back within a second or two, and the first request to
-        touch a partition waits for its catalog to load: some 50 ms for one
-        of 10,000 segments on the local store, so a request to four such
-        partitions waited a quarter of a second.  Loading them here usually
-        gets there first; a request that comes sooner shares the load under
-        way (`_open_partition`).
-
-        The first ``warmup_partitions`` of them not open yet are tried, in key
-        order, so a daemon with thousands of partitions in its WAL does not
-        read every catalog on every start.  `WARMUP_CONCURRENCY` load at once:
-        an object store's request latencies overlap (the checks of a catalog's
-        entries hold the GIL, so more would not help on the local store).  A
-        partition that cannot be opened (its topic deleted, the store failing)
-        is left to its first request, which reports the error.
-        """
-        started = time.monotonic()
-        closed = [key for key in keys if key not in self._partitions]
-        todo = iter(closed[: self.settings.warmup_partitions])
-        opened = 0
-
-        async def worker() -> None:
-            nonlocal opened
-            for topic, partition in todo:
-                if self._lifecycle != "running":
-                    return
-                try:
-                    await self._partition(topic, partition)
-                except Exception as exc:
-                    log.info("warm-up: %s-%d stays closed: %s", topic, partition, exc)
-                else:
-                    opened += 1
-
-        await asyncio.gather(*(worker() for _ in range(WARMUP_CONCURRENCY)))
-        if opened:
-            log.info(
-                "warm-up: opened %d partitions named in the WAL in %.2f s",
-                opened,
-                time.monotonic() - started,
-            )
-        return opened
-
-    def _replay(self, p: Partition, record: RecoveredBatch) -> tuple[int, int]:
-        """Buffer the batches of one recovered WAL frame that the catalog does not have."""
-        added = skipped = 0
-        now = time.monotonic()
-        view = memoryview(record.batch)
-        headers = list(iter_batch_headers(record.batch, verify_crc=False, object_name=p.name))
-        # Skipped batches too: the segments may have been read only in part (`_load_producers`).
-        p.producers.replay((header for _, header in headers), self._clock())
-        for pos, header in headers:
-            if header.base_offset < p.next_offset:
-                # Flushed before its WAL checkpoint was written.  Segments hold
-                # whole batches, so a batch is either all in the catalog or not.
-                if header.last_offset >= p.next_offset:
-                    log.warning(
-                        "%s: WAL batch %d..%d straddles the catalog's high watermark %d; "
-                        "keeping the catalog's copy",
-                        p.name,
-                        header.base_offset,
-                        header.last_offset,
-                        p.next_offset,
-                    )
-                skipped += 1
-                continue
-            data = view[pos : pos + header.total_size]  # shares the recovered frame's bytes
-            p.buffer.append(
-                BufferedBatch(
-                    header.base_offset, header.last_offset, header.max_timestamp, data, now
-                )
-            )
-            self._pool.force_acquire(len(data))
-            p.next_offset = header.last_offset + 1
-            added += 1
-        return added, skipped
+    def _on_wal_failure(self, loop: asyncio.AbstractEventLoop, failure: WalWriteFailed) -> None:
+        """The WAL's failure listener, on its writer thread: fail on the loop."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is left to tell
+            loop.call_soon_threadsafe(self._failure.fail, failure)
 
     async def close(self, *, flush: bool = True, timeout_s: float | None = None) -> None:
         """Stop taking appends, flush everything acknowledged (unless ``flush=False``), stop.
@@ -419,11 +307,11 @@ class LogManager:
                 async with asyncio.timeout(timeout_s):
                     # Appends already queued in the WAL are acknowledged soon; the
                     # final flush should carry them.
-                    queued = [x.visible for p in self._partitions.values() for x in p.pending]
+                    queued = [x.visible for p in self._table.partitions.values() for x in p.pending]
                     if queued:
                         await asyncio.wait(queued)
                     if flush:
-                        await self._flusher.flush_all(list(self._partitions.values()))
+                        await self._flusher.flush_all(list(self._table.partitions.values()))
         except TimeoutError:
             log.warning(
                 "close: gave up flushing after %ss; unflushed batches stay in the WAL and "
@@ -434,7 +322,11 @@ class LogManager:
             tasks = [
                 *self._background,
                 *self._fetcher.prefetch_tasks(),
-                *(p.flush_task for p in self._partitions.values() if p.flush_task is not None),
+                *(
+                    p.flush_task
+                    for p in self._table.partitions.values()
+                    if p.flush_task is not None
+                ),
             ]
             for task in tasks:
                 task.cancel()
@@ -493,136 +385,7 @@ class LogManager:
         object store round trip per step of a load, not one per partition.
         Errors and timeouts are left for `append_many` to report per partition.
         """
-        missing = {key for key in keys if key not in self._partitions}
-        if not missing:
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                await asyncio.gather(
-                    *(self._partition(topic, partition) for topic, partition in sorted(missing)),
-                    return_exceptions=True,
-                )
-
-    async def _partition(self, topic: str, partition: int) -> tuple[Partition, TopicInfo]:
-        info = await self._topics.get(topic)
-        if not 0 <= partition < info.partitions:
-            raise UnknownTopicOrPartition(
-                f"topic {topic!r} has {info.partitions} partition(s); there is no partition "
-                f"{partition}",
-                topic=topic,
-                partition=partition,
-            )
-        return await self._open_partition(topic, partition), info
-
-    async def _open_partition(self, topic: str, partition: int) -> Partition:
-        key = (topic, partition)
-        p = self._partitions.get(key)
-        if p is not None:
-            return p
-        task = self._opening.get(key)
-        if task is None:
-            # One catalog load per partition, however many requests arrive meanwhile.
-            task = asyncio.ensure_future(self._load_partition(topic, partition))
-            self._opening[key] = task
-            task.add_done_callback(functools.partial(self._opened, key))
-        return await asyncio.shield(task)
-
-    def _opened(self, key: tuple[str, int], task: asyncio.Task[Partition]) -> None:
-        self._opening.pop(key, None)
-        if not task.cancelled():
-            task.exception()  # retrieved here: a caller may have given up waiting
-
-    async def _load_partition(self, topic: str, partition: int) -> Partition:
-        generation = self._topics.generation(topic)
-        catalog = PartitionCatalog(self.store, self.namespace, topic, partition)
-        try:
-            state = await self._io(catalog.load)
-        except (ObjectStoreError, CatalogError) as exc:
-            raise LogStorageError(f"loading the catalog of {topic}-{partition}: {exc}") from exc
-        producers = await self._load_producers(topic, partition, state)
-        if self._topics.generation(topic) != generation:
-            raise UnknownTopicOrPartition(
-                f"topic {topic!r} was deleted", topic=topic, partition=partition
-            )
-        p = Partition(topic, partition, catalog, state)
-        p.producers = producers
-        # The WAL checkpoints by topic name.  If it says more is flushed than
-        # the catalog holds, those offsets belonged to a deleted topic of this
-        # name whose last batches were discarded (forget_topic): continue
-        # above them, so no checkpoint of the old topic covers a new batch.
-        flushed = self.wal.flushed_offset(topic, partition)
-        if flushed >= p.next_offset:
-            log.info(
-                "%s: the WAL has offsets up to %d of an earlier topic of this name; "
-                "offsets continue at %d",
-                p.name,
-                flushed,
-                flushed + 1,
-            )
-            p.next_offset = p.high_watermark = flushed + 1
-            p.producers = ProducerStateTable(p.name, self.settings.producer_id_expiration_ms)
-        self._partitions[(topic, partition)] = p
-        return p
-
-    async def _load_producers(
-        self, topic: str, partition: int, state: PartitionState
-    ) -> ProducerStateTable:
-        """The idempotent producers of the committed segments: the snapshot, then newer segments.
-
-        Segments created before the expiration horizon are skipped (their
-        producers have expired), and at most ``producer_rebuild_bytes`` of
-        the newest are read, so a missing snapshot cannot stall the start.
-        """
-        table = ProducerStateTable(f"{topic}-{partition}", self.settings.producer_id_expiration_ms)
-        now = self._clock()
-        snapshot = await self._io(self._producer_snapshots.read, topic, partition)
-        start = 0
-        if snapshot is not None and snapshot.through <= state.high_watermark:
-            table.load(snapshot, now)
-            start = snapshot.through
-        elif snapshot is not None:
-            log.warning(
-                "%s: the producer-state snapshot reaches offset %d beyond the catalog's high "
-                "watermark %d; rebuilding from the segments",
-                table.name,
-                snapshot.through,
-                state.high_watermark,
-            )
-        horizon = now - self.settings.producer_id_expiration_ms
-        newer = [s for s in state.segments if s.last_offset >= start and s.created_ms >= horizon]
-        chosen: list[SegmentEntry] = []
-        budget = self.settings.producer_rebuild_bytes
-        for segment in reversed(newer):
-            if chosen and budget < segment.size_bytes:
-                log.warning(
-                    "%s: producer state rebuilt from the newest %d of %d segments",
-                    table.name,
-                    len(chosen),
-                    len(newer),
-                )
-                break
-            chosen.append(segment)
-            budget -= segment.size_bytes
-        for segment in reversed(chosen):
-            try:
-                # Not into L1: these reads are start-up's, not a consumer's.
-                cached = await self._fetcher.load(segment, lambda _: False)
-            except (ObjectNotFound, CorruptionError) as exc:
-                log.warning("%s: producer state skips %s: %s", table.name, segment.key, exc)
-                continue
-            except ObjectStoreError as exc:
-                raise LogStorageError(f"{table.name}: reading {segment.key}: {exc}") from exc
-            table.replay(
-                (
-                    read_batch_header(cached.data, pos, object_name=segment.key)
-                    for pos in cached.positions[:-1]
-                ),
-                now,
-            )
-        table.drop_below(state.log_start_offset)
-        # The first flush writes a snapshot even when empty, so the next start reads none of this.
-        table.changed = True
-        return table
+        await self._table.open_partitions(keys, timeout_s)
 
     async def forget_topic(self, name: str) -> None:
         """Drop a deleted topic now: its partitions, unflushed batches and cached segments.
@@ -634,52 +397,9 @@ class LogManager:
         deleting a topic discards its data, and retention removes what was
         committed -- and a WAL checkpoint past each partition's last assigned
         offset keeps recovery from replaying them.  A topic created later
-        under the same name continues above those offsets (`_load_partition`).
+        under the same name continues above those offsets (`PartitionTable._load`).
         """
-        self._topics.forget(name)
-        dropped = [p for (topic, _), p in self._partitions.items() if topic == name]
-        for p in dropped:
-            del self._partitions[(p.topic, p.partition)]
-            self._drop(p)
-        try:
-            await self._io(self._producer_snapshots.delete_topic, name)
-        except OSError as exc:
-            log.warning("topic %r: removing its producer-state snapshots: %s", name, exc)
-        if self._failure.error is not None:
-            return  # the WAL takes no checkpoint; the next start replays, retention removes
-        checkpoints = [p for p in dropped if p.next_offset > 0]
-        outcomes = await asyncio.gather(
-            *(
-                self.wal.checkpoint_async(p.topic, p.partition, p.next_offset - 1)
-                for p in checkpoints
-            ),
-            return_exceptions=True,
-        )
-        for p, outcome in zip(checkpoints, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                if isinstance(outcome, WalWriteFailed):
-                    self._failure.fail(outcome)
-                log.warning(
-                    "%s: WAL checkpoint of the deleted topic failed (%s); a restart replays "
-                    "its last batches into the deleted topic, and retention removes them",
-                    p.name,
-                    outcome,
-                )
-        if dropped:
-            log.info("forgot topic %r: %d partition(s) dropped", name, len(dropped))
-
-    def _drop(self, p: Partition) -> None:
-        """Discard a deleted topic's partition: buffer, pending appends, flush, cached segments."""
-        p.deleted = True
-        self._pool.release(p.buffer.drop_through(p.next_offset))
-        for pending in p.pending:
-            if not pending.visible.done():
-                pending.visible.set_exception(deleted_error(p))
-                pending.visible.exception()  # its producer may have timed out already
-        p.pending.clear()
-        if p.flush_task is not None:
-            p.flush_task.cancel()  # an upload or commit may still land: retention removes it
-        self._fetcher.forget(p.state.segments)
+        await self._table.forget_topic(name)
 
     # --- produce ---------------------------------------------------------------
 
@@ -723,301 +443,9 @@ class LogManager:
         offsets are assigned in them in place and the partition buffers keep
         views of them instead of copies, so they must not change afterwards.
         Raises only `LogClosed` or `LogStorageError`, before anything is stored.
+        The steps are `Appender.append_many`'s.
         """
-        self._check_writable()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        outcomes: list[AppendResult | Exception | None] = [None] * len(appends)
-        staged: list[_StagedAppend] = []
-        try:
-            async with asyncio.timeout_at(deadline):
-                for index, (topic, partition, records) in enumerate(appends):
-                    try:
-                        p, info = await self._partition(topic, partition)
-                        staged.append(self._validate(index, p, info, records, owned))
-                    except Exception as exc:
-                        outcomes[index] = exc
-        except TimeoutError:
-            for index, (topic, partition, _) in enumerate(appends):
-                if outcomes[index] is None and not any(s.index == index for s in staged):
-                    outcomes[index] = RequestTimedOut(
-                        f"{topic}-{partition}: the partition did not open in time"
-                    )
-        staged = await self._charge(staged, outcomes, deadline)
-        if staged:
-            await self._log_and_wait(staged, outcomes, deadline, timeout_s)
-        assert all(outcome is not None for outcome in outcomes)
-        return outcomes  # type: ignore[return-value]
-
-    def _validate(
-        self,
-        index: int,
-        p: Partition,
-        info: TopicInfo,
-        records: bytes | bytearray | memoryview,
-        owned: bool,
-    ) -> _StagedAppend:
-        """Check one partition's batches; its buffer is ours to edit in place from here on."""
-        if owned and isinstance(records, memoryview) and not records.readonly:
-            buf: bytearray | memoryview = records
-        else:
-            buf = bytearray(records)  # the caller may reuse its buffer
-        try:
-            batches = validate_produce(
-                buf,
-                max_message_bytes=info.config.max_message_bytes,
-                name=p.name,
-                decode_records=self.settings.decode_records,
-            )
-            if len(buf) > self._pool.capacity:
-                raise MessageTooLarge(
-                    f"{p.name}: {len(buf)} bytes do not fit the memory pool of "
-                    f"{self._pool.capacity} bytes",
-                    size=len(buf),
-                    limit=self._pool.capacity,
-                )
-        except LogError:
-            self._metrics.produce_rejected += 1
-            raise
-        return _StagedAppend(index, p, info, buf, batches)
-
-    async def _charge(
-        self,
-        staged: list[_StagedAppend],
-        outcomes: list[AppendResult | Exception | None],
-        deadline: float,
-    ) -> list[_StagedAppend]:
-        """Charge the staged appends to the pool, in order; the rest time out with the first."""
-        loop = asyncio.get_running_loop()
-        for k, item in enumerate(staged):
-            try:
-                await self._pool.acquire(len(item.buf), max(deadline - loop.time(), 0.0))
-            except RequestTimedOut as exc:
-                for later in staged[k:]:
-                    self._metrics.produce_timeouts += 1
-                    outcomes[later.index] = exc
-                return staged[:k]
-            except BaseException:  # cancelled: give back what this request holds
-                for earlier in staged[:k]:
-                    self._pool.release(len(earlier.buf))
-                raise
-        return staged
-
-    async def _log_and_wait(
-        self,
-        staged: list[_StagedAppend],
-        outcomes: list[AppendResult | Exception | None],
-        deadline: float,
-        timeout_s: float,
-    ) -> None:
-        """Assign offsets, buffer and queue the WAL group in one step; wait for visibility.
-
-        Once ``staged`` is charged, the charge is the buffer's (released by
-        the flush) or, for an append refused here, given back here.
-        """
-        ready: list[_StagedAppend] = []
-        for item in staged:
-            try:
-                self._check_writable(item.p)
-            except LogError as exc:
-                outcomes[item.index] = exc
-                self._pool.release(len(item.buf))
-            else:
-                ready.append(item)
-        if not ready:
-            return
-        try:
-            pending = self._assign_and_log(ready)
-        except Exception as exc:  # the WAL refused the group: nothing was assigned
-            refusal: Exception = exc
-            if isinstance(exc, WalError):  # it failed or is closed
-                refusal = LogStorageError(self._failure.fail(exc).message)
-            for item in ready:
-                self._pool.release(len(item.buf))
-                outcomes[item.index] = refusal
-            return
-        try:
-            async with asyncio.timeout_at(deadline):
-                for item, visible in zip(ready, pending, strict=True):
-                    try:
-                        await asyncio.shield(visible)
-                    except LogError as exc:  # the WAL failed, or the topic was deleted
-                        outcomes[item.index] = exc
-                    else:
-                        outcomes[item.index] = AppendResult(
-                            item.base_offset, item.append_time, item.p.state.log_start_offset
-                        )
-        except TimeoutError:
-            for item in ready:
-                if outcomes[item.index] is None:
-                    self._metrics.produce_timeouts += 1
-                    outcomes[item.index] = RequestTimedOut(
-                        f"{item.p.name}: the WAL did not acknowledge within {timeout_s}s; the "
-                        "write may still become visible"
-                    )
-        m = self._metrics
-        for item in ready:
-            if isinstance(outcomes[item.index], AppendResult) and not item.duplicate:
-                m.produce_requests += 1
-                m.produce_batches += len(item.batches)
-                m.produce_records += sum(header.record_count for _, header in item.batches)
-                m.produce_bytes += len(item.buf)
-
-    def _assign_and_log(self, ready: list[_StagedAppend]) -> list[asyncio.Future[None]]:
-        """Check producers, assign offsets, stamp, buffer and queue in the WAL: one step, no await.
-
-        Offsets are assigned in exactly WAL order without a lock: nothing else
-        runs on the loop between the assignment and the WAL queueing the
-        frames.  The producer-state check runs in the same step, so no other
-        append comes between a producer's check and its offsets.  Returns
-        each append's visibility future; a refused one holds its error, a
-        producer's retry (``duplicate``) that of its original batch.
-        """
-        loop = asyncio.get_running_loop()
-        now_ms = self._clock()
-        next_offsets: dict[tuple[str, int], int] = {}
-        wal_appends: list[WalAppend] = []
-        logged: list[_StagedAppend] = []
-        answered: dict[int, asyncio.Future[None]] = {}  # refused and duplicates, by index
-        undo: list[tuple[Partition, dict[int, Any]]] = []
-        try:
-            for item in ready:
-                p = item.p
-                headers = [header for _, header in item.batches]
-                try:
-                    original = p.producers.check(headers, now_ms)
-                except LogError as exc:
-                    self._metrics.produce_rejected += 1
-                    refused: asyncio.Future[None] = loop.create_future()
-                    refused.set_exception(exc)
-                    refused.exception()  # read by the caller unless it timed out first
-                    answered[item.index] = refused
-                    continue
-                if original is not None:
-                    item.duplicate = True
-                    item.base_offset = original.first_offset
-                    item.append_time = original.timestamp if item.info.log_append_time else -1
-                    answered[item.index] = self._visible_future(p, original)
-                    continue
-                base_offset = next_offsets.get((p.topic, p.partition), p.next_offset)
-                next_offset = assign_offsets_into(item.buf, base_offset, object_name=p.name)
-                if item.info.log_append_time:
-                    item.append_time = self._clock()
-                    for pos, _ in item.batches:
-                        stamp_log_append_time_into(
-                            item.buf, item.append_time, pos, object_name=p.name
-                        )
-                item.base_offset = base_offset
-                next_offsets[(p.topic, p.partition)] = next_offset
-                wal_appends.append(
-                    WalAppend(
-                        p.topic,
-                        p.partition,
-                        base_offset,
-                        item.buf,
-                        next_offset - 1,
-                        crcs_checked=True,
-                    )
-                )
-                placed = batch_offsets(headers, base_offset)
-                undo.append((p, p.producers.apply(placed, now_ms, item.append_time)))
-                logged.append(item)
-            # Queued before any partition changes: if the WAL refuses, nothing happened.
-            if wal_appends:
-                written = self.wal.append_group(wal_appends)
-        except BaseException:
-            for p, previous in reversed(undo):
-                p.producers.restore(previous)
-            raise
-        logged_indexes = {item.index for item in logged}
-        now = time.monotonic()
-        appends: list[tuple[Partition, PendingAppend]] = []
-        for item in logged:
-            p = item.p
-            view = memoryview(item.buf)
-            offset = item.base_offset
-            for pos, header in item.batches:
-                last = offset + header.last_offset_delta
-                max_timestamp = (
-                    item.append_time if item.info.log_append_time else header.max_timestamp
-                )
-                p.buffer.append(
-                    BufferedBatch(
-                        offset, last, max_timestamp, view[pos : pos + header.total_size], now
-                    )
-                )
-                offset = last + 1
-            p.next_offset = offset
-            pending = PendingAppend(offset - 1, loop.create_future())
-            p.pending.append(pending)
-            appends.append((p, pending))
-            answered[item.index] = pending.visible
-        if appends:
-            asyncio.wrap_future(written, loop=loop).add_done_callback(
-                functools.partial(self._on_wal_done, appends)
-            )
-        for item in ready:
-            if item.index not in logged_indexes:
-                self._pool.release(len(item.buf))  # refused or a retry: nothing buffered
-        return [answered[item.index] for item in ready]
-
-    def _visible_future(self, p: Partition, original: BatchMetadata) -> asyncio.Future[None]:
-        """Done when the batch ``original`` (already assigned) is visible, or fails with it."""
-        for pending in p.pending:
-            if pending.last_offset >= original.last_offset:
-                return pending.visible
-        visible: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        visible.set_result(None)  # below the high watermark already
-        return visible
-
-    def _on_wal_done(
-        self,
-        appends: list[tuple[Partition, PendingAppend]],
-        group: asyncio.Future[list[WalPosition]],
-    ) -> None:
-        error: BaseException | None
-        error = WalError("the WAL append was cancelled") if group.cancelled() else group.exception()
-        if error is not None:
-            failure = self._failure.fail(error)
-            # The WAL acknowledges nothing after its first failure, so neither
-            # these appends nor any later one of their partitions become visible.
-            for p, pending in appends:
-                for later in p.pending:
-                    if later.last_offset >= pending.last_offset and not later.visible.done():
-                        later.visible.set_exception(LogStorageError(failure.message))
-                        later.visible.exception()  # its producer may have timed out already
-            return
-        for p, pending in appends:
-            pending.acked = True
-            while p.pending and p.pending[0].acked:
-                done = p.pending.popleft()
-                p.high_watermark = done.last_offset + 1
-                if not done.visible.done():
-                    done.visible.set_result(None)
-            if (
-                p.flush_task is None
-                and p.buffer.visible_bytes(p.high_watermark) >= self.settings.segment_bytes
-            ):
-                self._flusher.wake()
-
-    def _on_wal_failure(self, loop: asyncio.AbstractEventLoop, failure: WalWriteFailed) -> None:
-        """The WAL's failure listener, on its writer thread: fail on the loop."""
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is left to tell
-            loop.call_soon_threadsafe(self._failure.fail, failure)
-
-    def _check_writable(self, p: Partition | None = None) -> None:
-        self._failure.check()
-        if self._lifecycle != "running":
-            raise LogClosed(f"the log is {self._lifecycle}; not accepting appends")
-        if self.wal.out_of_space:
-            # Refused before any offset is assigned; what the WAL holds queued
-            # is written once there is space again.
-            raise LogStorageError(
-                f"the WAL's disk is full ({self.wal.directory}): appends are refused "
-                "until space is freed"
-            )
-        if p is not None and p.deleted:
-            raise deleted_error(p)
+        return await self._appender.append_many(appends, timeout_s=timeout_s, owned=owned)
 
     def _check_readable(self) -> None:
         if self._lifecycle not in ("running", "closing"):
@@ -1033,7 +461,7 @@ class LogManager:
         store failed or holds a damaged object) or `LogClosed`.
         """
         self._check_readable()
-        p, _ = await self._partition(topic, partition)
+        p, _ = await self._table.lookup(topic, partition)
         return await self._reader.read(p, offset, max_bytes)
 
     async def list_offsets(self, topic: str, partition: int, timestamp: int) -> OffsetLookup:
@@ -1042,7 +470,7 @@ class LogManager:
         ``OffsetLookup(-1, -1)`` when no record has a timestamp at or after
         ``timestamp`` (`PartitionReader.list_offsets`).
         """
-        p, _ = await self._partition(topic, partition)
+        p, _ = await self._table.lookup(topic, partition)
         return await self._reader.list_offsets(p, timestamp)
 
     async def wait_readahead(self) -> None:
@@ -1050,26 +478,26 @@ class LogManager:
         await self._fetcher.wait_readahead()
 
     async def high_watermark(self, topic: str, partition: int) -> int:
-        p, _ = await self._partition(topic, partition)
+        p, _ = await self._table.lookup(topic, partition)
         return p.high_watermark
 
     async def log_start_offset(self, topic: str, partition: int) -> int:
-        p, _ = await self._partition(topic, partition)
+        p, _ = await self._table.lookup(topic, partition)
         return p.state.log_start_offset
 
     async def catalog_state(self, topic: str, partition: int) -> PartitionState:
         """The catalog state reads go by (as of the last refresh or commit)."""
-        p, _ = await self._partition(topic, partition)
+        p, _ = await self._table.lookup(topic, partition)
         return p.state
 
     async def partition_size(self, topic: str, partition: int) -> int:
         """Bytes of the partition's live segments and unflushed batches."""
-        p, _ = await self._partition(topic, partition)
+        p, _ = await self._table.lookup(topic, partition)
         return sum(s.size_bytes for s in p.state.segments) + p.buffer.bytes
 
     async def refresh(self, topic: str, partition: int) -> PartitionState:
         """Read the partition's new catalog commits now; the state reads go by from here on."""
-        p, _ = await self._partition(topic, partition)
+        p, _ = await self._table.lookup(topic, partition)
         await self._refresher.refresh(p)
         return p.state
 
@@ -1080,7 +508,7 @@ class LogManager:
         await self._flusher.flush_all(
             [
                 p
-                for p in self._partitions.values()
+                for p in self._table.partitions.values()
                 if (topic is None or p.topic == topic)
                 and (partition is None or p.partition == partition)
             ]
@@ -1095,7 +523,7 @@ class LogManager:
         its own high watermark, so what the new start covers is flushed first.
         """
         self._check_readable()
-        p, _ = await self._partition(topic, partition)
+        p, _ = await self._table.lookup(topic, partition)
         target = p.high_watermark if offset == LATEST_TIMESTAMP else offset
         if not 0 <= target <= p.high_watermark:
             raise OffsetOutOfRange(
@@ -1149,12 +577,12 @@ class LogManager:
             pool_waiters=self._pool.waiting,
             pool_waits=self._pool.waits,
             pool_wait_seconds=self._pool.wait_seconds,
-            buffered_bytes=sum(p.buffer.bytes for p in self._partitions.values()),
+            buffered_bytes=sum(p.buffer.bytes for p in self._table.partitions.values()),
             l1_bytes=self._fetcher.l1.weight,
             l1_segments=len(self._fetcher.l1),
             l2_bytes=self._fetcher.l2.weight,
             l2_indexes=len(self._fetcher.l2),
-            partitions=len(self._partitions),
+            partitions=len(self._table.partitions),
         )
 
     def cached_segments(self) -> list[str]:

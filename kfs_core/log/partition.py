@@ -1,9 +1,9 @@
 """`Partition`: everything the daemon keeps for one partition, shared by the log's parts.
 
-One `Partition` per open ``(topic, partition)``, in `LogManager`'s partition
-table.  Each part of the log owns some of its fields:
+One `Partition` per open ``(topic, partition)``, in the partition table
+(`kfs_core.log.partition_table`).  Each part of the log owns some of its fields:
 
-- the append path (`kfs_core.log.log_manager`): ``next_offset``,
+- the append path (`kfs_core.log.appender`): ``next_offset``,
   ``high_watermark``, ``pending``, ``producers``, and appends to ``buffer``;
 - the flusher (`kfs_core.log.flusher`): ``flush_task``, ``flush_conflict``,
   and drops committed batches from ``buffer``;
@@ -64,7 +64,7 @@ class Partition:
         self.last_read_at = 0.0  # a Fetch or ListOffsets: keeps the catalog state fresh
         self.last_fetch_at = 0.0  # a Fetch: flushed segments go into L1 for the next one
         self.refreshed_at = time.monotonic()
-        self.deleted = False  # its topic was deleted (`LogManager.forget_topic`)
+        self.deleted = False  # its topic was deleted (`PartitionTable.forget_topic`)
         self.producers = ProducerStateTable(self.name)  # replaced when the partition opens
 
     def __repr__(self) -> str:

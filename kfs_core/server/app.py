@@ -60,7 +60,7 @@ from kfs_core.config import Settings
 from kfs_core.errors import CorruptWal, KfsError, SegmentConflict
 from kfs_core.groups.coordinator import GroupSettings
 from kfs_core.log.log_manager import LogManager
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log.wal import WalWriter
 from kfs_core.security.acls import AclStore, Authorizer
 from kfs_core.security.listeners import (
     Listener,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kfs_core.log import wal_writer
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log.wal import WalWriter
+from kfs_core.log.wal import writer as wal_writer
 
 _HERE = Path(__file__).parent
 _TIERS = ("integration", "slow", "bench", "spark", "airflow")

@@ -23,7 +23,7 @@ import pytest
 from kfs_core.config import Settings
 from kfs_core.errors import TransientStoreError
 from kfs_core.log import LogManager, ReadResult, StartReport
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log.wal import WalWriter
 from kfs_core.records.batch import Record, RecordBatch, encode_batch, iter_batches
 from kfs_core.storage.base import ByteRange, ObjectInfo, ObjectStore
 

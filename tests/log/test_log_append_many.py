@@ -7,7 +7,7 @@ from pathlib import Path
 from kfs_core.errors import CorruptMessage, UnknownTopicOrPartition
 from kfs_core.log import LogManager
 from kfs_core.log.log_manager import AppendResult
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log.wal import WalWriter
 from kfs_core.records.batch import iter_batch_headers
 from kfs_core.storage.base import ObjectStore
 from tests.log.log_helpers import (

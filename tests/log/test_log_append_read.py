@@ -21,8 +21,9 @@ from kfs_core.errors import (
     UnknownTopicOrPartition,
 )
 from kfs_core.formats.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, SegmentReader
-from kfs_core.log import LogManager, wal_writer
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log import LogManager
+from kfs_core.log.wal import WalWriter
+from kfs_core.log.wal import writer as wal_writer
 from kfs_core.records.batch import LOG_APPEND_TIME, decode_batch
 from kfs_core.storage.base import ObjectStore
 from tests.log.log_helpers import (

@@ -15,7 +15,7 @@ import pytest
 from kfs_core.catalog import PartitionCatalog, PartitionState
 from kfs_core.catalog.layout import POINTER_NAME
 from kfs_core.log import LogManager
-from kfs_core.log.wal_writer import WalPosition
+from kfs_core.log.wal import WalPosition
 from kfs_core.storage.base import ByteRange, ObjectStore
 from tests.log.log_helpers import (
     NS,

@@ -26,7 +26,7 @@ import pytest
 from kfs_core.config import Settings
 from kfs_core.errors import LogStorageError, WalWriteFailed
 from kfs_core.log import LogManager
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log.wal import WalWriter
 from kfs_core.storage.base import ObjectStore
 from tests.log.log_helpers import (
     MANUAL_FLUSH,
@@ -50,7 +50,7 @@ def break_the_disk(wal: WalWriter) -> None:
     """From now on the WAL's file is ``/dev/full``: writes fail with ENOSPC, fsyncs with EINVAL."""
     full = os.open("/dev/full", os.O_WRONLY)
     try:
-        os.dup2(full, wal._fd)
+        os.dup2(full, wal._file.fd)
     finally:
         os.close(full)
 

@@ -13,7 +13,7 @@ import asyncio
 import threading
 
 from kfs_core.errors import LogStorageError, RequestTimedOut
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log.wal import WalWriter
 from kfs_core.storage.base import ObjectStore
 from tests.conftest import SmallDisk, fill_disk, wait_for, wal_spare_ready
 from tests.log.batches import make_batch as make_wal_batch

@@ -14,9 +14,7 @@ from pathlib import Path
 import pytest
 
 from kfs_core.errors import CorruptWal, WalNotRecovered
-from kfs_core.log.wal_files import WalPosition, wal_file_name
-from kfs_core.log.wal_recovery import recover_wal
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log.wal import WalPosition, WalWriter, recover_wal, wal_file_name
 from tests.conftest import wait_for
 from tests.log.batches import make_batch
 from tests.log.wal_helpers import SMALL, recovered, recovered_map, reopen, wal_paths

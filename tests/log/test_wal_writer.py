@@ -31,13 +31,15 @@ from kfs_core.errors import (
     WalWriteFailed,
 )
 from kfs_core.formats.wal import FRAME_OVERHEAD, FrameType, scan_wal
-from kfs_core.log import wal_writer
-from kfs_core.log.wal_writer import (
+from kfs_core.log.wal import (
     WalAppend,
     WalPosition,
     WalWriter,
     wal_file_name,
 )
+from kfs_core.log.wal import ring as wal_ring
+from kfs_core.log.wal import writer as wal_writer
+from kfs_core.log.wal.ring import FileRing
 from kfs_core.maintenance_pause import is_paused
 from kfs_core.storage.local import LocalObjectStore
 from tests.conftest import wait_for
@@ -210,13 +212,13 @@ def test_every_spare_is_prepared_on_one_worker_thread_that_close_stops(
 ) -> None:
     # A thread started at every roll made the roll wait for it to start.
     preparers: list[threading.Thread] = []
-    prepare = WalWriter._spare_file
+    prepare = FileRing._spare_file
 
-    def recording(self: WalWriter, path: str) -> None:
+    def recording(self: FileRing, path: str) -> None:
         preparers.append(threading.current_thread())
         prepare(self, path)
 
-    monkeypatch.setattr(WalWriter, "_spare_file", recording)
+    monkeypatch.setattr(FileRing, "_spare_file", recording)
     wal = open_wal(file_size=SMALL)
     for offset in range(12):
         wal.append("t", 0, offset, make_batch(0, offset, size=1500))
@@ -540,9 +542,9 @@ def test_checkpoint_deletes_fully_flushed_files_but_never_the_active_one(
     wal.checkpoint("t", 1, 39)
     assert wal.wal_files() == [active] == [p.name for p in wal_paths(wal_dir)]
     # Two wait to become later files (no roll took one meanwhile); the rest are gone.
-    assert wal.metrics.files_recycled == wal_writer.RECYCLED_FILES
-    assert wal.metrics.files_deleted == len(files_before) - 1 - wal_writer.RECYCLED_FILES
-    assert len(list(wal_dir.glob("*.wal.tmp"))) == wal_writer.RECYCLED_FILES + 1  # and the spare
+    assert wal.metrics.files_recycled == wal_ring.RECYCLED_FILES
+    assert wal.metrics.files_deleted == len(files_before) - 1 - wal_ring.RECYCLED_FILES
+    assert len(list(wal_dir.glob("*.wal.tmp"))) == wal_ring.RECYCLED_FILES + 1  # and the spare
     assert wal.metrics.checkpoints == 3
 
     wal.append("t", 0, 40, make_batch(0, 40))
@@ -599,7 +601,7 @@ def test_a_file_that_cannot_be_zeroed_is_deleted_and_a_new_one_made(
     def refuse(fd: int, size: int) -> None:
         raise OSError(error, os.strerror(error))
 
-    monkeypatch.setattr(wal_writer, "zero_range", refuse)
+    monkeypatch.setattr(wal_ring, "zero_range", refuse)
     wal = open_wal(file_size=SMALL)
     offset = _fill_until_active(wal, 1, 0, 0)
     wal.checkpoint("t", 0, offset - 1)
@@ -765,18 +767,18 @@ def test_the_manager_sets_the_flag_in_emergency_mode_and_clears_it_otherwise(
 CHILD = textwrap.dedent(
     """
     import sys, threading, time
-    from kfs_core.log import wal_writer
-    from kfs_core.log.wal_writer import WalWriter
+    from kfs_core.log.wal import WalWriter
+    from kfs_core.log.wal import active_file
     from tests.log.batches import make_batch
 
     if sys.argv[2] == "slow":  # a slow disk: the kill lands while writes are in flight
-        write = wal_writer._pwrite_all
+        write = active_file._pwrite_all
 
         def slow_write(fd, buffers, offset):
             time.sleep(0.001)
             write(fd, buffers, offset)
 
-        wal_writer._pwrite_all = slow_write
+        active_file._pwrite_all = slow_write
 
     wal = WalWriter(sys.argv[1], durability="cautious", file_size=64 * 1024)
     next_offset = {p: 0 for p in range(4)}

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from kfs_core.log.wal_recovery import RecoveredBatch, WalRecovery
-from kfs_core.log.wal_writer import WalWriter
+from kfs_core.log.wal import RecoveredBatch, WalRecovery, WalWriter
 
 SMALL = 4096  # a WAL file of a few frames, so tests roll often
 

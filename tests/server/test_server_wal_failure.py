@@ -89,7 +89,7 @@ def test_a_wal_failure_answers_56_turns_unready_and_exits_1(
 
             assert server._wal is not None
             full = os.open("/dev/full", os.O_WRONLY)
-            os.dup2(full, server._wal._fd)
+            os.dup2(full, server._wal._file.fd)
             os.close(full)
 
             failed = client.request(produce_request("durable", [b"lost"]))

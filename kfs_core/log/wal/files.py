@@ -1,4 +1,4 @@
-"""The WAL directory as both `wal_writer` and `wal_recovery` see it: names, positions, files.
+"""The WAL directory as the writer, its file ring and recovery see it: names, positions, files.
 
 The WAL lives in one directory (``{data_dir}/wal/``) as files named by a
 zero-padded sequence number, ``00000000000000000007.wal`` (`wal_file_name`),
@@ -7,9 +7,9 @@ it never holds an acknowledged frame.  Here too: `WalPosition` (where a frame
 is), `WalFile` (a live file and the highest offset each partition has in it,
 which decides when the file may be deleted), the last offset of a RECORD
 frame's batches, the two syscalls both sides need, and the file preparation
-the writer and recovery do (`preallocate`, `zero_range`, `change_and_fsync`).
+the file ring and recovery do (`preallocate`, `zero_range`, `change_and_fsync`).
 
-Why a module of its own: the writer imports `kfs_core.log.wal_recovery` to
+Why a module of its own: the writer imports `kfs_core.log.wal.recovery` to
 resume from what it found, so recovery must not import the writer; what both
 need lives below the two of them, here.
 """

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from kfs_core.errors import CorruptionError, CorruptWal
 from kfs_core.formats.wal import FrameType, WalEnd, WalFrame, WalReader
-from kfs_core.log.wal_files import (
+from kfs_core.log.wal.files import (
     TEMP_SUFFIX,
     WAL_NAME,
     WAL_SUFFIX,

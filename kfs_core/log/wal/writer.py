@@ -1,41 +1,28 @@
-"""`WalWriter`: the daemon's write-ahead log -- appends, group commit, durability, checkpoints.
+"""`WalWriter`: the daemon's write-ahead log -- the writer thread, group commit, durability.
 
 Every produced batch is framed (`kfs_core.formats.wal`) and appended here
-before the producer is acknowledged.  The WAL is a directory of fixed-size
-files (names and positions: `kfs_core.log.wal_files`).  Each file is created
-under a temporary name, preallocated (``posix_fallocate``; ``ftruncate``
-where unsupported) so appends never change the file size, fsynced, renamed
-into place and the directory fsynced: a ``*.wal`` file is always complete and
-zero-filled.  The next file is prepared (created, preallocated, fsynced) on a
-helper thread while the current one fills, and keeps its temporary name
-until the roll, so rolling costs the writer a rename and a directory fsync.
-Files are recycled: a file the checkpoints leave with nothing to keep is
-not deleted while fewer than `RECYCLED_FILES` wait for reuse; it is renamed
-to a temporary name, and the next spare is that file, zeroed in place
-(`wal_files.zero_range`: its blocks stay allocated and read as zeros).  A
-deleted file frees its blocks, and on a filesystem mounted with
-``discard`` the device then spends milliseconds discarding 16 MiB while
-the WAL's next write waits behind it; a new file's blocks must also be
-allocated again.  Where the filesystem cannot zero a range (tmpfs), the
-writer deletes and creates files as before.
-A frame never spans two files; when the next frame does not fit, the WAL
-fsyncs the current file (sealing it) and rolls to a new one.  A frame larger
-than the file size gets a file of its own, sized to fit, instead of being
-refused: the file size is a disk-layout knob and must not quietly cap
-``max.message.bytes``.
+before the producer is acknowledged.  The rest of the WAL lives next door:
+the files and their names (`kfs_core.log.wal.files`), the ring of
+fixed-size files -- creating, preparing spares, rolling, recycling
+(`kfs_core.log.wal.ring`) --, the open file and how bytes reach it
+(`kfs_core.log.wal.active_file`), the wait on a full disk
+(`kfs_core.log.wal.out_of_space`), checkpoints and the files they free
+(`kfs_core.log.wal.checkpoints`), and the start-up scan
+(`kfs_core.log.wal.recovery`).
 
 One writer thread owns the active file.  Producers frame their batches on
 their own thread (CRC only: a frame is a list of buffers -- header, the
 caller's batch bytes, footer -- so the batch is never copied), queue them
 and wait on a future; the writer drains everything queued, writes it and
 completes the futures.  The write bypasses the page cache where the
-filesystem allows (``O_DIRECT``, `kfs_core.storage.direct_io`: one copy into
-a warm, aligned staging buffer; nothing reads the WAL back while the daemon
-runs), and is one ``pwritev`` of the frames' buffers otherwise.  `append_group` queues the
+filesystem allows (``O_DIRECT``), and is one ``pwritev`` of the frames'
+buffers otherwise (`ActiveFile`).  `append_group` queues the
 frames of several partitions (one produce request) as one entry with one
 future: one hand-off to the writer and one wake-up back, however many
 partitions the request names.  Each batch is still its own frame, so
-recovery and torn-tail handling do not change.  Durability modes
+recovery and torn-tail handling do not change.  A frame never spans two
+files: when the next one does not fit, the writer fsyncs the current file
+(sealing it) and rolls to the next (`WalWriter._roll`).  Durability modes
 (`Durability`) decide when a future completes:
 
 ``cautious`` (default)
@@ -58,12 +45,8 @@ recovery and torn-tail handling do not change.  Durability modes
     one) so maintenance jobs stop (`kfs_core.maintenance_pause`); starting in
     another mode clears it.
 
-A full disk is not a failure.  Files are preallocated, so writes into them
-never run out of space; only creating the next file can (ENOSPC, EDQUOT).
-Then the writer waits and tries again (`out_of_space` is true meanwhile, and
-`LogManager` refuses new appends with KAFKA_STORAGE_ERROR), the frames
-already queued wait with it, and once an operator frees space it rolls and
-writes them: nothing acknowledged or queued is lost and no restart is needed.
+A full disk is not a failure: the writer waits for space to create its next
+file (`out_of_space`), and the frames queued wait with it.
 
 A failed write or fsync stops the WAL (`WalWriteFailed`): the waiters of
 the failed group and every later append get the error, because after a failed
@@ -74,18 +57,8 @@ callback registered with `WalWriter.add_failure_listener` -- a failure of a
 timed fsync in ``normal`` mode or of a checkpoint reaches the owner even when
 no producer is waiting.
 
-Checkpoints.  `WalWriter.checkpoint` records that a partition is in the
-object store up to an offset: a CHECKPOINT frame whose base offset is the
-next offset still to flush (``flushed_offset + 1``, as `FrameType.CHECKPOINT`
-defines it).  The WAL keeps, per WAL file, the highest last offset of each
-partition's RECORD frames; a file whose every partition is at or below its
-flushed offset is deleted -- never the active file.  A new file starts with a
-copy of the checkpoints of the partitions that still have records in live
-files, so deleting the file that held a checkpoint never makes recovery replay
-more than it must.
-
 Recovery.  `WalWriter.recover` runs once, before the first append: the scan,
-the torn-tail repair and what is replayed are `kfs_core.log.wal_recovery`'s;
+the torn-tail repair and what is replayed are `kfs_core.log.wal.recovery`'s;
 the writer takes over the files it found (or creates the first one), sets or
 clears the pause flag and starts the writer thread.
 
@@ -99,15 +72,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import errno
 import functools
 import logging
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -119,35 +91,19 @@ from kfs_core.errors import (
     WalNotRecovered,
     WalWriteFailed,
 )
-from kfs_core.formats.wal import (
-    WAL_FILE_SIZE,
-    Buffer,
-    FrameType,
-    encode_record_frame,
-    record_frame_parts,
-)
-from kfs_core.log.wal_files import (
-    TEMP_SUFFIX,
-    UNSUPPORTED,
-    WalFile,
+from kfs_core.formats.wal import WAL_FILE_SIZE, Buffer, record_frame_parts
+from kfs_core.log.wal.active_file import ActiveFile
+from kfs_core.log.wal.checkpoints import Checkpoints, checkpoint_frame
+from kfs_core.log.wal.files import (
     WalPosition,
     batch_last_offset,
-    change_and_fsync,
     fdatasync,
-    fsync_directory,
-    preallocate,
     wal_file_name,
-    zero_range,
 )
-from kfs_core.log.wal_recovery import RecoveredWal, WalRecovery, recover_wal
+from kfs_core.log.wal.out_of_space import OutOfSpace
+from kfs_core.log.wal.recovery import RecoveredWal, WalRecovery, recover_wal
+from kfs_core.log.wal.ring import FileRing
 from kfs_core.maintenance_pause import set_emergency_flag
-from kfs_core.storage.direct_io import (
-    BLOCK,
-    DirectAppender,
-    DirectUnsupported,
-    open_direct,
-    read_tail,
-)
 from kfs_core.threads import name_os_thread
 
 if TYPE_CHECKING:
@@ -180,17 +136,9 @@ FailureListener = Callable[[WalWriteFailed], None]
 
 DEFAULT_FILE_SIZE = WAL_FILE_SIZE  # 16 MiB
 MIN_FILE_SIZE = 1024  # small files are for tests; anything smaller is a mistake
-#: Flushed files kept (under a temporary name) to become the next spares.  One
-#: file is retired per file filled, so two cover a roll that finds the last
-#: one not yet retired.
-RECYCLED_FILES = 2
-#: How a roll waits for disk space: the first pause, and the longest.
-OUT_OF_SPACE_RETRY_MIN_S = 0.05
-OUT_OF_SPACE_RETRY_MAX_S = 1.0
-_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 
 # Looked up at call time so tests can slow down or fail the writer's fsyncs
-# (recovery's torn-tail repair calls `wal_files.fdatasync` itself).
+# (recovery's torn-tail repair calls `files.fdatasync` itself).
 _fdatasync: Callable[[int], None] = fdatasync
 
 
@@ -279,17 +227,6 @@ class _WriteGroup:
     done: list[_Pending] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class _Spare:
-    """The next WAL file, being prepared under its temporary name (`WalWriter._prepare_spare`)."""
-
-    seq: int
-    path: str  # the temporary name
-    # The preparation, on the spare worker.  If it failed, the writer creates
-    # the file itself, and meets the error.
-    done: Future[None] = field(init=False)
-
-
 def _resolve(item: _Pending) -> None:
     # An append_async caller shields its future, so nothing cancels it; be safe anyway.
     with contextlib.suppress(InvalidStateError):
@@ -308,43 +245,53 @@ def _notify(listener: FailureListener, failure: WalWriteFailed) -> None:
         log.exception("WAL failure listener failed")
 
 
-def _pwrite_all(fd: int, buffers: Sequence[Buffer], offset: int) -> None:
-    """Write ``buffers`` back to back at ``offset``, resuming after short writes."""
-    if not hasattr(os, "pwritev"):  # pragma: no cover - every supported platform has it
-        data = b"".join(buffers)
-        view = memoryview(data)
-        while view:
-            n = os.pwrite(fd, view, offset)
-            view, offset = view[n:], offset + n
-        return
-    views = [memoryview(b) for b in buffers]
-    i = 0
-    while i < len(views):
-        n = os.pwritev(fd, views[i : i + _IOV_MAX], offset)
-        if n <= 0:
-            raise OSError(errno.EIO, "pwritev wrote nothing")
-        offset += n
-        while n:
-            if n >= len(views[i]):
-                n -= len(views[i])
-                i += 1
-            else:
-                views[i] = views[i][n:]
-                n = 0
+class _Counters:
+    """`WalMetrics`' fields, counted in place (a frozen copy per update cost 2 % of the GIL)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stats: dict[str, Any] = {f.name: f.default for f in fields(WalMetrics)}
+
+    def count(self, **deltas: int) -> None:
+        with self._lock:
+            s = self._stats
+            for name, delta in deltas.items():
+                s[name] += delta
+
+    def fsync(self, seconds: float, frames: int) -> None:
+        with self._lock:
+            s = self._stats
+            s["fsyncs"] += 1
+            s["fsync_seconds"] += seconds
+            s["max_frames_per_fsync"] = max(s["max_frames_per_fsync"], frames)
+
+    def snapshot(self) -> WalMetrics:
+        with self._lock:
+            return WalMetrics(**self._stats)
 
 
-def _create_temp_file(path: str, size: int) -> None:
-    """A zero-filled, preallocated file of ``size`` bytes at ``path``, fsynced."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        preallocate(fd, size)
-        os.fsync(fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(path)  # a full disk must not keep what it could not finish
-        raise
-    finally:
-        os.close(fd)
+def _record_frame(append: WalAppend) -> _Frame:
+    """The RECORD frame of ``append``, built on the caller's thread (CRC only, no copy)."""
+    topic, partition, base_offset, batch = (
+        append.topic,
+        append.partition,
+        append.base_offset,
+        append.batch,
+    )
+    last_offset = append.last_offset
+    if last_offset is None:
+        last_offset = batch_last_offset(batch, base_offset, f"{topic}-{partition}")
+    elif not len(batch):
+        raise ValueError("a WAL record needs at least one record batch")
+    buffers = record_frame_parts(
+        topic, partition, batch, base_offset=base_offset, checked=append.crcs_checked
+    )
+    return _Frame(buffers, sum(map(len, buffers)), (topic, partition), last_offset)
+
+
+def _checkpoint_entry(topic: str, partition: int, flushed_offset: int) -> _Pending:
+    frame = checkpoint_frame(topic, partition, flushed_offset)
+    return _Pending([_Frame([frame], len(frame), (topic, partition), None)])
 
 
 # --- the writer ------------------------------------------------------------
@@ -395,9 +342,6 @@ class WalWriter:
         self._stage_observer = stage_observer
         self._control_store = control_store
         self._namespace = namespace
-        # O_DIRECT appends (`kfs_core.storage.direct_io`) where the filesystem
-        # has them and the file size is a whole number of blocks.
-        self._direct_io = direct_io
 
         # Producers <-> writer: the queue and the lifecycle state.
         self._cond = threading.Condition()
@@ -407,34 +351,20 @@ class WalWriter:
         self._failure_listeners: list[FailureListener] = []
         self._thread: threading.Thread | None = None
 
-        # Files and flushed offsets: the writer rolls, checkpoint() deletes.
-        self._files_lock = threading.Lock()
-        self._files: dict[int, WalFile] = {}
-        self._active: WalFile | None = None
-        self._flushed: dict[tuple[str, int], int] = {}
-        # Flushed files waiting to be reused (temporary names), and whether to keep any.
-        # Only the threads that retire files and prepare spares take this lock.
-        self._recycle_lock = threading.Lock()
-        self._recycled: list[str] = []
-        self._recycling = True
+        # The files (the writer rolls, checkpoints retire), the flushed offsets
+        # (under the ring's lock) and the wait for disk space.
+        self._counters = _Counters()
+        self._ring = FileRing(self._directory, file_size, self._counters.count)
+        self._checkpoints = Checkpoints(self._ring, self._counters.count)
+        self._space = OutOfSpace(self._directory, self._counters.count)
 
         # Owned by the writer thread once it runs.
-        self._fd = -1
-        self._appender: DirectAppender | None = None  # the active file's, when it is direct
-        self._direct_appender: DirectAppender | None = None  # kept across files (warm staging)
-        self._spare: _Spare | None = None  # the next file, prepared ahead
-        # One thread for the spares, started with the first: submitting to it
-        # does not wait, as starting a thread at every roll did (0.16 ms at
-        # the median, up to 0.6, while the appends queued behind the roll).
-        self._spare_worker: ThreadPoolExecutor | None = None
-        self._out_of_space: OSError | None = None  # set while a roll waits for disk space
+        # O_DIRECT appends (`kfs_core.storage.direct_io`) where the filesystem
+        # has them and the file size is a whole number of blocks.
+        self._file = ActiveFile(self._directory, direct_io=direct_io)
         self._write_pos = 0
         self._unsynced_frames = 0
         self._unsynced_since = 0.0
-
-        self._stats_lock = threading.Lock()
-        # WalMetrics' fields, counted in place (a frozen copy per update cost 2 % of the GIL).
-        self._stats: dict[str, Any] = {f.name: f.default for f in fields(WalMetrics)}
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> WalWriter:
@@ -463,18 +393,17 @@ class WalWriter:
 
     @property
     def metrics(self) -> WalMetrics:
-        with self._stats_lock:
-            return WalMetrics(**self._stats)
+        return self._counters.snapshot()
 
     @property
     def out_of_space(self) -> bool:
         """Whether the writer is waiting for disk space to start its next file.
 
         Frames already queued wait with it and are written once there is
-        space; the owner should refuse new appends meanwhile (`LogManager`
-        answers them KAFKA_STORAGE_ERROR).
+        space; the owner should refuse new appends meanwhile (the log's
+        `Appender` answers them KAFKA_STORAGE_ERROR; `OutOfSpace`).
         """
-        return self._out_of_space is not None
+        return self._space.error is not None
 
     @property
     def failure(self) -> WalWriteFailed | None:
@@ -504,23 +433,19 @@ class WalWriter:
 
     @property
     def flushed_offsets(self) -> dict[tuple[str, int], int]:
-        with self._files_lock:
-            return dict(self._flushed)
+        return self._checkpoints.offsets()
 
     def flushed_offset(self, topic: str, partition: int) -> int:
         """The partition's highest checkpointed offset; -1 when the WAL has none."""
-        with self._files_lock:
-            return self._flushed.get((topic, partition), -1)
+        return self._checkpoints.offset(topic, partition)
 
     @property
     def active_file(self) -> str | None:
-        with self._files_lock:
-            return None if self._active is None else os.path.basename(self._active.path)
+        return self._ring.active_name()
 
     def wal_files(self) -> list[str]:
         """Names of the live WAL files, oldest first."""
-        with self._files_lock:
-            return [os.path.basename(f.path) for f in sorted(self._files.values(), key=_seq)]
+        return self._ring.names()
 
     def __enter__(self) -> WalWriter:
         return self
@@ -542,7 +467,7 @@ class WalWriter:
         at ``base_offset``.  Raises `WalNotRecovered`, `WalClosed`,
         `WalWriteFailed`, `CorruptRecordBatch` or ValueError.
         """
-        item = _Pending([self._record(WalAppend(topic, partition, base_offset, batch_bytes))])
+        item = _Pending([_record_frame(WalAppend(topic, partition, base_offset, batch_bytes))])
         self._submit(item)
         return item.future.result()[0]
 
@@ -555,7 +480,7 @@ class WalWriter:
         frame is written regardless -- so treat a cancelled append as
         "outcome unknown", like a produce request that timed out.
         """
-        item = _Pending([self._record(WalAppend(topic, partition, base_offset, batch_bytes))])
+        item = _Pending([_record_frame(WalAppend(topic, partition, base_offset, batch_bytes))])
         self._submit(item)
         return (await asyncio.shield(asyncio.wrap_future(item.future)))[0]
 
@@ -571,7 +496,7 @@ class WalWriter:
         """
         if not appends:
             raise ValueError("append_group needs at least one append")
-        item = _Pending([self._record(append) for append in appends])
+        item = _Pending([_record_frame(append) for append in appends])
         self._submit(item)
         return item.future
 
@@ -582,141 +507,24 @@ class WalWriter:
         the mode), then deletes the sealed WAL files that hold nothing
         unflushed.  A lower offset than an earlier checkpoint changes nothing.
         """
-        item = self._checkpoint_frame(topic, partition, flushed_offset)
+        item = _checkpoint_entry(topic, partition, flushed_offset)
         self._submit(item)
         (position,) = item.future.result()
-        self._retire_files(self._advance_checkpoint((topic, partition), flushed_offset))
+        self._ring.retire(self._checkpoints.advance((topic, partition), flushed_offset))
         return position
 
     async def checkpoint_async(
         self, topic: str, partition: int, flushed_offset: int
     ) -> WalPosition:
-        item = self._checkpoint_frame(topic, partition, flushed_offset)
+        item = _checkpoint_entry(topic, partition, flushed_offset)
         self._submit(item)
         (position,) = await asyncio.shield(asyncio.wrap_future(item.future))
-        victims = self._advance_checkpoint((topic, partition), flushed_offset)
+        victims = self._checkpoints.advance((topic, partition), flushed_offset)
         if victims:
             # Renaming or unlinking files is quick, but it is disk I/O: keep it off
             # the loop.  Most checkpoints free no file, and they need no thread at all.
-            await asyncio.to_thread(self._retire_files, victims)
+            await asyncio.to_thread(self._ring.retire, victims)
         return position
-
-    def _retire_files(self, victims: list[WalFile]) -> None:
-        """Set aside flushed files for reuse (up to `RECYCLED_FILES` waiting), delete the rest."""
-        kept = deleted = 0
-        for victim in victims:
-            with contextlib.suppress(FileNotFoundError):
-                if self._keep_for_reuse(victim):
-                    kept += 1
-                    continue
-                os.unlink(victim.path)
-                deleted += 1
-                log.debug("deleted flushed WAL file %s", victim.path)
-        if kept:
-            # Renamed before it is zeroed: a crash never leaves a zeroed file
-            # under a WAL name, only a *.wal.tmp that recovery removes.
-            fsync_directory(self._directory)
-        if victims:
-            self._count(files_deleted=deleted, files_recycled=kept)
-
-    def _keep_for_reuse(self, victim: WalFile) -> bool:
-        if victim.size != self._file_size:
-            return False  # a file sized for one large frame
-        with self._recycle_lock:
-            if not self._recycling or len(self._recycled) >= RECYCLED_FILES:
-                return False
-            temp = victim.path + TEMP_SUFFIX
-            os.rename(victim.path, temp)
-            self._recycled.append(temp)
-        log.debug("kept flushed WAL file %s for reuse", victim.path)
-        return True
-
-    def _spare_file(self, path: str) -> None:
-        """Put a zero-filled, preallocated file at ``path``: a recycled one if one waits.
-
-        A file that fails is deleted and a new one created instead; a
-        filesystem that cannot zero a range in place (tmpfs) stops the
-        recycling, and flushed files are deleted from then on.
-        """
-        with self._recycle_lock:
-            recycled = self._recycled.pop(0) if self._recycled else None
-        if recycled is not None:
-            try:
-                os.rename(recycled, path)
-                change_and_fsync(path, functools.partial(zero_range, size=self._file_size))
-                return
-            except OSError as exc:
-                for stale in (path, recycled):
-                    with contextlib.suppress(OSError):
-                        os.unlink(stale)
-                if exc.errno not in UNSUPPORTED:
-                    raise
-                self._stop_recycling()
-                log.info(
-                    "WAL %s: this filesystem cannot zero a file in place (%s); "
-                    "flushed WAL files are deleted, not reused",
-                    self._directory,
-                    exc,
-                )
-        _create_temp_file(path, self._file_size)
-
-    def _stop_recycling(self) -> None:
-        """Keep no more flushed files, and delete those waiting (on close, or on tmpfs)."""
-        with self._recycle_lock:
-            self._recycling = False
-            recycled, self._recycled = self._recycled, []
-        for path in recycled:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-
-    @staticmethod
-    def _record(append: WalAppend) -> _Frame:
-        topic, partition, base_offset, batch = (
-            append.topic,
-            append.partition,
-            append.base_offset,
-            append.batch,
-        )
-        last_offset = append.last_offset
-        if last_offset is None:
-            last_offset = batch_last_offset(batch, base_offset, f"{topic}-{partition}")
-        elif not len(batch):
-            raise ValueError("a WAL record needs at least one record batch")
-        buffers = record_frame_parts(
-            topic, partition, batch, base_offset=base_offset, checked=append.crcs_checked
-        )
-        return _Frame(buffers, sum(map(len, buffers)), (topic, partition), last_offset)
-
-    @staticmethod
-    def _checkpoint_frame(topic: str, partition: int, flushed_offset: int) -> _Pending:
-        if flushed_offset < -1:
-            raise ValueError(f"flushed offset {flushed_offset} is below -1 (nothing flushed)")
-        frame = encode_record_frame(
-            topic, partition, base_offset=flushed_offset + 1, frame_type=FrameType.CHECKPOINT
-        )
-        return _Pending([_Frame([frame], len(frame), (topic, partition), None)])
-
-    def _advance_checkpoint(self, key: tuple[str, int], flushed_offset: int) -> list[WalFile]:
-        """Record the partition's flushed offset; forget the files it leaves with nothing to keep.
-
-        Returns them for the caller to retire (`_retire_files`: keep for
-        reuse or delete): the sealed files whose every RECORD frame is now
-        flushed (never the active one).
-        """
-        with self._files_lock:
-            if flushed_offset > self._flushed.get(key, -1):
-                self._flushed[key] = flushed_offset
-            active = self._active
-            victims = [
-                f
-                for f in self._files.values()
-                if f is not active
-                and all(self._flushed.get(k, -1) >= last for k, last in f.max_offsets.items())
-            ]
-            for victim in victims:
-                del self._files[victim.seq]
-        self._count(checkpoints=1)
-        return victims
 
     def _submit(self, item: _Pending) -> None:
         with self._cond:
@@ -763,13 +571,7 @@ class WalWriter:
         except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
             self._fail(exc, batch)
         finally:
-            if self._fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(self._fd)
-                self._fd = -1
-            if self._direct_appender is not None:
-                self._direct_appender.close()
-                self._direct_appender = self._appender = None
+            self._file.close()
 
     def _sync_timeout(self) -> float | None:
         if not self._unsynced_frames:
@@ -787,22 +589,23 @@ class WalWriter:
             for item in batch:
                 self._observe("queue_wait", now - item.queued_at)
         group = _WriteGroup(self._write_pos)
+        ring = self._ring
         for item in batch:
             last_frame = item.frames[-1]
             for frame in item.frames:
                 size = frame.size
-                active = self._active
+                active = ring.active
                 assert active is not None
                 if self._write_pos + size > active.size:
                     self._write_group(group, sync=True)  # seal the file before the next one exists
-                    self._roll_when_there_is_space(size)
+                    self._space.roll(functools.partial(self._roll, size), self._wait_while_open)
                     group = _WriteGroup(self._write_pos)
-                    active = self._active
+                    active = ring.active
                     assert active is not None
                 item.positions.append(WalPosition(active.seq, self._write_pos, size))
                 self._write_pos += size
                 if frame.last_offset is not None:
-                    with self._files_lock:
+                    with ring.lock:
                         if frame.last_offset > active.max_offsets.get(frame.key, -1):
                             active.max_offsets[frame.key] = frame.last_offset
                 group.buffers += frame.buffers
@@ -827,13 +630,13 @@ class WalWriter:
         """
         if group.frames:
             started = time.perf_counter()
-            self._append(group.buffers, group.start)
+            self._file.append(group.buffers, group.start)
             if self._stage_observer is not None:
                 self._observe("write", time.perf_counter() - started)
             if not self._unsynced_frames:
                 self._unsynced_since = time.monotonic()
             self._unsynced_frames += group.frames
-            self._count(frames=group.frames, bytes=group.bytes, writes=1)
+            self._counters.count(frames=group.frames, bytes=group.bytes, writes=1)
             if not self._sync_every_group:
                 for item in group.done:
                     _resolve(item)
@@ -842,46 +645,6 @@ class WalWriter:
         if self._sync_every_group:
             for item in group.done:
                 _resolve(item)
-
-    def _open_active(self, wal_file: WalFile, end: int) -> None:
-        """Open ``wal_file`` for appends at ``end``: with ``O_DIRECT`` where possible."""
-        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
-        fd = None
-        if self._direct_io and wal_file.size % BLOCK == 0:
-            fd = open_direct(wal_file.path, flags)
-        if fd is None:
-            self._fd = os.open(wal_file.path, flags)
-            self._appender = None
-            return
-        self._fd = fd
-        if self._direct_appender is None:
-            self._direct_appender = DirectAppender()
-        self._direct_appender.start(fd, end, read_tail(wal_file.path, end))
-        self._appender = self._direct_appender
-
-    def _append(self, buffers: Sequence[Buffer], offset: int) -> None:
-        """Write ``buffers`` back to back at ``offset``, the end of the active file's data."""
-        appender = self._appender
-        if appender is not None:
-            assert appender.end == offset, (appender.end, offset)
-            try:
-                appender.append(buffers)
-                return
-            except DirectUnsupported as exc:
-                # Nothing was written: this filesystem takes no direct writes.
-                log.info(
-                    "WAL %s: O_DIRECT refused (%s); writing through the page cache",
-                    self._directory,
-                    exc,
-                )
-                self._direct_io = False
-                self._appender = None
-                active = self._active
-                assert active is not None
-                fd = os.open(active.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-                os.close(self._fd)
-                self._fd = fd
-        _pwrite_all(self._fd, buffers, offset)
 
     def _observe(self, stage: str, seconds: float) -> None:
         assert self._stage_observer is not None
@@ -893,14 +656,10 @@ class WalWriter:
     def _sync(self) -> None:
         frames = self._unsynced_frames
         started = time.perf_counter()
-        _fdatasync(self._fd)
+        _fdatasync(self._file.fd)
         seconds = time.perf_counter() - started
         self._unsynced_frames = 0
-        with self._stats_lock:
-            s = self._stats
-            s["fsyncs"] += 1
-            s["fsync_seconds"] += seconds
-            s["max_frames_per_fsync"] = max(s["max_frames_per_fsync"], frames)
+        self._counters.fsync(seconds, frames)
         if self._fsync_observer is not None:
             try:
                 self._fsync_observer(seconds, frames)
@@ -908,129 +667,37 @@ class WalWriter:
                 log.exception("WAL fsync observer failed")
 
     def _roll(self, next_frame_size: int) -> None:
-        """Make a new active file: the current one is written and fsynced already."""
-        active = self._active
-        assert active is not None and not self._unsynced_frames
-        carry = self._carried_checkpoints()
-        size = max(self._file_size, sum(map(len, carry)) + next_frame_size)
-        new = self._create_file(active.seq + 1, size)
-        os.close(self._fd)
-        self._fd = -1
-        self._open_active(new, 0)
+        """Make the next file the active one: the current one is written and fsynced already.
+
+        The ring puts the file in place (`FileRing.next_file`); it starts
+        with the checkpoints carried over (`Checkpoints.carried_frames`).
+        """
+        assert not self._unsynced_frames
+        carry = self._checkpoints.carried_frames()
+        new = self._ring.next_file(sum(map(len, carry)) + next_frame_size)
+        self._file.seal()
+        self._file.open(new, 0)
         self._write_pos = 0
-        with self._files_lock:
-            self._files[new.seq] = new
-            self._active = new
+        self._ring.activate(new)
         if carry:
-            self._append(carry, 0)
+            self._file.append(carry, 0)
             self._write_pos = sum(map(len, carry))
             self._unsynced_since = time.monotonic()
             self._unsynced_frames = len(carry)
-            self._count(frames=len(carry), bytes=self._write_pos, writes=1)
+            self._counters.count(frames=len(carry), bytes=self._write_pos, writes=1)
             self._sync()
 
-    def _roll_when_there_is_space(self, next_frame_size: int) -> None:
-        """`_roll`, waiting while the disk is full (ENOSPC, EDQUOT) instead of failing.
-
-        Nothing is lost by waiting: the file being sealed is written and
-        fsynced, the frames still to write stay queued, and every file
-        operation of a failed roll is undone.  A full disk is something an
-        operator fixes (retention, a bigger volume), so the writer tries again
-        with a growing pause (up to `OUT_OF_SPACE_RETRY_MAX_S`) until space
-        appears or the WAL closes; closing gives up, and what was still
-        queued fails, unacknowledged.
-        """
-        pause = OUT_OF_SPACE_RETRY_MIN_S
-        while True:
-            try:
-                self._roll(next_frame_size)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
-                if self._out_of_space is None:
-                    log.error(
-                        "WAL %s: no space for the next file (%s); appends are refused and "
-                        "the queued ones wait until space is freed",
-                        self._directory,
-                        exc.strerror,
-                    )
-                    self._count(out_of_space=1)
-                self._out_of_space = exc
-                with self._cond:
-                    if self._state is not _State.OPEN:
-                        raise
-                    self._cond.wait(pause)
-                    if self._state is not _State.OPEN:
-                        raise
-                pause = min(pause * 2, OUT_OF_SPACE_RETRY_MAX_S)
-                continue
-            if self._out_of_space is not None:
-                log.warning("WAL %s: space again; appends resume", self._directory)
-                self._out_of_space = None
-            return
-
-    def _carried_checkpoints(self) -> list[bytes]:
-        """CHECKPOINT frames for partitions that still have records in live files."""
-        with self._files_lock:
-            live = {key for f in self._files.values() for key in f.max_offsets}
-            flushed = [(key, self._flushed[key]) for key in sorted(live) if key in self._flushed]
-        return [
-            encode_record_frame(
-                topic, partition, base_offset=offset + 1, frame_type=FrameType.CHECKPOINT
-            )
-            for (topic, partition), offset in flushed
-        ]
-
-    def _create_file(self, seq: int, size: int) -> WalFile:
-        """Put WAL file ``seq`` in place: the spare prepared for it, or a new one.
-
-        The spare (`_prepare_spare`) spares the writer the preallocation and
-        its fsync; the rename and the directory fsync, which make the file a
-        WAL file, happen here, when the previous file is sealed.
-        """
-        path = os.path.join(self._directory, wal_file_name(seq))
-        temp = path + TEMP_SUFFIX
-        spare, self._spare = self._spare, None
-        ready = False
-        if spare is not None:
-            failed = spare.done.exception()  # waits for it
-            ready = failed is None and spare.seq == seq and size == self._file_size
-            if not ready:
-                with contextlib.suppress(OSError):
-                    os.unlink(spare.path)
-        if not ready:
-            _create_temp_file(temp, size)
-        os.replace(temp, path)
-        fsync_directory(self._directory)
-        self._count(files_created=1)
-        if self._state is not _State.RECOVERING:
-            self._prepare_spare(seq + 1)
-        return WalFile(seq, path, size)
-
-    def _prepare_spare(self, seq: int) -> None:
-        """Prepare the next file (``{seq}.wal.tmp``, `_spare_file`) on the spare worker thread.
-
-        It keeps its temporary name until `_create_file` renames it, so a
-        crash leaves at most a ``*.wal.tmp`` that recovery removes, never a
-        file that would make the active one look sealed.
-        """
-        spare = _Spare(seq, os.path.join(self._directory, wal_file_name(seq)) + TEMP_SUFFIX)
-        if self._spare_worker is None:
-            self._spare_worker = ThreadPoolExecutor(
-                1, thread_name_prefix="kfs-wal-spare", initializer=name_os_thread
-            )
-        spare.done = self._spare_worker.submit(self._spare_file, spare.path)
-        self._spare = spare
-
-    def _discard_spare(self) -> None:
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.done.exception()  # waits for it
-            with contextlib.suppress(OSError):
-                os.unlink(spare.path)
+    def _wait_while_open(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` (a close ends it); whether the WAL is still open."""
+        with self._cond:
+            if self._state is not _State.OPEN:
+                return False
+            self._cond.wait(seconds)
+            return self._state is _State.OPEN
 
     def _fail(self, exc: BaseException, batch: list[_Pending]) -> None:
-        path = self._active.path if self._active is not None else self._directory
+        active = self._ring.active
+        path = active.path if active is not None else self._directory
         failure = WalWriteFailed(
             f"WAL write or fsync failed in {path}: {exc!r}; nothing after it is acknowledged, "
             "restart to recover",
@@ -1048,12 +715,6 @@ class WalWriter:
             _reject(item, WalWriteFailed(failure.message, **failure.fields))
         for listener in listeners:
             _notify(listener, failure)
-
-    def _count(self, **deltas: int) -> None:
-        with self._stats_lock:
-            s = self._stats
-            for name, delta in deltas.items():
-                s[name] += delta
 
     # --- recovery ---------------------------------------------------------------
 
@@ -1086,23 +747,15 @@ class WalWriter:
     def _resume(self, found: RecoveredWal) -> WalRecovery:
         """Adopt what recovery found: the live files, the flushed offsets, where appends go."""
         recovery = found.recovery
-        files = dict(found.files)
-        end = found.end
-        if not files:
-            files[0] = self._create_file(0, self._file_size)
-            end = 0
+        active, end = self._ring.resume(found.files, found.end)
         if self._control_store is not None:
             set_emergency_flag(
                 self._control_store, self._namespace, self._durability == "emergency"
             )
-        active = files[max(files)]
-        self._open_active(active, end)
+        self._file.open(active, end)
         self._write_pos = end
-        with self._files_lock:
-            self._files = files
-            self._active = active
-            self._flushed = dict(recovery.flushed_offsets)
-        self._prepare_spare(active.seq + 1)
+        self._checkpoints.adopt(recovery.flushed_offsets)
+        self._ring.prepare_spare(active.seq + 1)
         torn = recovery.torn_tail
         log.info(
             "WAL %s recovered: %d files, %d frames, %d batches to replay%s",
@@ -1132,17 +785,9 @@ class WalWriter:
                 self._state = _State.CLOSED
         if self._thread is not None:
             self._thread.join()
-        self._discard_spare()
-        if self._spare_worker is not None:
-            self._spare_worker.shutdown(wait=True)
-            self._spare_worker = None
-        self._stop_recycling()
+        self._ring.close()
         with self._cond:
             failure = self._failure if self._state is _State.FAILED else None
             self._state = _State.CLOSED
         if state is _State.OPEN and failure is not None:
             raise WalWriteFailed(failure.message, **failure.fields)
-
-
-def _seq(wal_file: WalFile) -> int:
-    return wal_file.seq

@@ -1,0 +1,371 @@
+"""`PartitionTable`: the partitions a daemon has open -- opening, loading, warm-up, forgetting.
+
+Every part of the log reaches a partition through this table: the append
+path (`kfs_core.log.appender`), the reads and the flusher hold the same
+`Partition` objects (`kfs_core.log.partition`), keyed by ``(topic,
+partition)`` in `PartitionTable.partitions`.  A partition is opened on first
+use: `lookup` checks the topic (`TopicCache`) and the partition number, and
+`open` loads its catalog state and rebuilds its idempotent producers.  One
+load runs per partition however many requests arrive meanwhile; they all
+await it (``_opening``).
+
+Loading.  `_load` reads the catalog (`PartitionCatalog.load`, on the I/O
+threads) and the producer state (`_load_producers`: the snapshot written
+after each flush, ``{wal}/producer-state/``, then the segments committed
+since, within ``producer_rebuild_bytes``).  A topic deleted while its
+partition loaded is refused.  The WAL checkpoints by topic name, so a
+partition of a topic created again under a deleted one's name continues
+above the old checkpoint, never below it.
+
+Warm-up.  After `LogManager.start` has replayed the WAL, `warm_up` opens
+in the background the other partitions the WAL's live files name (at most
+``warmup_partitions``), so their producers' first requests after a restart
+do not wait for the catalogs to load.
+
+Deleted topics.  `forget_topic` (called once the registry marked the topic
+deleted) drops its partitions at once -- lookups, appends and reads answer
+`UnknownTopicOrPartition` without waiting for the topic cache -- discards
+their unflushed batches and checkpoints the WAL past them.
+
+Ownership.  Which partitions this daemon may serve is decided here: the
+table is where a partition is opened and dropped, so partition leases
+(a daemon owning a partition for a while, giving it up, taking another's)
+belong in this module, checked in `lookup` and `open`, released in
+`_drop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from kfs_core.catalog.actions import SegmentEntry
+from kfs_core.catalog.partition import PartitionCatalog
+from kfs_core.catalog.state import PartitionState
+from kfs_core.config import Settings
+from kfs_core.errors import (
+    CatalogError,
+    CorruptionError,
+    LogStorageError,
+    ObjectNotFound,
+    ObjectStoreError,
+    UnknownTopicOrPartition,
+    WalWriteFailed,
+)
+from kfs_core.log.failure import LogFailure
+from kfs_core.log.partition import Partition, deleted_error
+from kfs_core.log.pool import MemoryPool
+from kfs_core.log.producer_state import ProducerStateTable, SnapshotStore
+from kfs_core.log.segment_fetcher import SegmentFetcher
+from kfs_core.log.topic_cache import TopicCache, TopicInfo
+from kfs_core.log.wal import WalWriter
+from kfs_core.records.header import read_batch_header
+from kfs_core.storage.base import ObjectStore
+from kfs_core.threads import run_in
+
+__all__ = ["WARMUP_CONCURRENCY", "PartitionTable"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Partitions the warm-up after a start opens at once (`PartitionTable.warm_up`).
+WARMUP_CONCURRENCY = 4
+
+
+class PartitionTable:
+    """The open partitions of one `LogManager`, and how a partition gets into and out of it.
+
+    All coroutines run on the manager's loop; catalog and store reads run
+    on its I/O threads (``executor``).  ``partitions`` is shared, by
+    reference, with the flusher and the reads.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        namespace: str,
+        settings: Settings,
+        *,
+        wal: WalWriter,
+        topics: TopicCache,
+        fetcher: SegmentFetcher,
+        snapshots: SnapshotStore,
+        pool: MemoryPool,
+        failure: LogFailure,
+        executor: ThreadPoolExecutor,
+        clock: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.settings = settings
+        self.wal = wal
+        self._topics = topics
+        self._fetcher = fetcher
+        self._producer_snapshots = snapshots
+        self._pool = pool
+        self._failure = failure
+        self._executor = executor
+        self._clock = clock
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._opening: dict[tuple[str, int], asyncio.Task[Partition]] = {}
+
+    async def open_partitions(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> None:
+        """Load the catalog state of those ``(topic, partition)`` not loaded yet.
+
+        Returns at once (without yielding to the loop) when all are loaded.
+        A server awaits it before it reads the next request of a connection,
+        so that request's appends cannot overtake these: `Appender.append_many`
+        then finds its partitions open and assigns offsets without waiting.
+        The missing ones load at once, so a request to several pays for one
+        object store round trip per step of a load, not one per partition.
+        Errors and timeouts are left for `append_many` to report per partition.
+        """
+        missing = {key for key in keys if key not in self.partitions}
+        if not missing:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(
+                    *(self.lookup(topic, partition) for topic, partition in sorted(missing)),
+                    return_exceptions=True,
+                )
+
+    async def lookup(self, topic: str, partition: int) -> tuple[Partition, TopicInfo]:
+        """The partition, opened if it is not yet, and its topic.
+
+        `UnknownTopicOrPartition` for a topic the registry lacks or a
+        partition number beyond its partitions.
+        """
+        info = await self._topics.get(topic)
+        if not 0 <= partition < info.partitions:
+            raise UnknownTopicOrPartition(
+                f"topic {topic!r} has {info.partitions} partition(s); there is no partition "
+                f"{partition}",
+                topic=topic,
+                partition=partition,
+            )
+        return await self.open(topic, partition), info
+
+    async def open(self, topic: str, partition: int) -> Partition:
+        """The partition, loading it first (once, however many callers wait) if it is not open."""
+        key = (topic, partition)
+        p = self.partitions.get(key)
+        if p is not None:
+            return p
+        task = self._opening.get(key)
+        if task is None:
+            # One catalog load per partition, however many requests arrive meanwhile.
+            task = asyncio.ensure_future(self._load(topic, partition))
+            self._opening[key] = task
+            task.add_done_callback(functools.partial(self._opened, key))
+        return await asyncio.shield(task)
+
+    def _opened(self, key: tuple[str, int], task: asyncio.Task[Partition]) -> None:
+        self._opening.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here: a caller may have given up waiting
+
+    async def _load(self, topic: str, partition: int) -> Partition:
+        generation = self._topics.generation(topic)
+        catalog = PartitionCatalog(self.store, self.namespace, topic, partition)
+        try:
+            state = await self._io(catalog.load)
+        except (ObjectStoreError, CatalogError) as exc:
+            raise LogStorageError(f"loading the catalog of {topic}-{partition}: {exc}") from exc
+        producers = await self._load_producers(topic, partition, state)
+        if self._topics.generation(topic) != generation:
+            raise UnknownTopicOrPartition(
+                f"topic {topic!r} was deleted", topic=topic, partition=partition
+            )
+        p = Partition(topic, partition, catalog, state)
+        p.producers = producers
+        # The WAL checkpoints by topic name.  If it says more is flushed than
+        # the catalog holds, those offsets belonged to a deleted topic of this
+        # name whose last batches were discarded (forget_topic): continue
+        # above them, so no checkpoint of the old topic covers a new batch.
+        flushed = self.wal.flushed_offset(topic, partition)
+        if flushed >= p.next_offset:
+            log.info(
+                "%s: the WAL has offsets up to %d of an earlier topic of this name; "
+                "offsets continue at %d",
+                p.name,
+                flushed,
+                flushed + 1,
+            )
+            p.next_offset = p.high_watermark = flushed + 1
+            p.producers = ProducerStateTable(p.name, self.settings.producer_id_expiration_ms)
+        self.partitions[(topic, partition)] = p
+        return p
+
+    async def _load_producers(
+        self, topic: str, partition: int, state: PartitionState
+    ) -> ProducerStateTable:
+        """The idempotent producers of the committed segments: the snapshot, then newer segments.
+
+        Segments created before the expiration horizon are skipped (their
+        producers have expired), and at most ``producer_rebuild_bytes`` of
+        the newest are read, so a missing snapshot cannot stall the start.
+        """
+        table = ProducerStateTable(f"{topic}-{partition}", self.settings.producer_id_expiration_ms)
+        now = self._clock()
+        snapshot = await self._io(self._producer_snapshots.read, topic, partition)
+        start = 0
+        if snapshot is not None and snapshot.through <= state.high_watermark:
+            table.load(snapshot, now)
+            start = snapshot.through
+        elif snapshot is not None:
+            log.warning(
+                "%s: the producer-state snapshot reaches offset %d beyond the catalog's high "
+                "watermark %d; rebuilding from the segments",
+                table.name,
+                snapshot.through,
+                state.high_watermark,
+            )
+        horizon = now - self.settings.producer_id_expiration_ms
+        newer = [s for s in state.segments if s.last_offset >= start and s.created_ms >= horizon]
+        chosen: list[SegmentEntry] = []
+        budget = self.settings.producer_rebuild_bytes
+        for segment in reversed(newer):
+            if chosen and budget < segment.size_bytes:
+                log.warning(
+                    "%s: producer state rebuilt from the newest %d of %d segments",
+                    table.name,
+                    len(chosen),
+                    len(newer),
+                )
+                break
+            chosen.append(segment)
+            budget -= segment.size_bytes
+        for segment in reversed(chosen):
+            try:
+                # Not into L1: these reads are start-up's, not a consumer's.
+                cached = await self._fetcher.load(segment, lambda _: False)
+            except (ObjectNotFound, CorruptionError) as exc:
+                log.warning("%s: producer state skips %s: %s", table.name, segment.key, exc)
+                continue
+            except ObjectStoreError as exc:
+                raise LogStorageError(f"{table.name}: reading {segment.key}: {exc}") from exc
+            table.replay(
+                (
+                    read_batch_header(cached.data, pos, object_name=segment.key)
+                    for pos in cached.positions[:-1]
+                ),
+                now,
+            )
+        table.drop_below(state.log_start_offset)
+        # The first flush writes a snapshot even when empty, so the next start reads none of this.
+        table.changed = True
+        return table
+
+    async def forget_topic(self, name: str) -> None:
+        """Drop a deleted topic now: its partitions, unflushed batches and cached segments.
+
+        Call once the registry has marked the topic deleted.  From then on
+        appends, reads and lookups of it raise `UnknownTopicOrPartition` at
+        once, without waiting for the topic cache to expire; appends still in
+        flight fail with it.  Batches not yet committed are discarded --
+        deleting a topic discards its data, and retention removes what was
+        committed -- and a WAL checkpoint past each partition's last assigned
+        offset keeps recovery from replaying them.  A topic created later
+        under the same name continues above those offsets (`_load`).
+        """
+        self._topics.forget(name)
+        dropped = [p for (topic, _), p in self.partitions.items() if topic == name]
+        for p in dropped:
+            del self.partitions[(p.topic, p.partition)]
+            self._drop(p)
+        try:
+            await self._io(self._producer_snapshots.delete_topic, name)
+        except OSError as exc:
+            log.warning("topic %r: removing its producer-state snapshots: %s", name, exc)
+        if self._failure.error is not None:
+            return  # the WAL takes no checkpoint; the next start replays, retention removes
+        checkpoints = [p for p in dropped if p.next_offset > 0]
+        outcomes = await asyncio.gather(
+            *(
+                self.wal.checkpoint_async(p.topic, p.partition, p.next_offset - 1)
+                for p in checkpoints
+            ),
+            return_exceptions=True,
+        )
+        for p, outcome in zip(checkpoints, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if isinstance(outcome, WalWriteFailed):
+                    self._failure.fail(outcome)
+                log.warning(
+                    "%s: WAL checkpoint of the deleted topic failed (%s); a restart replays "
+                    "its last batches into the deleted topic, and retention removes them",
+                    p.name,
+                    outcome,
+                )
+        if dropped:
+            log.info("forgot topic %r: %d partition(s) dropped", name, len(dropped))
+
+    def _drop(self, p: Partition) -> None:
+        """Discard a deleted topic's partition: buffer, pending appends, flush, cached segments."""
+        p.deleted = True
+        self._pool.release(p.buffer.drop_through(p.next_offset))
+        for pending in p.pending:
+            if not pending.visible.done():
+                pending.visible.set_exception(deleted_error(p))
+                pending.visible.exception()  # its producer may have timed out already
+        p.pending.clear()
+        if p.flush_task is not None:
+            p.flush_task.cancel()  # an upload or commit may still land: retention removes it
+        self._fetcher.forget(p.state.segments)
+
+    async def warm_up(self, keys: Sequence[tuple[str, int]], running: Callable[[], bool]) -> int:
+        """Open the partitions the WAL's live files name, in the background; return how many.
+
+        Those are the partitions written to shortly before the start.  Their
+        producers come back within a second or two, and the first request to
+        touch a partition waits for its catalog to load: some 50 ms for one
+        of 10,000 segments on the local store, so a request to four such
+        partitions waited a quarter of a second.  Loading them here usually
+        gets there first; a request that comes sooner shares the load under
+        way (`open`).
+
+        The first ``warmup_partitions`` of them not open yet are tried, in key
+        order, so a daemon with thousands of partitions in its WAL does not
+        read every catalog on every start.  `WARMUP_CONCURRENCY` load at once:
+        an object store's request latencies overlap (the checks of a catalog's
+        entries hold the GIL, so more would not help on the local store).  A
+        partition that cannot be opened (its topic deleted, the store failing)
+        is left to its first request, which reports the error.  The workers
+        stop once ``running()`` turns false (the log is closing).
+        """
+        started = time.monotonic()
+        closed = [key for key in keys if key not in self.partitions]
+        todo = iter(closed[: self.settings.warmup_partitions])
+        opened = 0
+
+        async def worker() -> None:
+            nonlocal opened
+            for topic, partition in todo:
+                if not running():
+                    return
+                try:
+                    await self.lookup(topic, partition)
+                except Exception as exc:
+                    log.info("warm-up: %s-%d stays closed: %s", topic, partition, exc)
+                else:
+                    opened += 1
+
+        await asyncio.gather(*(worker() for _ in range(WARMUP_CONCURRENCY)))
+        if opened:
+            log.info(
+                "warm-up: opened %d partitions named in the WAL in %.2f s",
+                opened,
+                time.monotonic() - started,
+            )
+        return opened
+
+    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
+        return await run_in(self._executor, fn, *args)
