@@ -90,8 +90,10 @@ JOBS = (CHECKPOINT_JOB, COMPACTION_JOB, INDEX_REBUILD_JOB, RETENTION_JOB, VALIDA
 
 
 def job_application(job: str) -> Path:
-    """The file spark-submit runs for ``job``: ``spark_jobs/<job>.py``, or
-    ``spark_jobs/<job>/__main__.py`` for a job that is a package (compaction).
+    """The file spark-submit runs for ``job``.
+
+    That is ``spark_jobs/<job>.py``, or ``spark_jobs/<job>/__main__.py`` for a
+    job that is a package (compaction).
 
     Found, not imported: the scheduler side (the Airflow plugin, ``kfs jobs``)
     shares only this contract with the jobs.  `ValueError` when spark_jobs is

@@ -1,4 +1,4 @@
-"""Checkpoint: write catalog checkpoints, expire old commits, take named snapshots of the catalog.
+r"""Checkpoint: write catalog checkpoints, expire old commits, take named snapshots of the catalog.
 
 Per partition, in a Spark executor task (`checkpoint_partition`):
 
@@ -35,8 +35,8 @@ before the snapshot, and in every executor task.  Every step is idempotent
 and a killed run leaves a readable catalog (an interrupted snapshot stays
 invisible; running it again with the same name completes it).
 
-    spark-submit spark_jobs/checkpoint.py --store-url s3://bucket/kfs --namespace prod \\
-        [--min-commits 10] [--retain-versions 100] [--retain 7d] \\
+    spark-submit spark_jobs/checkpoint.py --store-url s3://bucket/kfs --namespace prod \
+        [--min-commits 10] [--retain-versions 100] [--retain 7d] \
         [--snapshot NAME | --snapshot-every 1d [--keep-auto-snapshots 14]] [--dry-run]
 """
 
@@ -232,8 +232,10 @@ def _pointer_version(store: ObjectStore, catalog: PartitionCatalog) -> int:
 def expiry_cut(
     catalog: PartitionCatalog, head: int, now_ms: int, retain_versions: int, retain_ms: int
 ) -> int:
-    """The newest version that is neither among the last ``retain_versions`` nor younger than
-    ``retain_ms`` (commit timestamps); -1 if every version must stay.
+    """The newest version that may be expired; -1 if every version must stay.
+
+    A version stays while it is among the last ``retain_versions`` or younger
+    than ``retain_ms`` (commit timestamps).
 
     Finds the age boundary by binary search over commit timestamps (a commit
     that no longer exists was expired, so it is old): about log2(versions) GETs.

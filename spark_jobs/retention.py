@@ -1,4 +1,4 @@
-"""Retention: drop whole segments past retention.ms / retention.bytes, delete removed objects later.
+r"""Retention: drop whole segments past retention.ms / retention.bytes, delete removed objects later.
 
 For every partition of every topic (or of ``--topics``), on the driver:
 
@@ -50,7 +50,7 @@ nothing.  The emergency pause flag stops the job before it starts, before the
 commits and in every executor task before it deletes.  Every step is
 idempotent: a killed run leaves a consistent catalog, and a rerun continues.
 
-    spark-submit spark_jobs/retention.py --store-url s3://bucket/kfs --namespace prod \\
+    spark-submit spark_jobs/retention.py --store-url s3://bucket/kfs --namespace prod \
         [--topics a,b] [--delete-grace 1h] [--orphan-grace 24h] [--dry-run]
 """
 
@@ -129,7 +129,7 @@ def format_duration_ms(ms: int) -> str:
 
 
 def duration_arg(text: str) -> int:
-    """argparse ``type`` for durations."""
+    """The argparse ``type`` for durations."""
     try:
         return parse_duration_ms(text)
     except ValueError as exc:
@@ -272,8 +272,10 @@ def apply_retention(
     *,
     dry_run: bool = False,
 ) -> RemovalOutcome:
-    """Load, plan and (unless ``dry_run``) commit retention for one partition; never raises
-    for a catalog conflict or error (they are the outcome's status)."""
+    """Load, plan and (unless ``dry_run``) commit retention for one partition.
+
+    Never raises for a catalog conflict or error: they are the outcome's status.
+    """
     catalog = PartitionCatalog(store, namespace, topic, partition, clock=lambda: now_ms)
     for attempt in range(1, _PLAN_ATTEMPTS + 1):
         try:

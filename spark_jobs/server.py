@@ -269,7 +269,7 @@ def _handler(server: JobServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "kfs-jobs"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        def log_message(self, format: str, *args: Any) -> None:  # the base's name
             log.info("%s %s", self.address_string(), format % args)
 
         def _answer(self, status: HTTPStatus, body: dict[str, Any]) -> None:
@@ -313,7 +313,7 @@ def _handler(server: JobServer) -> type[BaseHTTPRequestHandler]:
                 raise BadRequest(HTTPStatus.BAD_REQUEST, "the body must be a JSON object")
             return body
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:  # http.server's name
             if self.path != "/healthz":
                 self._answer(HTTPStatus.NOT_FOUND, {"error": f"no such resource: {self.path}"})
                 return
@@ -324,7 +324,7 @@ def _handler(server: JobServer) -> type[BaseHTTPRequestHandler]:
                 return
             self._answer(HTTPStatus.OK, {"status": "ok", "running": running, "jobs": list(JOBS)})
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:  # http.server's name
             try:
                 self._refuse_browsers()
                 if self.path == "/jobs":
@@ -338,7 +338,7 @@ def _handler(server: JobServer) -> type[BaseHTTPRequestHandler]:
                     self._answer(HTTPStatus.NOT_FOUND, {"error": f"no such resource: {self.path}"})
             except BadRequest as exc:
                 self._answer(exc.status, {"error": str(exc)})
-            except Exception as exc:  # noqa: BLE001 - the caller gets one line, the log the rest
+            except Exception as exc:  # the caller gets one line, the log the rest
                 log.exception("%s %s failed", self.command, self.path)
                 self._answer(
                     HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"}

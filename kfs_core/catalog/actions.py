@@ -266,14 +266,14 @@ def encode_document(header: Mapping[str, Any], lists: Sequence[tuple[str, Sequen
 def encode_document_blocks(
     header: Mapping[str, Any], lists: Sequence[tuple[str, Sequence[bytes]]]
 ) -> bytes:
-    """As `encode_document`, each list given as blocks of lines already joined with ``,\\n``.
+    r"""As `encode_document`, each list given as blocks of lines already joined with ``,\n``.
 
     A checkpoint keeps the blocks of its older segments from one checkpoint
     to the next, so writing one costs a copy of them, not a pass over each.
     """
     parts = [json.dumps(dict(header), separators=(",", ":"), ensure_ascii=False)[:-1].encode()]
-    for name, blocks in lists:
-        blocks = [b for b in blocks if b]
+    for name, given in lists:
+        blocks = [b for b in given if b]
         if blocks:
             parts.append(f',"{name}":[\n'.encode())
             for i, block in enumerate(blocks):

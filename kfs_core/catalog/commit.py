@@ -200,7 +200,7 @@ class CommitProtocol:
             try:
                 self.checkpoints.write(builder)
                 checkpointed = True
-            except Exception:  # noqa: BLE001 - the commit stands; the next checkpoint catches up
+            except Exception:  # the commit stands; the next checkpoint catches up
                 log.warning(
                     "checkpoint of %s at %d failed", self.files.prefix, version, exc_info=True
                 )

@@ -56,7 +56,7 @@ os.register_at_fork(after_in_child=_reset_pool_after_fork)
 
 def io_pool() -> ThreadPoolExecutor:
     """The process-wide pool on which catalogs issue parallel GETs."""
-    global _pool
+    global _pool  # noqa: PLW0603 - one pool per process, created on first use, reset after fork
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(

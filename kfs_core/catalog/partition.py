@@ -296,9 +296,9 @@ class PartitionCatalog:
     def _ref(self, segment: SegmentEntry | str | int) -> SegmentRef:
         if isinstance(segment, SegmentEntry):
             return SegmentRef.of(segment)
-        for builder in (self._cache.get(), None):
-            if builder is None:  # not in the cache: perhaps added since
-                builder = self._cache.refreshed()
+        for cached in (self._cache.get(), None):
+            # None: no cached state, or it lacks the segment: perhaps added since
+            builder = self._cache.refreshed() if cached is None else cached
             live = (
                 builder.live_segment(segment)
                 if isinstance(segment, str)

@@ -306,7 +306,7 @@ def _delete_copies(store: ObjectStore, namespace: str, copies: Sequence[SegmentE
         for key in (copy.key, copy.index_key):
             try:
                 store.delete(layout.join(namespace, key))
-            except Exception:  # noqa: BLE001 - an uncommitted copy left behind is an orphan
+            except Exception:  # an uncommitted copy left behind is an orphan
                 log.warning("could not delete uncommitted copy %s", key, exc_info=True)
 
 

@@ -1,10 +1,10 @@
-"""The `.index` file: a sparse map from offsets to batch positions in a segment.
+r"""The `.index` file: a sparse map from offsets to batch positions in a segment.
 
 Byte-compatible with KafScale's index layout (see docs/architecture.md, "Formats").
 All integers are big-endian::
 
     offset      size  field
-    0           4     magic b"IDX\\x00"
+    0           4     magic b"IDX\x00"
     4           2     version = 1                    (u16)
     6           4     entry count n                  (i32)
     10          4     interval: messages per entry   (i32)
@@ -77,7 +77,7 @@ class IndexSampler:
     least ``interval`` messages were added since the last entry.
     """
 
-    __slots__ = ("interval", "entries", "_since_entry")
+    __slots__ = ("_since_entry", "entries", "interval")
 
     def __init__(self, interval: int = DEFAULT_INDEX_INTERVAL) -> None:
         if not 1 <= interval <= 2**31 - 1:
@@ -116,7 +116,7 @@ class IndexReader:
     `IndexEntry` of every cached reader in each full collection.
     """
 
-    __slots__ = ("object_name", "interval", "offsets", "positions")
+    __slots__ = ("interval", "object_name", "offsets", "positions")
 
     def __init__(self, data: Buffer, object_name: str = "<index>") -> None:
         self.object_name = object_name

@@ -262,7 +262,7 @@ class SegmentMeta:
 class _BatchStats:
     """Per-batch running totals shared by the writer and `SegmentReader.verify`."""
 
-    __slots__ = ("batch_count", "record_count", "min_ts", "max_ts", "codec")
+    __slots__ = ("batch_count", "codec", "max_ts", "min_ts", "record_count")
 
     def __init__(self) -> None:
         self.batch_count = 0

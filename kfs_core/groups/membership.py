@@ -230,7 +230,8 @@ class GroupMembership:
             raise UnknownMemberId(f"group {group_id!r} has no members")
         outcomes: list[GroupError | None] = []
         removed = []
-        for member_id, instance_id in departures:
+        for given_member_id, instance_id in departures:
+            member_id = given_member_id
             try:
                 if instance_id is not None:
                     current = group.static.get(instance_id)

@@ -131,7 +131,7 @@ class CommittedOffsets:
             async with group.commit_lock:
                 try:
                     await self._offset_log.append(group.group_id, stored)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - every commit in the batch reports it
                     return [exc if outcome is None else outcome for outcome in outcomes]
                 group.offsets.update(stored)
         return outcomes

@@ -68,8 +68,8 @@ __all__ = [
     "CONTROL_COMMIT",
     "CREATE_TIME",
     "LOG_APPEND_TIME",
-    "NO_PRODUCER_EPOCH",
     "NO_PARTITION_LEADER_EPOCH",
+    "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "NO_SEQUENCE",
     "NO_TIMESTAMP",
@@ -756,8 +756,9 @@ def iter_batch_headers(
     allow_truncated_tail: bool = False,
     object_name: str = "<batch>",
 ) -> Iterator[tuple[int, BatchHeader]]:
-    """Yield ``(position, header)`` for each batch in ``buf[pos:end]`` without
-    parsing records: what index building and validation need.
+    """Yield ``(position, header)`` for each batch in ``buf[pos:end]``.
+
+    Records are not parsed: the headers are what index building and validation need.
 
     ``allow_truncated_tail`` stops quietly at a last batch cut short, as a
     fetch response limited by max_bytes may end; otherwise that is corruption.

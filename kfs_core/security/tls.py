@@ -89,9 +89,10 @@ def principal_of(peercert: dict[str, Any] | None) -> str | None:
     """``User:<subject DN>`` of a verified client certificate, or None without one."""
     if not peercert or not peercert.get("subject"):
         return None
-    rdns = []
-    for rdn in reversed(peercert["subject"]):  # RFC 2253: most specific first
-        rdns.append("+".join(f"{_SHORT_NAMES.get(k, k)}={_escape(v)}" for k, v in rdn))
+    rdns = [  # RFC 2253: most specific first
+        "+".join(f"{_SHORT_NAMES.get(k, k)}={_escape(v)}" for k, v in rdn)
+        for rdn in reversed(peercert["subject"])
+    ]
     return "User:" + ",".join(rdns)
 
 

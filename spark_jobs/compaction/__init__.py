@@ -1,11 +1,11 @@
-"""Compaction: merge small segments; key-compact ``cleanup.policy=compact`` topics as Kafka does.
+r"""Compaction: merge small segments; key-compact ``cleanup.policy=compact`` topics as Kafka does.
 
 Run it with ``spark-submit spark_jobs/compaction/__main__.py --store-url URL --namespace NS``
 (or ``python -m spark_jobs.compaction``, ``kfs jobs run [--spark-submit] compaction``;
 flags: `build_parser`)::
 
-    spark-submit spark_jobs/compaction/__main__.py --store-url s3://bucket/kfs --namespace prod \\
-        [--topics a,b] [--dry-run] [--max-read-mb-per-s 50] [--min-inputs 4] [--batch-bytes 1048576] \\
+    spark-submit spark_jobs/compaction/__main__.py --store-url s3://bucket/kfs --namespace prod \
+        [--topics a,b] [--dry-run] [--max-read-mb-per-s 50] [--min-inputs 4] [--batch-bytes 1048576] \
         [--compression-level 1]
 
 Per partition, planned on the driver from the catalog and the topic config
@@ -181,7 +181,6 @@ __all__ = [
     "CLEAN_MARK",
     "COMPACTED",
     "CONFLICT",
-    "CompactionOptions",
     "DEFAULT_BATCH_BYTES",
     "DEFAULT_MAX_READ_MB_PER_S",
     "DEFAULT_MIN_INPUTS",
@@ -191,17 +190,18 @@ __all__ = [
     "KEY_SCHEMA",
     "KIND_COMPACT",
     "KIND_MERGE",
-    "KeyScanTask",
     "MERGED",
     "MERGE_MARK",
     "PAUSED",
+    "SKIP",
+    "SKIPPED",
+    "CompactionOptions",
+    "KeyScanTask",
     "PartitionOutcome",
     "PartitionPlan",
     "ReadThrottle",
     "RewriteResult",
     "RewriteTask",
-    "SKIP",
-    "SKIPPED",
     "TokenBucket",
     "build_parser",
     "build_tasks",

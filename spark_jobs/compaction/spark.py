@@ -60,7 +60,7 @@ class _ListParam:
     def zero(self, value: list[Any]) -> list[Any]:
         return []
 
-    def addInPlace(self, value1: list[Any], value2: list[Any]) -> list[Any]:  # noqa: N802
+    def addInPlace(self, value1: list[Any], value2: list[Any]) -> list[Any]:  # Spark's name
         value1.extend(value2)
         return value1
 

@@ -267,8 +267,11 @@ def run_suffix(mark: str, run_id: str) -> str:
 
 
 def output_level(codec: int, level: int | None = None) -> int | None:
-    """The level rebuilt batches are compressed at: ``level``, else zstd's `DEFAULT_ZSTD_LEVEL`
-    and the codec's own default for the others (None)."""
+    """The level rebuilt batches are compressed at.
+
+    That is ``level``, else zstd's `DEFAULT_ZSTD_LEVEL` and the codec's own
+    default for the others (None).
+    """
     if level is not None:
         return level
     return DEFAULT_ZSTD_LEVEL if codec == CODEC_ZSTD else None

@@ -180,7 +180,7 @@ def test_snapshot_of_chosen_topics(store: ObjectStore) -> None:
 
 def test_interrupted_snapshot_is_invisible_then_resumed(store: ObjectStore) -> None:
     make_topic(store, partitions=2)
-    records, tasks = prepare_snapshot(store, NS, "resumed")
+    _records, tasks = prepare_snapshot(store, NS, "resumed")
     first = snapshot_partition(store, tasks[0])  # then the job "crashes"
     assert list_snapshots(store, NS) == []
     with pytest.raises(SnapshotNotFound):

@@ -251,7 +251,7 @@ def test_replace_with_an_input_removed_meanwhile_conflicts() -> None:
     b = builder()
     commit(b, *add(seg(0), seg(10)))
     commit(b, remove(seg(10)))
-    with pytest.raises(ReplaceConflict, match="no longer live: .*segment-00000000000000000010"):
+    with pytest.raises(ReplaceConflict, match=r"no longer live: .*segment-00000000000000000010"):
         b.plan([replace([seg(0), seg(10)], [seg(0, 20, suffix="-c1")])])
 
 

@@ -1,0 +1,1 @@
+"""Fuzz tests: every decoder of stored bytes decodes or raises a `KfsError`."""

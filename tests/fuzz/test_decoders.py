@@ -125,7 +125,6 @@ def wal_file() -> bytes:
 def catalog_documents(tmp: str) -> dict[str, bytes]:
     store = LocalObjectStore(tmp)
     catalog = PartitionCatalog(store, "ns", "orders", 0, checkpoint_interval=2)
-    data, index = sealed_segment()
     for n in range(3):
         writer = SegmentWriter()
         writer.append(encode_batch(_records(2, 100 * n), base_offset=100 * n))

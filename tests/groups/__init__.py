@@ -1,0 +1,1 @@
+"""Tests of kfs_core.groups: the group coordinator and its benchmark."""

@@ -1,5 +1,6 @@
-"""The group coordinator's rules, driven directly (no sockets): joins, syncs,
-heartbeats, leaves, static members, fencing, offsets and bad input.
+"""The group coordinator's rules, driven directly (no sockets).
+
+Joins, syncs, heartbeats, leaves, static members, fencing, offsets and bad input.
 
 Committed offsets go to a small in-memory stand-in for `OffsetLog` here; the
 real ``__consumer_offsets`` path is exercised through the daemon in

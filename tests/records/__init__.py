@@ -1,0 +1,1 @@
+"""Tests of kfs_core.records: RecordBatch v2, codecs, CRCs, varints, merges and rewrites."""

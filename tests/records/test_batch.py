@@ -1,5 +1,8 @@
-"""RecordBatch v2: golden bytes, round trips, attribute bits, corrupt input,
-iteration over concatenated batches and the broker's in-place edits."""
+"""RecordBatch v2.
+
+Golden bytes, round trips, attribute bits, corrupt input, iteration over
+concatenated batches and the broker's in-place edits.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Kafka codecs by attribute code: round trips, the framings other clients
-write, the framings we write, and corrupt input turned into typed errors."""
+"""Kafka codecs by attribute code.
+
+Round trips, the framings other clients write, the framings we write, and
+corrupt input turned into typed errors.
+"""
 
 from __future__ import annotations
 

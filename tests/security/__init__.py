@@ -1,0 +1,1 @@
+"""Tests of kfs_core.security: SASL, TLS listeners and ACLs."""

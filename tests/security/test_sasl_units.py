@@ -1,5 +1,7 @@
-"""The pieces of SASL and TLS on their own: SCRAM against RFC 7677's example, PLAIN, the
-failure delay, listener parsing, certificate principals, the user store.
+"""The pieces of SASL and TLS on their own.
+
+SCRAM against RFC 7677's example, PLAIN, the failure delay, listener parsing,
+certificate principals, the user store.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Tests of the Spark maintenance jobs: compaction, retention, checkpoints, validation."""

@@ -246,7 +246,7 @@ def test_named_snapshot_and_restore_round_trip(spark: Any, store: ObjectStore) -
 
     catalog.remove([restored.segments[2].key])
     store.delete(part.object_key(part.segments[2]))  # retention deleted it after the grace
-    with pytest.raises(SnapshotObjectsMissing, match="segment-00000000000000000040.kfs"):
+    with pytest.raises(SnapshotObjectsMissing, match=r"segment-00000000000000000040\.kfs"):
         restore_topic(store, NS, "orders", "before-cleanup")
 
     with pytest.raises(UsageError, match="already exists"):

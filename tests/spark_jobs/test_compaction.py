@@ -306,9 +306,9 @@ def test_options_are_checked() -> None:
     with pytest.raises(UsageError, match="compression-level"):
         CompactionOptions(store_url="file:///x", namespace=NS, compression_level=23)
     args = compaction.build_parser().parse_args(
-        ["--store-url", "file:///x", "--max-read-mb-per-s", "12.5", "--min-inputs", "6"]
-        + ["--compression-level", "-5"]
-    )
+        ["--store-url", "file:///x", "--max-read-mb-per-s", "12.5", "--min-inputs", "6",
+         "--compression-level", "-5"]
+    )  # fmt: skip
     options = CompactionOptions.from_namespace(args)
     assert (options.read_bytes_per_s, options.min_inputs) == (12.5 * 2**20, 6)
     assert options.compression_level == -5
@@ -329,9 +329,11 @@ def test_compression_levels() -> None:
 
 
 def merge_data(store: ObjectStore, topic: str, partitions: int = 1) -> dict[int, list[bytes]]:
-    """12 small segments per partition, headers on every record; segment 5 holds a
-    transaction (two transactional batches and a commit marker).  The special batches'
-    bytes, per partition."""
+    """12 small segments per partition; the special batches' bytes, per partition.
+
+    Every record has headers; segment 5 holds a transaction (two transactional
+    batches and a commit marker).
+    """
     create_topic(store, topic, partitions, segment_bytes=20_000)
     special: dict[int, list[bytes]] = {}
     for partition in range(partitions):
@@ -408,8 +410,11 @@ def test_merge_small_segments(spark: Any, store: ObjectStore) -> None:
 
 
 def test_merge_keeps_what_it_cannot_batch(spark: Any, local_store: ObjectStore) -> None:
-    """LogAppendTime batches keep their header and timestamps; --min-inputs is honoured;
-    a topic's compression.type is used; a second run finds nothing left to merge."""
+    """LogAppendTime batches keep their header and timestamps.
+
+    Also: --min-inputs is honoured; a topic's compression.type is used; a second
+    run finds nothing left to merge.
+    """
     store = local_store
     create_topic(store, "logs", compression_type="lz4")
     segments = []
@@ -913,6 +918,7 @@ def test_spark_submit_end_to_end(local_store: ObjectStore, tmp_path: Path) -> No
         ],
         env=env,
         cwd=tmp_path,
+        check=False,
         capture_output=True,
         text=True,
         timeout=240,

@@ -1,5 +1,7 @@
-"""The compaction job keeps ``__consumer_offsets`` small, and the daemon rebuilds the
-same committed offsets from what it leaves."""
+"""The compaction job keeps ``__consumer_offsets`` small.
+
+The daemon rebuilds the same committed offsets from what it leaves.
+"""
 
 from __future__ import annotations
 

@@ -41,6 +41,7 @@ daemon's flush rate, scaled up), it synchronises nothing.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import threading
@@ -325,7 +326,7 @@ class Watermarks:
             assert segments, f"{where}: no live segment"
             assert segments[0].base_offset == state.log_start_offset, where
             assert segments[-1].last_offset + 1 == state.high_watermark, where
-            for a, b in zip(segments, segments[1:], strict=False):
+            for a, b in itertools.pairwise(segments):
                 assert a.last_offset + 1 == b.base_offset, f"{where}: {a.key} then {b.key}"
             assert sum(s.record_count for s in segments) == (
                 state.high_watermark - state.log_start_offset
@@ -387,7 +388,7 @@ def test_jobs_interleaved_with_a_writer_lose_and_duplicate_nothing(
 
         records = read_live_records(store, state)
         read_offsets = [r.offset for r in records]
-        assert all(a < b for a, b in zip(read_offsets, read_offsets[1:], strict=False)), (
+        assert all(a < b for a, b in itertools.pairwise(read_offsets)), (
             f"{where}: offsets not strictly increasing (or duplicated)"
         )
         by_offset = {r.offset: r for r in model}

@@ -182,7 +182,7 @@ class FaultInjectingProxy:
                     self.wfile.write(payload)
                 self.close_connection = True
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:  # the base's name
                 pass  # keep test output clean
 
         return Handler

@@ -290,7 +290,7 @@ def test_writes_survive_concurrent_pruning(
             while not stop.is_set():
                 local_store.put("p/q/churn", b"x")
                 local_store.delete("p/q/churn")
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
             raise
 

@@ -58,7 +58,7 @@ OPERATIONS: dict[str, tuple[Callable[[S3ObjectStore], object], str]] = {
     "get": (lambda s: s.get("k"), "GET"),
     "get_range": (lambda s: s.get("k", ByteRange(1, 2)), "GET"),
     "head": (lambda s: s.head("k"), "HEAD"),
-    "list": (lambda s: keys_of(s), "GET"),
+    "list": (keys_of, "GET"),
     "delete": (lambda s: s.delete("k"), "DELETE"),
 }
 
