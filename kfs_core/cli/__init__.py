@@ -10,7 +10,8 @@ One module per command group; `common` holds what they share (`CliError`,
     clients     kfs produce / kfs consume (confluent-kafka)
     topics      kfs topics ...          groups    kfs groups ... (over the Kafka protocol)
     segment     kfs segment dump        catalog   kfs catalog ...
-    lifecycle   kfs lifecycle           jobs      kfs jobs ... (the Spark maintenance jobs)
+    lifecycle   kfs lifecycle (s3_lifecycle: the rules it plans from topic retention)
+    jobs        kfs jobs ... (the Spark maintenance jobs)
 
 This package is the only part of kfs_core that imports click, confluent-kafka
 or (in subprocesses) Airflow.  Every command reads its settings from `KFS_*`
