@@ -1,6 +1,6 @@
 """`kfs_core.cli.supervisor` in-process: the env file, the admin password, Airflow's environment.
 
-`tests/test_run.py` starts `kfs run` itself; these are the pieces it is made of.
+`tests/cli/test_run.py` starts `kfs run` itself; these are the pieces it is made of.
 """
 
 from __future__ import annotations
