@@ -59,12 +59,12 @@ if TYPE_CHECKING:
     # operators, and parsing a DAG must stay cheap.
     from confluent_kafka.admin import AdminClient
 
-    from kfs_airflow.groups import ConsumerGroup
     from kfs_core.catalog import PartitionCatalog, PartitionState, TopicRegistry
+    from kfs_core.kafka_admin import ConsumerGroup
     from kfs_core.reports import RunSummary, StoredRun, ValidationReport
     from kfs_core.storage import ObjectStore
 
-__all__ = ["ADMIN_TIMEOUT_S", "KfsConnectionError", "KfsHook"]
+__all__ = ["ADMIN_TIMEOUT_S", "DaemonNotConfigured", "KfsConnectionError", "KfsHook"]
 
 #: How long the consumer-group read may take in all (the page waits for it).
 ADMIN_TIMEOUT_S = 5.0
@@ -74,6 +74,10 @@ _SUMMARY_THREADS = 8
 
 class KfsConnectionError(ValueError):
     """The ``kfs`` connection is missing a setting or names an unusable store."""
+
+
+class DaemonNotConfigured(Exception):
+    """The ``kfs`` connection names no daemon address (``bootstrap_servers``)."""
 
 
 #: The extra's keys for the daemon's TLS/SASL listener (librdkafka's names with ``_``).
@@ -452,9 +456,7 @@ class KfsHook(BaseHook):
         ``config`` adds librdkafka settings (``error_cb`` ...).  Raises
         `DaemonNotConfigured` when the connection has no ``bootstrap_servers``.
         """
-        from confluent_kafka.admin import AdminClient
-
-        from kfs_airflow.groups import DaemonNotConfigured
+        from kfs_core.kafka_admin import admin_client
 
         if not self.bootstrap_servers:
             raise DaemonNotConfigured(
@@ -462,27 +464,26 @@ class KfsHook(BaseHook):
                 f'`kfs serve`, e.g. "127.0.0.1:9092") to connection {self.kfs_conn_id!r}\'s extra'
             )
         timeout_ms = int(ADMIN_TIMEOUT_S * 1000)
-        return AdminClient(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "client.id": "kfs-airflow",
+        client: AdminClient = admin_client(
+            self.bootstrap_servers,
+            client_id="kfs-airflow",
+            security=self.daemon_security(),
+            **{
                 "socket.timeout.ms": timeout_ms,
                 "socket.connection.setup.timeout.ms": timeout_ms,
-                # The page shows what went wrong; keep librdkafka's retry lines out of the logs.
-                "log_level": 0,
-                **self.daemon_security(),
                 **config,
-            }
+            },
         )
+        return client
 
     def consumer_groups(self, *, timeout_s: float = ADMIN_TIMEOUT_S) -> list[ConsumerGroup]:
         """The daemon's consumer groups: state, members, committed offset and lag per partition.
 
-        Raises `kfs_airflow.groups.DaemonNotConfigured` without ``bootstrap_servers``
-        and `kfs_airflow.groups.DaemonUnreachable` when the daemon does not answer
+        Raises `DaemonNotConfigured` without ``bootstrap_servers`` and
+        `kfs_core.kafka_admin.DaemonUnreachable` when the daemon does not answer
         within ``timeout_s``.
         """
-        from kfs_airflow.groups import BrokerWatch, read_consumer_groups
+        from kfs_core.kafka_admin import BrokerWatch, read_consumer_groups
 
         watch = BrokerWatch()
         admin = self.get_admin_client(error_cb=watch)

@@ -76,8 +76,7 @@ def test_the_kfs_connection_type_is_registered_with_airflow() -> None:
 
 
 def test_consumer_groups_need_the_daemons_address(kfs_connection: str) -> None:
-    from kfs_airflow.groups import DaemonNotConfigured
-    from kfs_airflow.hooks import KfsHook
+    from kfs_airflow.hooks import DaemonNotConfigured, KfsHook
 
     hook = KfsHook()
     assert hook.bootstrap_servers == ""
@@ -88,8 +87,9 @@ def test_consumer_groups_need_the_daemons_address(kfs_connection: str) -> None:
 def test_consumer_groups_give_up_at_once_on_a_refused_port(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from kfs_airflow.groups import DaemonUnreachable
     from kfs_airflow.hooks import KfsHook
+
+    from kfs_core.kafka_admin import DaemonUnreachable
 
     nobody = f"127.0.0.1:{_free_port()}"
     env = kfs_connection_env("file:///unused", bootstrap_servers=f" {nobody} ")
@@ -106,8 +106,9 @@ def test_consumer_groups_stop_at_the_deadline_when_the_daemon_is_silent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A port that accepts connections and never answers: the read ends at its deadline."""
-    from kfs_airflow.groups import DaemonUnreachable
     from kfs_airflow.hooks import KfsHook
+
+    from kfs_core.kafka_admin import DaemonUnreachable
 
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
@@ -253,7 +254,7 @@ def test_consumer_groups_through_a_sasl_ssl_listener(
             security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
             sasl_username="airflow", sasl_password="wrong", ssl_ca_location=str(pki.ca),
         ))  # fmt: skip
-        from kfs_airflow.groups import DaemonUnreachable
+        from kfs_core.kafka_admin import DaemonUnreachable
 
         with pytest.raises(DaemonUnreachable) as refused:
             KfsHook().consumer_groups(timeout_s=10)

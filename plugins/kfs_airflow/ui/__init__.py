@@ -48,7 +48,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from kfs_airflow.groups import ConsumerGroup, DaemonNotConfigured, DaemonUnreachable
+from kfs_airflow.hooks import DaemonNotConfigured
 from kfs_airflow.overview import (
     Overview,
     chart_points,
@@ -60,6 +60,7 @@ from kfs_airflow.ui import datadocs_assets
 from kfs_airflow.ui.auth import NotLoggedIn, airflow_user, airflow_user_page, login_url
 from kfs_airflow.ui.chart import trend_svg
 from kfs_core.errors import ObjectNotFound
+from kfs_core.kafka_admin import ConsumerGroup, DaemonUnreachable
 
 if TYPE_CHECKING:
     from kfs_airflow.hooks import KfsHook
