@@ -3,8 +3,10 @@
 One module per command group; `common` holds what they share (`CliError`,
 `operator_errors`, the settings and the store of the invocation)::
 
-    run         kfs run: the embedded default (supervisor: its process supervisor,
-                the only code that knows Airflow's components, pool and DAG ids;
+    run         kfs run: the embedded default (supervisor: what it starts and in
+                which order, the only code that knows Airflow's components, pool
+                and DAG ids; embedded: where things live and each child's
+                environment; processes: children in their own process groups;
                 demo: the demo-events stream it starts)
     serve       kfs serve: the Kafka-protocol daemon
     clients     kfs produce / kfs consume (confluent-kafka)
