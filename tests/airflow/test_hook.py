@@ -170,3 +170,13 @@ def test_the_hook_reads_run_summaries_history_and_validation_reports(kfs_connect
         assert hook.data_docs_file(by_key, "../report.json") is None
         with pytest.raises(ObjectNotFound):
             hook.data_docs_file(by_key, "index.html")
+
+
+def test_a_failed_run_on_the_job_server_pickles_with_its_exit_code() -> None:
+    import pickle
+
+    from kfs_airflow.hooks import JobRunFailed
+
+    failed = pickle.loads(pickle.dumps(JobRunFailed("retention", 2, "unknown topic 'nope'")))
+    assert failed.exit_code == 2
+    assert str(failed) == "kfs retention on the job server exited 2: unknown topic 'nope'"

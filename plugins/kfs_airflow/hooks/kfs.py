@@ -78,7 +78,13 @@ class JobRunFailed(AirflowException):
 
     def __init__(self, job: str, exit_code: int, output: str) -> None:
         super().__init__(f"kfs {job} on the job server exited {exit_code}: {output}")
+        self.job = job
         self.exit_code = exit_code
+        self.output = output
+
+    def __reduce__(self) -> tuple[type[JobRunFailed], tuple[str, int, str]]:
+        # Rebuilt from its fields: task failures cross process boundaries pickled.
+        return type(self), (self.job, self.exit_code, self.output)
 
 
 class KfsHook(KfsBaseHook):
