@@ -493,7 +493,7 @@ def test_prometheus_scrapes_the_daemon_and_grafana_reads_prometheus() -> None:
 
 @pytest.mark.airflow
 def test_the_kfs_connection_is_what_the_hook_needs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kfs_airflow.hooks import KfsHook
+    from kfs_airflow.hooks import KfsAdminHook, KfsHook
 
     env = effective_env("airflow-scheduler")
     monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env["AIRFLOW_CONN_KFS_DEFAULT"])
@@ -508,7 +508,7 @@ def test_the_kfs_connection_is_what_the_hook_needs(monkeypatch: pytest.MonkeyPat
         "--store-url", daemon.store_url, "--namespace", daemon.namespace,
         "--s3-endpoint-url", daemon.s3_endpoint_url,
     ]  # fmt: skip
-    assert hook.bootstrap_servers == f"kfs:{host_port(daemon.listen)[1]}"
+    assert KfsAdminHook().bootstrap_servers == f"kfs:{host_port(daemon.listen)[1]}"
     minio = effective_env("minio")
     assert hook.job_env() == {
         "AWS_ACCESS_KEY_ID": minio["MINIO_ROOT_USER"],

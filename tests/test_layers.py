@@ -31,6 +31,9 @@ CONTRACTS = (
     "kfs_core.reports",
 )
 DAEMON = ("kfs_core.log", "kfs_core.groups", "kfs_core.server")
+#: The kfs_core modules that drive Kafka clients: the `kfs` command and the admin wrapper
+#: it shares with the Airflow plugin (which imports it, so it takes neither click nor the daemon).
+KAFKA_CLIENTS = ("kfs_core.cli", "kfs_core.kafka_admin")
 
 
 def _module_name(path: Path) -> str:
@@ -97,6 +100,23 @@ def test_plugins_never_import_spark_jobs() -> None:
 
 def test_kfs_core_never_imports_airflow_or_pyspark() -> None:
     assert _violations("kfs_core", ("airflow", "pyspark")) == []
+
+
+def test_only_the_cli_and_kafka_admin_drive_kafka_clients() -> None:
+    modules = _modules("kfs_core")
+    found = [
+        f"{module} imports {target}"
+        for module, targets in modules.items()
+        if not _within(module, KAFKA_CLIENTS)
+        for target in targets
+        if _within(target, ("confluent_kafka",))
+    ]
+    found += [
+        f"kfs_core.kafka_admin imports {target}"
+        for target in modules["kfs_core.kafka_admin"]
+        if _within(target, (*DAEMON, "click", "kfs_core.cli"))
+    ]
+    assert found == []
 
 
 def test_contract_modules_never_import_the_daemon() -> None:

@@ -3,7 +3,7 @@
 Every line of README.md's ```sh blocks is one of:
 
 - ``make run`` / ``make test``: they start the whole stack or run the whole
-  suite, so they are not run here (tests/test_run.py and CI cover them);
+  suite, so they are not run here (tests/cli/test_run.py and CI cover them);
 - a ``kfs ...`` usage form (the synopsis under "The `kfs` command"):
   ``.venv/bin/kfs <command> --help`` must succeed and list every ``--option``
   the line names;
@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 README = REPO / "README.md"
 VENV = REPO / ".venv"
 NOT_RUN = {
-    "make run": "starts KFS and Airflow until Ctrl-C (tests/test_run.py starts `kfs run`)",
+    "make run": "starts KFS and Airflow until Ctrl-C (tests/cli/test_run.py starts `kfs run`)",
     "make test": "runs this suite",
 }
 # A usage form names a placeholder (UPPER), an alternative (a|b) or an optional part ([...]).

@@ -3,17 +3,22 @@
 One module per command group; `common` holds what they share (`CliError`,
 `operator_errors`, the settings and the store of the invocation)::
 
-    run         kfs run: the embedded default (supervisor: its process supervisor,
-                the only code that knows Airflow's components, pool and DAG ids;
+    run         kfs run: the embedded default (supervisor: what it starts and in
+                which order, the only code that knows Airflow's components, pool
+                and DAG ids; embedded: where things live and each child's
+                environment; processes: children in their own process groups;
                 demo: the demo-events stream it starts)
     serve       kfs serve: the Kafka-protocol daemon
     clients     kfs produce / kfs consume (confluent-kafka)
-    topics      kfs topics ...          groups    kfs groups ... (over the Kafka protocol)
+    topics      kfs topics ...          groups    kfs groups ... (kfs_core.kafka_admin)
     segment     kfs segment dump        catalog   kfs catalog ...
-    lifecycle   kfs lifecycle           jobs      kfs jobs ... (the Spark maintenance jobs)
+    lifecycle   kfs lifecycle (s3_lifecycle: the rules it plans from topic retention)
+    jobs        kfs jobs ... (the Spark maintenance jobs)
 
-This package is the only part of kfs_core that imports click, confluent-kafka
-or (in subprocesses) Airflow.  Every command reads its settings from `KFS_*`
+This package is the only part of kfs_core that imports click or (in
+subprocesses) Airflow; it and `kfs_core.kafka_admin` (the admin wrapper `kfs
+groups` shares with the Airflow plugin) are the only parts that drive Kafka
+clients.  Every command reads its settings from `KFS_*`
 variables (kfs_core.config) and takes `--store-url` / `--namespace` flags that
 override them.  Errors an operator can cause (a corrupt file, an unknown
 topic, a bad value) end with a one-line ``kfs: error: …`` on stderr and a

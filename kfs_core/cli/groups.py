@@ -2,7 +2,8 @@
 
 ``list``, ``describe``, ``delete`` and ``reset-offsets`` talk to ``kfs serve``
 over the Kafka protocol through confluent-kafka's AdminClient, exactly as
-Kafka's own tool talks to a broker; nothing here reads the store.  The
+Kafka's own tool talks to a broker (`kfs_core.kafka_admin.GroupAdmin`, the
+admin wrapper the Airflow plugin shares); nothing here reads the store.  The
 daemon is found the way ``kfs produce`` / ``kfs consume`` find it:
 ``--bootstrap-server`` (or ``--bootstrap``), else ``KFS_LISTEN``; a TLS or SASL
 listener needs ``--command-config FILE`` (Kafka's client properties file).
@@ -14,33 +15,30 @@ one ``kfs: error: …`` line and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import datetime as dt
-import time
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, ParamSpec
 
 import click
 
 from kfs_core.cli.common import CliError, client_config
 from kfs_core.config import Settings
+from kfs_core.kafka_admin import (
+    INACTIVE_STATES,
+    AdminError,
+    BrokersDown,
+    GroupAdmin,
+    GroupView,
+    NoAnswer,
+    PartitionKey,
+    state_name,
+)
 
 __all__ = ["groups"]
 
-K = TypeVar("K")
-PartitionKey = tuple[str, int]
-
+P = ParamSpec("P")
 DEFAULT_TIMEOUT_S: Final = 10.0
-# States in which Kafka lets reset-offsets move a group: no member is consuming.
-INACTIVE_STATES: Final = frozenset({"Empty", "Dead"})
-# librdkafka's name for a state (ConsumerGroupState.name) -> Kafka's.
-_STATE_NAMES: Final = {
-    "UNKNOWN": "Unknown",
-    "PREPARING_REBALANCING": "PreparingRebalance",
-    "COMPLETING_REBALANCING": "CompletingRebalance",
-    "STABLE": "Stable",
-    "EMPTY": "Empty",
-    "DEAD": "Dead",
-}
 _STATE_CHOICES: Final = ("Stable", "PreparingRebalance", "CompletingRebalance", "Empty", "Dead")
 
 
@@ -49,250 +47,24 @@ def _fail(message: str) -> NoReturn:
     raise CliError(message) from None
 
 
-# --- talking to the daemon ---------------------------------------------------------------
+def _admin_errors(command: Callable[P, None]) -> Callable[P, None]:
+    """Run ``command`` with the admin's failures as one ``kfs: error: …`` line each."""
 
-
-class GroupAdmin:
-    """An AdminClient that fails fast and in one line.
-
-    librdkafka retries an unreachable broker until the request times out;
-    the error callback says at once that every broker is down, so the
-    wait loop polls for it and gives up with the reason.
-    """
-
-    def __init__(
-        self, bootstrap: str, timeout_s: float, security: dict[str, str] | None = None
-    ) -> None:
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
         try:
-            from confluent_kafka.admin import AdminClient
-        except ImportError:
-            _fail("this command needs confluent-kafka: pip install 'kfs[dev]'")
-        self.bootstrap = bootstrap
-        self.timeout_s = timeout_s
-        self._brokers_down = False
-        config: dict[str, Any] = {
-            **(security or {}),
-            "bootstrap.servers": bootstrap,
-            "client.id": "kfs-groups",
-            "error_cb": self._on_error,
-            # Errors reach the operator as one line through error_cb; keep
-            # librdkafka's own log lines off stderr.
-            "log_level": 0,
-        }
-        self._client = AdminClient(config)
-
-    def _on_error(self, error: Any) -> None:
-        from confluent_kafka import KafkaError
-
-        if error.code() == KafkaError._ALL_BROKERS_DOWN:
-            self._brokers_down = True
-
-    def _wait(self, futures: Mapping[K, Any], what: str) -> dict[K, Any]:
-        """Each future's result, or the KafkaError it failed with."""
-        from confluent_kafka import KafkaException
-
-        deadline = time.monotonic() + self.timeout_s
-        while not all(f.done() for f in futures.values()):
-            self._client.poll(0.05)
-            if self._brokers_down:
-                _fail(
-                    f"cannot reach the daemon at {self.bootstrap}: is `kfs serve` running "
-                    "there? (give --bootstrap-server HOST:PORT or set KFS_LISTEN)"
-                )
-            if time.monotonic() > deadline:
-                _fail(f"{what}: no answer from {self.bootstrap} within {self.timeout_s:g} s")
-        outcomes: dict[K, Any] = {}
-        for key, future in futures.items():
-            try:
-                outcomes[key] = future.result()
-            except KafkaException as exc:
-                outcomes[key] = exc.args[0]
-        return outcomes
-
-    def _one(self, futures: Mapping[K, Any], what: str) -> Any:
-        (outcome,) = self._wait(futures, what).values()
-        if _is_error(outcome):
-            _fail(f"{what}: {outcome.str()}")
-        return outcome
-
-    def list_groups(self, states: Sequence[str]) -> list[Any]:
-        from confluent_kafka import ConsumerGroupState
-
-        wanted = {ConsumerGroupState[_kafka_to_rdkafka(s)] for s in states}
-        future = self._client.list_consumer_groups(
-            request_timeout=self.timeout_s, **({"states": wanted} if wanted else {})
-        )
-        result = self._one({"": future}, "list groups")
-        if result.errors:
-            _fail(f"list groups: {result.errors[0]}")
-        return list(result.valid)
-
-    def describe(self, group_id: str) -> GroupView:
-        futures = self._client.describe_consumer_groups([group_id], request_timeout=self.timeout_s)
-        found = self._one(futures, f"describe group {group_id!r}")
-        return GroupView.of(found)
-
-    def committed(self, group_id: str) -> dict[PartitionKey, int]:
-        from confluent_kafka import ConsumerGroupTopicPartitions
-
-        futures = self._client.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group_id)], request_timeout=self.timeout_s
-        )
-        listed = self._one(futures, f"committed offsets of group {group_id!r}")
-        return {
-            (tp.topic, tp.partition): tp.offset
-            for tp in listed.topic_partitions or ()
-            if tp.offset >= 0
-        }
-
-    def partitions(self, topics: Iterable[str]) -> dict[str, list[int]]:
-        """Each topic's partition ids; an unknown topic is an error (never auto-created)."""
-        from confluent_kafka import TopicCollection
-
-        names = sorted(set(topics))
-        if not names:
-            return {}
-        futures = self._client.describe_topics(
-            TopicCollection(names), request_timeout=self.timeout_s
-        )
-        found: dict[str, list[int]] = {}
-        for name, outcome in self._wait(futures, "describe topics").items():
-            if _is_error(outcome):
-                _fail(f"topic {name!r}: {outcome.str()}")
-            found[name] = sorted(p.id for p in outcome.partitions)
-        return found
-
-    def earliest(self, keys: Sequence[PartitionKey]) -> dict[PartitionKey, int]:
-        return self._offsets(keys, _offset_spec().earliest())
-
-    def latest(self, keys: Sequence[PartitionKey]) -> dict[PartitionKey, int]:
-        return self._offsets(keys, _offset_spec().latest())
-
-    def at_time(self, keys: Sequence[PartitionKey], timestamp_ms: int) -> dict[PartitionKey, int]:
-        """The first offset at or after the time; -1 where no record is that late."""
-        return self._offsets(keys, _offset_spec().for_timestamp(timestamp_ms))
-
-    def _offsets(self, keys: Sequence[PartitionKey], spec: Any) -> dict[PartitionKey, int]:
-        from confluent_kafka import TopicPartition
-
-        if not keys:
-            return {}
-        futures = self._client.list_offsets(
-            {TopicPartition(t, p): spec for t, p in keys}, request_timeout=self.timeout_s
-        )
-        found: dict[PartitionKey, int] = {}
-        for tp, outcome in self._wait(futures, "list offsets").items():
-            if _is_error(outcome):
-                _fail(f"offsets of {tp.topic}/{tp.partition}: {outcome.str()}")
-            found[(tp.topic, tp.partition)] = outcome.offset
-        return found
-
-    def alter(self, group_id: str, offsets: Mapping[PartitionKey, int]) -> None:
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        request = ConsumerGroupTopicPartitions(
-            group_id, [TopicPartition(t, p, offset) for (t, p), offset in sorted(offsets.items())]
-        )
-        futures = self._client.alter_consumer_group_offsets(
-            [request], request_timeout=self.timeout_s
-        )
-        altered = self._one(futures, f"reset offsets of group {group_id!r}")
-        failed = [tp for tp in altered.topic_partitions or () if tp.error is not None]
-        if failed:
-            tp = failed[0]
+            command(*args, **kwargs)
+        except BrokersDown as exc:
             _fail(
-                f"reset offsets of group {group_id!r}: {tp.topic}/{tp.partition}: "
-                f"{tp.error.str()} ({len(failed)} partition(s) failed)"
+                f"cannot reach the daemon at {exc.bootstrap}: is `kfs serve` running there? "
+                "(give --bootstrap-server HOST:PORT or set KFS_LISTEN)"
             )
+        except NoAnswer as exc:
+            _fail(f"{exc.what}: no answer from {exc.bootstrap} within {exc.timeout_s:g} s")
+        except AdminError as exc:
+            _fail(str(exc))
 
-    def delete(self, group_id: str) -> None:
-        from confluent_kafka import KafkaError
-
-        futures = self._client.delete_consumer_groups([group_id], request_timeout=self.timeout_s)
-        (outcome,) = self._wait(futures, f"delete group {group_id!r}").values()
-        if not _is_error(outcome):
-            return
-        if outcome.code() == KafkaError.NON_EMPTY_GROUP:
-            _fail(f"consumer group {group_id!r} is not empty: stop its consumers, then delete it")
-        if outcome.code() == KafkaError.GROUP_ID_NOT_FOUND:
-            _fail(f"consumer group {group_id!r} does not exist")
-        _fail(f"delete group {group_id!r}: {outcome.str()}")
-
-
-def _offset_spec() -> Any:
-    # confluent-kafka's stubs neither re-export nor annotate OffsetSpec.
-    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
-
-    return OffsetSpec
-
-
-def _is_error(outcome: Any) -> bool:
-    from confluent_kafka import KafkaError
-
-    return isinstance(outcome, KafkaError)
-
-
-def _kafka_to_rdkafka(state: str) -> str:
-    for rdkafka_name, kafka_name in _STATE_NAMES.items():
-        if kafka_name.lower() == state.lower():
-            return rdkafka_name
-    _fail(f"unknown group state {state!r}")  # click.Choice keeps this unreachable
-
-
-def _state_name(state: Any) -> str:
-    name: str = state.name
-    return _STATE_NAMES.get(name, name.title())
-
-
-@dataclass(frozen=True)
-class MemberView:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    host: str
-    assigned: tuple[PartitionKey, ...]
-
-
-@dataclass(frozen=True)
-class GroupView:
-    """What DescribeGroups says of a group, in Kafka's words."""
-
-    group_id: str
-    state: str
-    assignor: str
-    members: tuple[MemberView, ...]
-
-    @classmethod
-    def of(cls, description: Any) -> GroupView:
-        members = tuple(
-            MemberView(
-                m.member_id,
-                m.group_instance_id,
-                m.client_id,
-                m.host,
-                tuple(
-                    sorted(
-                        (tp.topic, tp.partition)
-                        for tp in (m.assignment.topic_partitions if m.assignment else ())
-                    )
-                ),
-            )
-            for m in description.members
-        )
-        return cls(
-            description.group_id,
-            _state_name(description.state),
-            description.partition_assignor or "",
-            members,
-        )
-
-    @property
-    def exists(self) -> bool:
-        # DescribeGroups answers an unknown group as Dead with no members, as Kafka does.
-        return self.state != "Dead"
-
-    def owners(self) -> dict[PartitionKey, MemberView]:
-        return {key: m for m in self.members for key in m.assigned}
+    return run
 
 
 # --- output --------------------------------------------------------------------------------
@@ -348,6 +120,10 @@ def _admin(ctx: click.Context, bootstrap: str | None, timeout_s: float) -> Group
         except ValueError as exc:
             _fail(str(exc))
     security = client_config(ctx.meta.get("kfs_command_config"))
+    try:
+        import confluent_kafka  # noqa: F401 - only to say what is missing
+    except ImportError:
+        _fail("this command needs confluent-kafka: pip install 'kfs[dev]'")
     return GroupAdmin(bootstrap or settings.listen, timeout_s, security)
 
 
@@ -376,6 +152,7 @@ def groups() -> None:
 )
 @_connection_options
 @click.pass_context
+@_admin_errors
 def groups_list(
     ctx: click.Context, states: tuple[str, ...], bootstrap: str | None, timeout_s: float
 ) -> None:
@@ -389,7 +166,7 @@ def groups_list(
     _table(
         ("GROUP", "STATE", "PROTOCOL-TYPE"),
         (
-            (g.group_id, _state_name(g.state), "" if g.is_simple_consumer_group else "consumer")
+            (g.group_id, state_name(g.state), "" if g.is_simple_consumer_group else "consumer")
             for g in listed
         ),
     )
@@ -399,6 +176,7 @@ def groups_list(
 @click.argument("group_id", metavar="GROUP")
 @_connection_options
 @click.pass_context
+@_admin_errors
 def groups_describe(
     ctx: click.Context, group_id: str, bootstrap: str | None, timeout_s: float
 ) -> None:
@@ -467,6 +245,7 @@ def groups_describe(
 @click.argument("group_id", metavar="GROUP")
 @_connection_options
 @click.pass_context
+@_admin_errors
 def groups_delete(
     ctx: click.Context, group_id: str, bootstrap: str | None, timeout_s: float
 ) -> None:
@@ -645,6 +424,7 @@ def plan_reset(
 )
 @_connection_options
 @click.pass_context
+@_admin_errors
 def groups_reset_offsets(
     ctx: click.Context,
     group_id: str,

@@ -1,4 +1,7 @@
-"""`kfs lifecycle`: S3 lifecycle rules that expire segments after their topic's retention."""
+"""`kfs lifecycle`: S3 lifecycle rules that expire segments after their topic's retention.
+
+The command only; the rules are planned in `kfs_core.cli.s3_lifecycle`.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ def lifecycle(ctx: click.Context, output_format: str, topics: str | None) -> Non
     with retention.ms=-1 or a compact cleanup.policy get none.  S3 stores
     only; rerun after creating topics or partitions or changing retention.
     """
-    from kfs_core.lifecycle import plan_for_store
+    from kfs_core.cli.s3_lifecycle import plan_for_store
 
     with operator_errors():
         plan = plan_for_store(

@@ -69,7 +69,8 @@ def run(
     home and SQLite database, and a log per process in .kfs/logs/.  Ctrl-C or
     SIGTERM stops it all and flushes the daemon (see kfs_core.cli.supervisor).
     """
-    from kfs_core.cli.supervisor import RunOptions, Supervisor
+    from kfs_core.cli.embedded import RunOptions
+    from kfs_core.cli.supervisor import Supervisor
 
     with operator_errors():
         options = RunOptions(

@@ -1,14 +1,12 @@
 """`kfs run`: the embedded default -- the daemon, Airflow and a demo stream on one machine.
 
-`kfs run` is a small process supervisor.  Every component is a child process
-in its own process group, with its output in a log file, so the terminal
-shows only what the supervisor says and Ctrl-C reaches the supervisor alone::
-
-    $KFS_HOME (.kfs/)
-      store/  data/     the object store (file://) and the WAL (kfs_core.config)
-      airflow/          AIRFLOW_HOME: airflow.cfg, airflow.db (SQLite), the admin password
-      logs/             kfs.log, demo.log, airflow-<component>.log, airflow/ (task logs)
-      run.lock          held while `kfs run` runs: one supervisor per home
+`kfs run` is a small process supervisor: this module is what it starts, in
+which order, and how it stops it.  Every component is a child process in its
+own process group, with its output in a log file under ``$KFS_HOME/logs/``, so
+the terminal shows only what the supervisor says and Ctrl-C reaches the
+supervisor alone (`kfs_core.cli.processes`: `Child` and stopping).  Where
+things live and each child's environment are `kfs_core.cli.embedded`
+(`RunOptions`).
 
 Start: take the lock; start the daemon (`kfs serve`); run `airflow db migrate`
 and create the Spark pool the plugin defines (`kfs_airflow.dags_support`:
@@ -24,9 +22,7 @@ A second signal stops Airflow without waiting for running tasks, a third
 kills the daemon too (what it acknowledged stays in the WAL).
 
 kfs_core never imports Airflow: Airflow runs as ``python -m airflow``
-subprocesses configured by environment -- ``infra/airflow/airflow.env`` first,
-the caller's environment over it, then what only the launcher knows (paths,
-ports, the database, the ``kfs_default`` connection; see `airflow_environment`).
+subprocesses configured by environment (`kfs_core.cli.embedded.airflow_environment`).
 On Linux the supervisor is a child subreaper and children get a parent-death
 signal, so no task process or Spark JVM outlives `kfs run`.
 """
@@ -34,38 +30,43 @@ signal, so no task process or Spark JVM outlives `kfs run`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import fcntl
 import json
 import os
-import secrets
 import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Final
 
 from kfs_core import __version__
-from kfs_core.config import Settings, default_home
+from kfs_core.cli.embedded import (
+    ADMIN_USER,
+    PASSWORDS_FILE,
+    EmbeddedError,
+    RunOptions,
+    admin_password,
+    airflow_environment,
+    daemon_environment,
+    host_port,
+)
+from kfs_core.cli.processes import (
+    TICK_S,
+    Child,
+    become_subreaper,
+    log_tail,
+    reap_orphans,
+    rotate_log,
+    stop_children,
+    stop_descendants,
+)
 from kfs_core.errors import KfsError
 
-__all__ = [
-    "AIRFLOW_COMPONENTS",
-    "EmbeddedError",
-    "RunOptions",
-    "Supervisor",
-    "admin_password",
-    "airflow_environment",
-    "find_repository",
-    "read_env_file",
-]
+__all__ = ["AIRFLOW_COMPONENTS", "Supervisor", "trigger_dag"]
 
 AIRFLOW_COMPONENTS: Final = ("api-server", "scheduler", "dag-processor", "triggerer")
 # The Spark pool is the plugin's (kfs_airflow.dags_support, one definition for
@@ -74,21 +75,16 @@ AIRFLOW_COMPONENTS: Final = ("api-server", "scheduler", "dag-processor", "trigge
 CREATE_SPARK_POOL: Final = (
     "from kfs_airflow.dags_support import ensure_spark_pool; ensure_spark_pool()"
 )
-ADMIN_USER: Final = "admin"
-PASSWORDS_FILE: Final = "simple_auth_manager_passwords.json.generated"
 
 # How long a stopping component may take before it is signalled again, then killed.
 DEMO_STOP_S: Final = 10.0
 AIRFLOW_STOP_S: Final = 20.0  # the scheduler lets running tasks finish; then TERM again, then KILL
 DAEMON_STOP_S: Final = 180.0  # shutdown grace plus the flush of every buffer
-LEFTOVER_GRACE_S: Final = 5.0
 # Start-up deadlines; the daemon has none, its WAL recovery takes what it takes.
 SETUP_COMMAND_S: Final = 300.0
 API_SERVER_START_S: Final = 240.0
 JOBS_SERVER_START_S: Final = 240.0
 JOBS_SERVER_STOP_S: Final = 20.0  # the JVM stops its SparkContext on TERM
-TICK_S: Final = 0.2
-LOG_TAIL_LINES: Final = 20
 # On first start, once the demo stream has sealed a segment, `kfs run` triggers
 # kfs_validation so a new user has a data-quality report within minutes.
 FIRST_REPORT_DAG: Final = "kfs_validation"
@@ -97,398 +93,6 @@ FIRST_REPORT_CHECK_S: Final = 10.0
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
-
-_PR_SET_PDEATHSIG: Final = 1
-_PR_SET_CHILD_SUBREAPER: Final = 36
-
-
-class EmbeddedError(KfsError):
-    """`kfs run` cannot start: a port in use, a missing folder, another `kfs run`."""
-
-
-# --- configuration ----------------------------------------------------------------
-
-
-def find_repository() -> Path:
-    """The KFS checkout whose ``dags/`` and ``plugins/`` Airflow loads."""
-    candidates = [Path(__file__).resolve().parents[2], Path.cwd()]
-    for root in candidates:
-        if (root / "dags").is_dir() and (root / "plugins").is_dir():
-            return root
-    raise EmbeddedError(
-        "kfs run needs the KFS repository (its dags/ and plugins/ folders): run it from a "
-        "checkout, or use --no-airflow for the daemon alone"
-    )
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    """``KEY=VALUE`` lines as docker-compose's ``env_file`` reads them (no expansion)."""
-    values: dict[str, str] = {}
-    for number, raw in enumerate(path.read_text().splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key:
-            raise EmbeddedError(f"{path}:{number}: expected KEY=VALUE, got {raw!r}")
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[key] = value
-    return values
-
-
-def admin_password(airflow_home: Path) -> str:
-    """The admin's password: generated on first start, read from the passwords file after.
-
-    The file is the simple auth manager's own (``{"user": "password"}``), so
-    Airflow finds the user there and generates nothing itself.
-    """
-    path = airflow_home / PASSWORDS_FILE
-    passwords: dict[str, str] = {}
-    if path.exists():
-        try:
-            passwords = json.loads(path.read_text() or "{}")
-        except json.JSONDecodeError as exc:
-            raise EmbeddedError(f"{path}: not JSON ({exc}); delete it for a new password") from None
-    if ADMIN_USER not in passwords:
-        passwords[ADMIN_USER] = secrets.token_urlsafe(12)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(json.dumps(passwords) + "\n")
-    return str(passwords[ADMIN_USER])
-
-
-def connect_host(host: str) -> str:
-    """Where a local client connects to a server listening on ``host``."""
-    return "127.0.0.1" if host in ("", "0.0.0.0", "::", "*") else host
-
-
-def _host_port(text: str, default_port: int) -> tuple[str, int]:
-    from kfs_core.security.listeners import parse_host_port
-
-    return parse_host_port(text, default_port)
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What `kfs run` starts, and where."""
-
-    settings: Settings
-    home: Path = field(default_factory=default_home)
-    airflow: bool = True
-    airflow_host: str = "127.0.0.1"
-    airflow_port: int = 8080
-    demo: bool = True
-    jobs_server: bool = True  # the warm Spark driver the Airflow tasks use (with Airflow only)
-    jobs_port: int = 7079
-    repository: Path | None = None  # found when Airflow starts
-
-    @property
-    def logs(self) -> Path:
-        return self.home / "logs"
-
-    @property
-    def airflow_home(self) -> Path:
-        return self.home / "airflow"
-
-    @property
-    def bootstrap(self) -> str:
-        host, port = _host_port(self.settings.listen, 9092)
-        return f"{connect_host(host)}:{port}"
-
-    @property
-    def metrics_url(self) -> str:
-        host, port = _host_port(self.settings.metrics_listen, 9644)
-        return f"http://{connect_host(host)}:{port}"
-
-    @property
-    def airflow_url(self) -> str:
-        return f"http://{connect_host(self.airflow_host)}:{self.airflow_port}"
-
-    @property
-    def runs_jobs_server(self) -> bool:
-        return self.airflow and self.jobs_server
-
-    @property
-    def jobs_url(self) -> str:
-        """The job server's URL (loopback: it has no authentication)."""
-        return f"http://127.0.0.1:{self.jobs_port}"
-
-
-def daemon_environment(options: RunOptions, base: Mapping[str, str]) -> dict[str, str]:
-    """The environment of `kfs serve`: every setting `kfs run` resolved, as KFS_* variables."""
-    s = options.settings
-    return {
-        **base,
-        "KFS_HOME": str(options.home),
-        "KFS_STORE_URL": s.store_url,
-        "KFS_NAMESPACE": s.namespace,
-        "KFS_DATA_DIR": s.data_dir,
-        "KFS_LISTEN": s.listen,
-        "KFS_METRICS_LISTEN": s.metrics_listen,
-    }
-
-
-def airflow_environment(options: RunOptions, base: Mapping[str, str]) -> dict[str, str]:
-    """The environment of every Airflow process `kfs run` starts.
-
-    Precedence: ``infra/airflow/airflow.env`` < ``base`` (the caller's
-    environment) < what follows from the options, which must agree with the
-    daemon and the home this `kfs run` uses.
-    """
-    repo = options.repository or find_repository()
-    env_file = repo / "infra" / "airflow" / "airflow.env"
-    env = {**(read_env_file(env_file) if env_file.is_file() else {}), **base}
-    airflow_home = options.airflow_home
-    venv_bin = str(Path(sys.executable).parent)
-    s = options.settings
-    # bootstrap_servers: the daemon this `kfs run` starts, for the KFS page's consumer groups.
-    extra = {
-        "store_url": s.store_url,
-        "namespace": s.namespace,
-        "bootstrap_servers": options.bootstrap,
-    }
-    if s.s3_endpoint_url:
-        extra["s3_endpoint_url"] = s.s3_endpoint_url
-    if options.runs_jobs_server:
-        # The maintenance tasks run on the job server `kfs run` starts (no JVM per task).
-        extra["jobs_server"] = options.jobs_url
-    env.update(
-        {
-            "AIRFLOW_HOME": str(airflow_home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home / 'airflow.db'}",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(repo / "dags"),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(repo / "plugins"),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(airflow_home / PASSWORDS_FILE),
-            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(options.logs / "airflow"),
-            "AIRFLOW__API__HOST": options.airflow_host,
-            "AIRFLOW__API__PORT": str(options.airflow_port),
-            "AIRFLOW__API__BASE_URL": options.airflow_url,
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{options.airflow_url}/execution/",
-            "AIRFLOW_CONN_KFS_DEFAULT": json.dumps({"conn_type": "kfs", "extra": extra}),
-            # Tasks call spark-submit, which lives beside this Python; executors
-            # run this Python too, so they import the same kfs_core.
-            "PATH": os.pathsep.join(p for p in (venv_bin, env.get("PATH", "")) if p),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-        }
-    )
-    spark_conf = repo / "infra" / "spark"
-    if spark_conf.is_dir():
-        env.setdefault("SPARK_CONF_DIR", str(spark_conf))
-    return env
-
-
-# --- child processes ----------------------------------------------------------------
-
-
-def _linux_prctl() -> Callable[[int, int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    prctl: Callable[[int, int], int] = libc.prctl
-    return prctl
-
-
-_PRCTL = _linux_prctl()
-
-
-def _child_setup(parent: int) -> Callable[[], None]:
-    """Run in the child before exec: die with the supervisor, even if it is killed."""
-
-    def setup() -> None:
-        if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
-            if os.getppid() != parent:  # the supervisor died before prctl took effect
-                os._exit(1)
-
-    return setup
-
-
-def _rotate(log_path: Path) -> None:
-    """Keep the previous run's log as ``<name>.log.1``; this run's starts empty."""
-    if log_path.exists() and log_path.stat().st_size:
-        log_path.replace(log_path.with_name(log_path.name + ".1"))
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return []
-    return text.splitlines()[-lines:]
-
-
-class Child:
-    """One supervised process: its own process group, its output in ``log_path``."""
-
-    def __init__(
-        self,
-        name: str,
-        argv: list[str],
-        env: Mapping[str, str],
-        log_path: Path,
-        *,
-        term_group: bool = False,
-    ) -> None:
-        self.name = name
-        self.term_group = term_group  # SIGTERM the whole group, not the leader alone
-        self.argv = argv
-        self.env = dict(env)
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-        self.returncode: int | None = None
-        self.stopping = False
-        self._signalled_at = 0.0
-        self._signals = 0
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid if self.process is not None else -1
-
-    def start(self, *, rotate: bool = True) -> None:
-        if rotate:
-            _rotate(self.log_path)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches the supervisor only
-                preexec_fn=_child_setup(os.getpid()),
-            )
-
-    def exited(self) -> bool:
-        """Whether the process has exited; its group's leftovers are stopped, then it is reaped.
-
-        The exited leader is left a zombie until its group is empty, so its pid
-        (the group id) cannot be reused while `_stop_group` signals the group.
-        """
-        if self.returncode is not None:
-            return True
-        if self.process is None:
-            return False
-        try:
-            info = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:  # reaped already
-            info = None
-            if self.process.poll() is None:
-                return False
-        else:
-            if info is None:
-                return False
-            self._stop_group()
-        self.returncode = self.process.wait()
-        return True
-
-    def terminate(self) -> None:
-        """SIGTERM the process, or its group when ``term_group``; again if called again."""
-        self.stopping = True
-        if self.process is None or self.returncode is not None:
-            return
-        self._signals += 1
-        self._signalled_at = time.monotonic()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if self.term_group:
-                os.killpg(self.process.pid, signal.SIGTERM)
-            else:
-                self.process.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group."""
-        self.stopping = True
-        if self.process is None or self.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-
-    def since_signal(self) -> float:
-        return time.monotonic() - self._signalled_at
-
-    @property
-    def signals_sent(self) -> int:
-        return self._signals
-
-    def _stop_group(self) -> None:
-        """TERM, then KILL, whatever is left in the process group of an exited leader.
-
-        Without /proc (not Linux) nobody can tell who is left: TERM the group, no more.
-        """
-        assert self.process is not None
-        pgid = self.process.pid
-        known = _proc_table() is not None
-        for signum, grace in ((signal.SIGTERM, LEFTOVER_GRACE_S), (signal.SIGKILL, 0.0)):
-            if known and not _group_alive(pgid, exclude=pgid):
-                return
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signum)
-            if not known:
-                return
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and _group_alive(pgid, exclude=pgid):
-                time.sleep(TICK_S)
-
-
-def _group_alive(pgid: int, *, exclude: int) -> bool:
-    """Whether a live process other than ``exclude`` is in process group ``pgid`` (Linux)."""
-    return any(
-        pg == pgid and pid != exclude and state != "Z"
-        for pid, (_, pg, state) in (_proc_table() or {}).items()
-    )
-
-
-def _proc_table() -> dict[int, tuple[int, int, str]] | None:
-    """pid -> (ppid, pgid, state) from /proc, or None where there is no /proc."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        return None
-    table: dict[int, tuple[int, int, str]] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses.
-        fields = stat.rpartition(")")[2].split()
-        if len(fields) >= 3:
-            table[int(entry.name)] = (int(fields[1]), int(fields[2]), fields[0])
-    return table
-
-
-def _descendants(root: int) -> list[int]:
-    procs = _proc_table() or {}
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in procs.items():
-        children.setdefault(ppid, []).append(pid)
-    found: list[int] = []
-    stack = list(children.get(root, []))
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, []))
-    return found
-
-
-def _reap_orphans(known: set[int]) -> None:
-    """Reap exited processes re-parented to this subreaper (never a `Child`'s own pid)."""
-    me = os.getpid()
-    for pid, (ppid, _, state) in (_proc_table() or {}).items():
-        if ppid == me and state == "Z" and pid not in known:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
 
 
 # --- the supervisor ---------------------------------------------------------------
@@ -550,7 +154,7 @@ class Supervisor:
             }
             for signum in previous:
                 signal.signal(signum, self._on_signal)
-            self._subreaper = _PRCTL is not None and _PRCTL(_PR_SET_CHILD_SUBREAPER, 1) == 0
+            self._subreaper = become_subreaper()
             try:
                 return self._run()
             finally:
@@ -624,7 +228,7 @@ class Supervisor:
         admin_password(o.airflow_home)  # before any Airflow process can generate one
         env = self.airflow_env
         log = o.logs / "airflow-setup.log"
-        _rotate(log)
+        rotate_log(log)
         self.out.say(f"  Airflow: migrating its database {o.airflow_home / 'airflow.db'} ...")
         steps = [
             ("airflow db migrate", ["-m", "airflow", "db", "migrate"]),
@@ -721,7 +325,7 @@ class Supervisor:
                 if child.exited():
                     raise _ChildFailed(child, "the run")
             if self._subreaper and time.monotonic() - last_reap > 5:
-                _reap_orphans({c.pid for c in self._children()})
+                reap_orphans({c.pid for c in self._children()})
                 last_reap = time.monotonic()
             if time.monotonic() - last_report_check > FIRST_REPORT_CHECK_S:
                 last_report_check = time.monotonic()
@@ -787,7 +391,7 @@ class Supervisor:
         the daemon too (what it acknowledged is in the WAL, replayed next start).
         """
         if self.demo is not None:
-            self._stop([self.demo], DEMO_STOP_S, force=lambda: len(self.signals) >= 2)
+            stop_children([self.demo], DEMO_STOP_S, force=lambda: len(self.signals) >= 2)
         airflow = [c for c in (*self.airflow, self.setup_step) if c is not None]
         if any(c.returncode is None for c in airflow):
             self.out.say(
@@ -799,15 +403,15 @@ class Supervisor:
             api_server = [c for c in airflow if c.name == "airflow api-server"]
             rest = [c for c in airflow if c not in api_server]
             for group in (rest, api_server):
-                self._stop(group, AIRFLOW_STOP_S, force=lambda: len(self.signals) >= 2)
+                stop_children(group, AIRFLOW_STOP_S, force=lambda: len(self.signals) >= 2)
         if self.jobs is not None and self.jobs.returncode is None:
-            self._stop([self.jobs], JOBS_SERVER_STOP_S, force=lambda: len(self.signals) >= 2)
+            stop_children([self.jobs], JOBS_SERVER_STOP_S, force=lambda: len(self.signals) >= 2)
         clean = True
         daemon = self.daemon
         if daemon is not None:
             if daemon.returncode is None:
                 self.out.say("  daemon: flushing its buffers to the store ...")
-            self._stop([daemon], DAEMON_STOP_S, force=lambda: len(self.signals) >= 3)
+            stop_children([daemon], DAEMON_STOP_S, force=lambda: len(self.signals) >= 3)
             clean = daemon.returncode == 0
             if not clean and daemon.stopping:
                 self.out.warn(
@@ -815,49 +419,8 @@ class Supervisor:
                     f"{daemon.log_path} (the WAL keeps what was acknowledged)"
                 )
         if self._subreaper:
-            self._sweep()
+            stop_descendants()
         return clean
-
-    def _stop(self, children: list[Child], grace: float, *, force: Callable[[], bool]) -> None:
-        """TERM each child; TERM again after ``grace``, KILL after another; KILL when ``force()``.
-
-        The second TERM matters to the scheduler: it stops waiting for running tasks.
-        """
-        for child in children:
-            if not child.exited():
-                child.terminate()
-        while True:
-            running = [c for c in children if not c.exited()]
-            if not running:
-                return
-            for child in running:
-                if force():
-                    child.kill()
-                elif child.since_signal() > grace:
-                    if child.signals_sent == 1:
-                        child.terminate()
-                    else:
-                        child.kill()
-            time.sleep(TICK_S)
-
-    def _sweep(self) -> None:
-        """TERM, then KILL, every process still below the supervisor (orphans re-parented here)."""
-        for signum, grace in (
-            (signal.SIGTERM, LEFTOVER_GRACE_S),
-            (signal.SIGKILL, LEFTOVER_GRACE_S),
-        ):
-            left = _descendants(os.getpid())
-            if not left:
-                return
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signum)
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline:
-                _reap_orphans(set())
-                if not _descendants(os.getpid()):
-                    return
-                time.sleep(TICK_S)
 
     # --- reporting ----------------------------------------------------------------------
 
@@ -869,7 +432,7 @@ class Supervisor:
             else f"exited unexpectedly with status {status}"
         )
         self.out.warn(f"kfs run: {child.name} {how} during {during}; its log: {child.log_path}")
-        for line in _tail(child.log_path):
+        for line in log_tail(child.log_path):
             self.out.warn(f"  | {line}")
 
     def _banner(self) -> None:
@@ -925,7 +488,7 @@ class Supervisor:
                     )
                 )
         for what, address, default in ports:
-            host, port = _host_port(address, default)
+            host, port = host_port(address, default)
             if port and not _can_bind(host, port):
                 raise EmbeddedError(f"{host or '*'}:{port}, for {what}, is in use")
 

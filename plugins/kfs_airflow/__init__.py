@@ -1,7 +1,8 @@
 """KFS for Apache Airflow, in provider shape.
 
-- `kfs_airflow.hooks.KfsHook` — the store, namespace and S3 settings of an
-  Airflow connection (``kfs_default``); the one place Airflow code opens a store.
+- `kfs_airflow.hooks` — `KfsHook`: the store, namespace and S3 settings of an
+  Airflow connection (``kfs_default``), the one place Airflow code opens a
+  store, and the jobs' runs; `KfsAdminHook`: the daemon's consumer groups.
 - `kfs_airflow.operators`, `kfs_airflow.sensors` — thin, typed by the hook.
 - `kfs_airflow.plugin.KfsPlugin` — the KFS page in the Airflow UI.
 

@@ -1,31 +1,22 @@
 """`KfsSparkJobOperator`: one KFS maintenance job (``spark_jobs/<job>.py``) through spark-submit.
 
-It is the Apache Spark provider's `SparkSubmitOperator` with the application,
-arguments and environment filled in:
+It is the Apache Spark provider's `SparkSubmitOperator` with the application
+filled in (``spark_jobs/<job>.py`` of the installed ``spark_jobs`` package);
+the run itself is the hook's (`KfsHook.run_job`, `kfs_airflow.hooks`):
 
-- application   ``spark_jobs/<job>.py`` of the installed ``spark_jobs`` package;
-- arguments     `KfsHook.job_args` (store URL, namespace, S3 endpoint of the
-                ``kfs_default`` connection), ``--topics``, ``--dry-run``, the job's
-                own flags (``job_args``) and ``--run-id``, which names the run's
-                summary object ``{ns}/_reports/<job>/<run-id>.json``;
-- environment   the connection's AWS settings and, for a ``local`` master,
-                ``PYSPARK_PYTHON`` (this interpreter unless set) and ``PATH`` with this
-                interpreter's ``bin/`` when ``spark-submit`` is not on it (a virtualenv
-                that was never activated).
+- arguments     store URL, namespace, S3 endpoint of the ``kfs_default``
+                connection, ``--topics``, ``--dry-run``, the job's own flags
+                (``job_args``) and ``--run-id``, which names the run's summary
+                object ``{ns}/_reports/<job>/<run-id>.json``;
+- where         the job server the connection's extra names (``"jobs_server":
+                "http://127.0.0.1:7079"``; killing the task cancels the run
+                there), else spark-submit with the connection's AWS settings in
+                its environment;
+- Spark         the ``spark_default`` connection, or ``local[*]`` when it does not
+                exist, with this interpreter for a local master
+                (`kfs_airflow.hooks.spark_submit`).
 
-When the ``kfs`` connection's extra names a job server (``"jobs_server":
-"http://127.0.0.1:7079"``, `spark_jobs.server`, started by ``kfs jobs serve``),
-the task sends the same arguments there instead and waits for the run's end:
-no spark-submit, JVM, session or Great Expectations import per task.  The
-server runs the job with its own environment (its store credentials, its
-Spark master); killing the task cancels the run's Spark jobs there.
-
-Spark itself comes from the ``spark_default`` connection (master ``local[*]``,
-``yarn``, ``spark://...``, ``k8s://...``).  If that connection does not exist the
-provider would fall back to YARN; this operator runs ``local[*]`` instead and
-says so in the log.
-
-After spark-submit the operator asks the hook for the run's summary
+After the run the operator asks the hook for the run's summary
 (`KfsHook.run_summary`, a `kfs_core.reports.RunSummary`) and returns it,
 trimmed to what fits an XCom (`compact_summary`), also under the XCom key
 ``summary`` - pushed before the task fails, too, so downstream tasks with a
@@ -45,19 +36,16 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import logging
-import os
 import re
-import shutil
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, BaseHook
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
+from airflow.sdk import Asset
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from kfs_airflow.hooks import KfsHook
+from kfs_airflow.hooks import JobRunFailed, KfsHook
+from kfs_airflow.hooks.spark_submit import for_kfs_job, spark_connection_exists
 from kfs_core.reports import (
     EXIT_USAGE,
     JOBS,
@@ -74,15 +62,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JOBS",
-    "LOCAL_MASTER",
     "KfsSparkJobOperator",
     "compact_summary",
     "job_application",
-    "spark_submit_env",
 ]
-
-#: The Spark master used when the Spark connection does not exist.
-LOCAL_MASTER = "local[*]"
 
 _SUMMARY_KEYS = (
     "job",
@@ -107,28 +90,6 @@ def job_application(job: str) -> str:
     if job not in JOBS:
         raise ValueError(f"unknown KFS job {job!r}; jobs: {', '.join(JOBS)}")
     return str(_job_application(job))
-
-
-def spark_submit_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment spark-submit needs to run a job with this interpreter and its packages.
-
-    ``PYSPARK_PYTHON`` (and the driver's) default to `sys.executable`, so executors
-    import the same ``kfs_core``.  If ``spark-submit`` is not on ``PATH`` but sits next
-    to the interpreter (a virtualenv's ``bin/``), that directory is put first: the
-    provider runs the bare name ``spark-submit`` and `subprocess` looks it up on the
-    ``PATH`` of the environment it is given.
-    """
-    environ = os.environ if environ is None else environ
-    python = environ.get("PYSPARK_PYTHON") or sys.executable
-    env = {
-        "PYSPARK_PYTHON": python,
-        "PYSPARK_DRIVER_PYTHON": environ.get("PYSPARK_DRIVER_PYTHON") or python,
-    }
-    path = environ.get("PATH", os.defpath)
-    bin_dir = Path(sys.executable).parent
-    if shutil.which("spark-submit", path=path) is None and (bin_dir / "spark-submit").exists():
-        env["PATH"] = f"{bin_dir}{os.pathsep}{path}"
-    return env
 
 
 def _is_small(value: Any) -> bool:
@@ -171,14 +132,6 @@ def _topics_arg(value: Any) -> list[str] | None:
         value = value.split(",")
     topics = [str(t).strip() for t in value if str(t).strip()]
     return topics or None
-
-
-class JobRunFailed(AirflowException):
-    """The job ran on the job server and ended with a non-zero ``exit_code``."""
-
-    def __init__(self, job: str, exit_code: int, output: str) -> None:
-        super().__init__(f"kfs {job} on the job server exited {exit_code}: {output}")
-        self.exit_code = exit_code
 
 
 def _exit_code(exc: BaseException) -> int | None:
@@ -242,64 +195,35 @@ class KfsSparkJobOperator(SparkSubmitOperator):
         self.job_dry_run = dry_run  # not "dry_run": BaseOperator has a method of that name
         self.job_args = list(job_args or [])
         self.kfs_conn_id = kfs_conn_id
-        self._spark_connection_found: bool | None = None
-        self._server = ""  # the job server the running task uses ("" : spark-submit)
-        self._server_run_id = ""
-
-    # --- spark-submit -----------------------------------------------------------
+        self._kfs: KfsHook | None = None  # the running task's hook (`on_kill` asks it)
 
     def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        if not self._spark_connection_exists():
-            # The provider's fallback is YARN, which is never what a KFS job without a
-            # Spark connection wants; the jobs themselves default to local[*] too.
-            hook._connection["master"] = LOCAL_MASTER
-            hook._is_yarn = hook._is_yarn_cluster_mode = hook._is_kubernetes = False
-            hook._should_track_driver_status = False
-        return hook
-
-    def _spark_connection_exists(self) -> bool:
-        if self._spark_connection_found is None:
-            try:
-                BaseHook.get_connection(self._conn_id)
-            except AirflowNotFoundException:
-                self._spark_connection_found = False
-                self.log.warning(
-                    "Spark connection %r not found: running spark-submit with master %s",
-                    self._conn_id,
-                    LOCAL_MASTER,
-                )
-            else:
-                self._spark_connection_found = True
-        return self._spark_connection_found
-
-    # --- the run ----------------------------------------------------------------
+        # SparkSubmitOperator's hook factory: the provider's hook, set up for a KFS job.
+        connection_found = spark_connection_exists(self._conn_id)
+        return for_kfs_job(super()._get_hook(), connection_found=connection_found)
 
     # SparkSubmitOperator.execute returns None; this one returns the run summary (the XCom).
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
-        kfs = KfsHook(kfs_conn_id=self.kfs_conn_id)
+        kfs = self._kfs = KfsHook(kfs_conn_id=self.kfs_conn_id)
         ti = context["ti"]
         run_id = _airflow_run_id(context)
         ti.xcom_push(key="kfs_run_id", value=run_id)
-        self.application_args = [
-            *kfs.job_args(topics=_topics_arg(self.topics), dry_run=_as_bool(self.job_dry_run)),
-            *[str(a) for a in self.job_args],
-            "--run-id",
-            run_id,
-        ]
-        self._server = kfs.jobs_server
-        self._server_run_id = run_id
+
+        def spark_submit(args: list[str], env: dict[str, str]) -> None:
+            self.application_args = args
+            self.env_vars = {**env, **(self.env_vars or {})}
+            self._hook = None  # built with the arguments and environment above
+            super(KfsSparkJobOperator, self).execute(context)
+
         try:
-            if self._server:
-                self._run_on_server(self._server)
-            else:
-                # The interpreter and PATH of this worker mean something to a local master
-                # only; a cluster's Python is its spark-defaults' business.
-                local = self._get_hook()._connection["master"].startswith("local")
-                local_env = spark_submit_env() if local else {}
-                self.env_vars = {**local_env, **kfs.job_env(), **(self.env_vars or {})}
-                self._hook = None  # rebuilt with the arguments and environment above
-                super().execute(context)
+            kfs.run_job(
+                self.job,
+                run_id=run_id,
+                topics=_topics_arg(self.topics),
+                dry_run=_as_bool(self.job_dry_run),
+                extra_args=[str(a) for a in self.job_args],
+                spark_submit=spark_submit,
+            )
         except Exception as exc:
             summary = self._read_summary(kfs, run_id)
             if summary is not None:
@@ -319,33 +243,10 @@ class KfsSparkJobOperator(SparkSubmitOperator):
         self._describe_outlet_events(context, summary)
         return summary
 
-    def _run_on_server(self, url: str) -> None:
-        """Run the job on the job server at ``url`` (no spark-submit, no JVM start)."""
-        from kfs_core.jobs_client import run_on_server
-
-        self.log.info("running kfs %s on the job server %s", self.job, url)
-        finished = run_on_server(url, self.job, [str(a) for a in self.application_args or []])
-        for line in finished.output.splitlines():
-            self.log.info("%s", line)
-        for line in finished.errors.splitlines():
-            self.log.warning("%s", line)
-        if finished.exit_code != 0:
-            text = "; ".join(t for t in (finished.errors, finished.output) if t)
-            raise JobRunFailed(self.job, finished.exit_code, text)
-
     def on_kill(self) -> None:
-        server = getattr(self, "_server", None)
-        if not server:
+        kfs = getattr(self, "_kfs", None)
+        if kfs is None or not kfs.cancel_job():
             super().on_kill()
-            return
-        from kfs_core.jobs_client import JobServerError, cancel_on_server
-
-        try:
-            cancelled = cancel_on_server(server, self._server_run_id)
-        except JobServerError as exc:
-            self.log.warning("could not cancel run %s: %s", self._server_run_id, exc)
-        else:
-            self.log.info("run %s cancelled on the job server: %s", self._server_run_id, cancelled)
 
     def _failure(self, summary: Mapping[str, Any] | None, exc: BaseException) -> AirflowException:
         if summary is None:

@@ -14,7 +14,7 @@ every store read, `kfs_airflow.hooks`):
   (``<run-id>/data_docs/``, `KfsHook.validation_page`).
 
 The consumer groups live in the daemon, not in the store: the page fills
-``groups`` from `KfsHook.consumer_groups` (`kfs_airflow.groups`), and
+``groups`` from `KfsAdminHook.consumer_groups` (`kfs_core.kafka_admin`), and
 ``groups_problem`` says why it could not (no daemon address, no answer).
 
 `read_overview` reads everything afresh; the page reads through the cache in
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from kfs_airflow.groups import ConsumerGroup
 from kfs_core.errors import ObjectNotFound
+from kfs_core.kafka_admin import ConsumerGroup
 from kfs_core.reports import (
     COMPACTION_JOB,
     VALIDATION_JOB,

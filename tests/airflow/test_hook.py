@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +11,6 @@ import pytest
 from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.storage import open_store
 from tests.airflow.conftest import kfs_connection_env
-from tests.conftest import _free_port
 
 pytestmark = pytest.mark.airflow
 
@@ -73,52 +69,6 @@ def test_the_kfs_connection_type_is_registered_with_airflow() -> None:
     assert hook is not None
     assert hook.hook_class_name == "kfs_airflow.hooks.KfsHook"
     assert hook.connection_id_attribute_name == "kfs_conn_id"
-
-
-def test_consumer_groups_need_the_daemons_address(kfs_connection: str) -> None:
-    from kfs_airflow.groups import DaemonNotConfigured
-    from kfs_airflow.hooks import KfsHook
-
-    hook = KfsHook()
-    assert hook.bootstrap_servers == ""
-    with pytest.raises(DaemonNotConfigured, match="daemon address not configured"):
-        hook.consumer_groups()
-
-
-def test_consumer_groups_give_up_at_once_on_a_refused_port(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from kfs_airflow.groups import DaemonUnreachable
-    from kfs_airflow.hooks import KfsHook
-
-    nobody = f"127.0.0.1:{_free_port()}"
-    env = kfs_connection_env("file:///unused", bootstrap_servers=f" {nobody} ")
-    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
-    hook = KfsHook()
-    assert hook.bootstrap_servers == nobody
-    started = time.monotonic()
-    with pytest.raises(DaemonUnreachable, match=f"cannot reach the daemon at {nobody}: "):
-        hook.consumer_groups(timeout_s=30)
-    assert time.monotonic() - started < 10, "all brokers down must end the wait, not the deadline"
-
-
-def test_consumer_groups_stop_at_the_deadline_when_the_daemon_is_silent(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A port that accepts connections and never answers: the read ends at its deadline."""
-    from kfs_airflow.groups import DaemonUnreachable
-    from kfs_airflow.hooks import KfsHook
-
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)  # the kernel completes handshakes; nobody ever reads
-        address = f"127.0.0.1:{silent.getsockname()[1]}"
-        env = kfs_connection_env("file:///unused", bootstrap_servers=address)
-        monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
-        started = time.monotonic()
-        with pytest.raises(DaemonUnreachable, match=f"no answer from the daemon at {address}"):
-            KfsHook().consumer_groups(timeout_s=1.0)
-        assert time.monotonic() - started < 5
 
 
 def _s3_connection(monkeypatch: pytest.MonkeyPatch, key: str, secret: str, **extra: str) -> None:
@@ -222,41 +172,11 @@ def test_the_hook_reads_run_summaries_history_and_validation_reports(kfs_connect
             hook.data_docs_file(by_key, "index.html")
 
 
-@pytest.mark.integration
-def test_consumer_groups_through_a_sasl_ssl_listener(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """The connection's extra carries the daemon's TLS/SASL settings; the password is masked."""
-    from kfs_airflow.hooks import KfsHook
+def test_a_failed_run_on_the_job_server_pickles_with_its_exit_code() -> None:
+    import pickle
 
-    from tests.security.conftest import add_user, make_pki
-    from tests.server.conftest import DaemonFactory
+    from kfs_airflow.hooks import JobRunFailed
 
-    pki = make_pki(tmp_path / "pki")
-    port = _free_port()
-    factory = DaemonFactory(tmp_path)
-    try:
-        daemon = factory.start(name="sasl", extra_args=[
-            "--listeners", f"SASL_SSL://127.0.0.1:{port}",
-            "--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key)])  # fmt: skip
-        add_user(daemon, "airflow", "airflow secret")
-        monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(
-            daemon.store_url, "test", bootstrap_servers=f"127.0.0.1:{port}",
-            security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
-            sasl_username="airflow", sasl_password="airflow secret", ssl_ca_location=str(pki.ca),
-        ))  # fmt: skip
-        hook = KfsHook()
-        assert hook.daemon_security()["sasl.username"] == "airflow"
-        assert hook.consumer_groups(timeout_s=20) == []  # answered over SASL_SSL
-        monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", kfs_connection_env(
-            daemon.store_url, "test", bootstrap_servers=f"127.0.0.1:{port}",
-            security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
-            sasl_username="airflow", sasl_password="wrong", ssl_ca_location=str(pki.ca),
-        ))  # fmt: skip
-        from kfs_airflow.groups import DaemonUnreachable
-
-        with pytest.raises(DaemonUnreachable) as refused:
-            KfsHook().consumer_groups(timeout_s=10)
-        assert "wrong" not in str(refused.value)
-    finally:
-        factory.close()
+    failed = pickle.loads(pickle.dumps(JobRunFailed("retention", 2, "unknown topic 'nope'")))
+    assert failed.exit_code == 2
+    assert str(failed) == "kfs retention on the job server exited 2: unknown topic 'nope'"

@@ -704,11 +704,11 @@ def _expected_total_lag(committed: dict[int, int | None]) -> int:
 def test_the_hook_reads_groups_members_offsets_and_lag(
     groups_on_a_daemon: GroupsOnADaemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kfs_airflow.hooks import KfsHook
+    from kfs_airflow.hooks import KfsAdminHook
 
     env = kfs_connection_env("file:///unused", bootstrap_servers=groups_on_a_daemon.bootstrap)
     monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
-    archive, reports = KfsHook().consumer_groups()
+    archive, reports = KfsAdminHook().consumer_groups()
 
     assert (archive.group_id, archive.state, archive.members, archive.error) == (
         "archive", "Empty", [], None,

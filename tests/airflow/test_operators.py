@@ -177,7 +177,7 @@ def test_operator_runs_local_without_a_spark_connection(
 
 
 def test_spark_submit_env_finds_the_interpreters_spark_submit() -> None:
-    from kfs_airflow.operators import spark_submit_env
+    from kfs_airflow.hooks.spark_submit import spark_submit_env
 
     bin_dir = Path(sys.executable).parent
     assert (bin_dir / "spark-submit").exists()

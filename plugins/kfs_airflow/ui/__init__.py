@@ -23,7 +23,7 @@ inside the page are relative, so it works at any ``[api] base_url`` and inside
 the UI's iframe.
 
 The consumer-groups section comes from the daemon, not the store: the same
-connection's ``bootstrap_servers`` (`KfsHook.consumer_groups`), read while the
+connection's ``bootstrap_servers`` (`KfsAdminHook.consumer_groups`), read while the
 store is read.  No address, or a daemon that does not answer within the hook's
 short deadline, is a message in that section; the rest of the page is unaffected.
 The app itself opens nothing: every read, of the store or of the daemon, goes
@@ -48,7 +48,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from kfs_airflow.groups import ConsumerGroup, DaemonNotConfigured, DaemonUnreachable
+from kfs_airflow.hooks import DaemonNotConfigured
 from kfs_airflow.overview import (
     Overview,
     chart_points,
@@ -60,6 +60,7 @@ from kfs_airflow.ui import datadocs_assets
 from kfs_airflow.ui.auth import NotLoggedIn, airflow_user, airflow_user_page, login_url
 from kfs_airflow.ui.chart import trend_svg
 from kfs_core.errors import ObjectNotFound
+from kfs_core.kafka_admin import ConsumerGroup, DaemonUnreachable
 
 if TYPE_CHECKING:
     from kfs_airflow.hooks import KfsHook
@@ -127,9 +128,9 @@ def connection_groups(conn_id: str = "kfs_default") -> ReadGroups:
     def read_groups() -> tuple[str, list[ConsumerGroup]]:
         from airflow.sdk.exceptions import AirflowNotFoundException
 
-        from kfs_airflow.hooks import KfsHook
+        from kfs_airflow.hooks import KfsAdminHook
 
-        hook = KfsHook(conn_id)
+        hook = KfsAdminHook(conn_id)
         try:
             return hook.bootstrap_servers, hook.consumer_groups()
         except AirflowNotFoundException:

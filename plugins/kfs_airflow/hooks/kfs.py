@@ -6,13 +6,8 @@ Connection ``kfs_default`` (type ``kfs``)::
                "namespace": "default",
                "s3_endpoint_url": "http://minio:9000",     # MinIO, moto; optional
                "region_name": "eu-west-1",                 # optional
-               "bootstrap_servers": "kfs:9092",            # the daemon's Kafka address;
-                                                           # optional (no consumer groups)
-               "security_protocol": "SASL_SSL",            # the daemon's listener, if not
-               "sasl_mechanism": "SCRAM-SHA-512",          # PLAINTEXT; optional
-               "sasl_username": "airflow",
-               "sasl_password": "...",                     # masked by Airflow in logs
-               "ssl_ca_location": "/etc/kfs/ca.pem"}
+               "jobs_server": "http://127.0.0.1:7079",     # optional; else spark-submit
+               "bootstrap_servers": "kfs:9092", ...}       # the daemon: `KfsAdminHook`
     login     AWS access key id      (optional; else the usual AWS chain)
     password  AWS secret access key  (optional)
 
@@ -24,14 +19,15 @@ request makes its own), and no other boto3 user in the process sees it.
 As an environment variable, e.g. ``AIRFLOW_CONN_KFS_DEFAULT='{"conn_type": "kfs",
 "extra": {"store_url": "file:///srv/kfs/store", "namespace": "default"}}'``.
 
-The hook owns the store client and the daemon's Kafka admin client, and every
-read of the store the plugin makes.  Operators and sensors ask it for the
-topics, the catalog, a run's summary (`run_summary`) and the command-line
-arguments and environment a Spark job needs; the KFS page asks it for the
-catalog, the run history (`report_history`), the data-quality reports
-(`validation_report`), the Data Docs files, and the consumer groups
-(`consumer_groups`), which live in the daemon, not in the store.  The reports
-are `kfs_core.reports` models, the same the jobs write.
+The hook owns the store client and every read of the store the plugin makes,
+and it runs the maintenance jobs (`run_job`: on the job server the connection
+names, else through spark-submit).  Operators and sensors ask it for the
+topics, the catalog, a job's run and its summary (`run_summary`); the KFS page
+asks it for the catalog, the run history (`report_history`), the data-quality
+reports (`validation_report`), the Data Docs files and its own stored copy
+(`page_copy`).  The reports are `kfs_core.reports` models, the same the jobs
+write.  The consumer groups live in the daemon, not in the store: the page asks
+`kfs_airflow.hooks.admin.KfsAdminHook` for them.
 
 A hook reads its connection once.  The readers share one store client
 (`get_conn`), opened on first use and closed by `close` (or ``with KfsHook()
@@ -46,61 +42,59 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException
+
+from kfs_airflow.hooks.base import KfsBaseHook
 
 if TYPE_CHECKING:
     # kfs_core is imported where it is used: DAG files import this module through the
     # operators, and parsing a DAG must stay cheap.
-    from confluent_kafka.admin import AdminClient
-
-    from kfs_airflow.groups import ConsumerGroup
     from kfs_core.catalog import PartitionCatalog, PartitionState, TopicRegistry
     from kfs_core.reports import RunSummary, StoredRun, ValidationReport
     from kfs_core.storage import ObjectStore
 
-__all__ = ["ADMIN_TIMEOUT_S", "KfsConnectionError", "KfsHook"]
+__all__ = ["JobRunFailed", "KfsConnectionError", "KfsHook", "SparkSubmit"]
 
-#: How long the consumer-group read may take in all (the page waits for it).
-ADMIN_TIMEOUT_S = 5.0
 #: Run summaries read at once by `report_history`.
 _SUMMARY_THREADS = 8
+
+#: How `run_job` runs spark-submit: called with the job's arguments and the
+#: environment the connection adds (the Spark provider's operator does the rest).
+SparkSubmit = Callable[[list[str], dict[str, str]], None]
 
 
 class KfsConnectionError(ValueError):
     """The ``kfs`` connection is missing a setting or names an unusable store."""
 
 
-#: The extra's keys for the daemon's TLS/SASL listener (librdkafka's names with ``_``).
-_DAEMON_SECURITY_KEYS = (
-    "security_protocol",
-    "sasl_mechanism",
-    "sasl_username",
-    "sasl_password",
-    "ssl_ca_location",
-    "ssl_certificate_location",
-    "ssl_key_location",
-)
+class JobRunFailed(AirflowException):
+    """The job ran on the job server and ended with a non-zero ``exit_code``."""
+
+    def __init__(self, job: str, exit_code: int, output: str) -> None:
+        super().__init__(f"kfs {job} on the job server exited {exit_code}: {output}")
+        self.job = job
+        self.exit_code = exit_code
+        self.output = output
+
+    def __reduce__(self) -> tuple[type[JobRunFailed], tuple[str, int, str]]:
+        # Rebuilt from its fields: task failures cross process boundaries pickled.
+        return type(self), (self.job, self.exit_code, self.output)
 
 
-class KfsHook(BaseHook):
+class KfsHook(KfsBaseHook):
     """Store URL, namespace and S3 settings of a KFS namespace, from a ``kfs`` connection."""
 
-    conn_name_attr = "kfs_conn_id"
-    default_conn_name = "kfs_default"
-    conn_type = "kfs"
-    hook_name = "KFS"
-
-    def __init__(self, kfs_conn_id: str = default_conn_name, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.kfs_conn_id = kfs_conn_id
+    def __init__(self, kfs_conn_id: str = KfsBaseHook.default_conn_name, **kwargs: Any) -> None:
+        super().__init__(kfs_conn_id, **kwargs)
         self._store: ObjectStore | None = None
         self._store_lock = threading.Lock()
+        self._server_run: tuple[str, str] | None = None  # (job server, run id) of `run_job`
 
     def __enter__(self) -> KfsHook:
         return self
@@ -133,13 +127,9 @@ class KfsHook(BaseHook):
     # --- settings -------------------------------------------------------------
 
     @cached_property
-    def _connection(self) -> Any:
-        return self.get_connection(self.kfs_conn_id)
-
-    @cached_property
     def _settings(self) -> dict[str, Any]:
         conn = self._connection
-        extra = conn.extra_dejson or {}
+        extra = self._extra
         store_url = extra.get("store_url") or ""
         if not store_url:
             raise KfsConnectionError(
@@ -167,31 +157,7 @@ class KfsHook(BaseHook):
     @property
     def jobs_server(self) -> str:
         """The job server the maintenance tasks use (extra ``jobs_server``); "": spark-submit."""
-        extra = self._connection.extra_dejson or {}
-        return str(extra.get("jobs_server") or "").strip()
-
-    @property
-    def bootstrap_servers(self) -> str:
-        """The daemon's Kafka address (``bootstrap.servers``); "" when the connection has none.
-
-        Read apart from the store settings: the groups need no store, the store no daemon.
-        """
-        extra = self._connection.extra_dejson or {}
-        return str(extra.get("bootstrap_servers") or "").strip()
-
-    def daemon_security(self) -> dict[str, str]:
-        """librdkafka TLS/SASL settings for the daemon from the extra (Kafka's names, ``_`` for ``.``).
-
-        The SASL password sits in the extra under ``sasl_password``: Airflow's secrets
-        masker hides any extra value whose key says "password" in logs and the UI; the
-        connection's own password field is the store's (AWS) secret.
-        """
-        extra = self._connection.extra_dejson or {}
-        return {
-            key.replace("_", "."): str(extra[key])
-            for key in _DAEMON_SECURITY_KEYS
-            if extra.get(key) not in (None, "")
-        }
+        return str(self._extra.get("jobs_server") or "").strip()
 
     @property
     def store_identity(self) -> str:
@@ -444,56 +410,10 @@ class KfsHook(BaseHook):
         """Replace the stored copy of the KFS page's overview."""
         self.get_conn().put(self.page_copy_key, data)
 
-    # --- the daemon ---------------------------------------------------------------
-
-    def get_admin_client(self, **config: Any) -> AdminClient:
-        """A confluent-kafka AdminClient on the daemon, with short socket timeouts.
-
-        ``config`` adds librdkafka settings (``error_cb`` ...).  Raises
-        `DaemonNotConfigured` when the connection has no ``bootstrap_servers``.
-        """
-        from confluent_kafka.admin import AdminClient
-
-        from kfs_airflow.groups import DaemonNotConfigured
-
-        if not self.bootstrap_servers:
-            raise DaemonNotConfigured(
-                f'daemon address not configured: add "bootstrap_servers" (the address of '
-                f'`kfs serve`, e.g. "127.0.0.1:9092") to connection {self.kfs_conn_id!r}\'s extra'
-            )
-        timeout_ms = int(ADMIN_TIMEOUT_S * 1000)
-        return AdminClient(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "client.id": "kfs-airflow",
-                "socket.timeout.ms": timeout_ms,
-                "socket.connection.setup.timeout.ms": timeout_ms,
-                # The page shows what went wrong; keep librdkafka's retry lines out of the logs.
-                "log_level": 0,
-                **self.daemon_security(),
-                **config,
-            }
-        )
-
-    def consumer_groups(self, *, timeout_s: float = ADMIN_TIMEOUT_S) -> list[ConsumerGroup]:
-        """The daemon's consumer groups: state, members, committed offset and lag per partition.
-
-        Raises `kfs_airflow.groups.DaemonNotConfigured` without ``bootstrap_servers``
-        and `kfs_airflow.groups.DaemonUnreachable` when the daemon does not answer
-        within ``timeout_s``.
-        """
-        from kfs_airflow.groups import BrokerWatch, read_consumer_groups
-
-        watch = BrokerWatch()
-        admin = self.get_admin_client(error_cb=watch)
-        return read_consumer_groups(
-            admin, watch, bootstrap=self.bootstrap_servers, timeout_s=timeout_s
-        )
-
     # --- Spark jobs -----------------------------------------------------------
 
     def job_args(
-        self, *, topics: list[str] | tuple[str, ...] | str | None = None, dry_run: bool = False
+        self, *, topics: Sequence[str] | str | None = None, dry_run: bool = False
     ) -> list[str]:
         """The shared ``spark_jobs`` arguments for this namespace (see `spark_jobs.common`)."""
         args = ["--store-url", self.store_url, "--namespace", self.namespace]
@@ -519,6 +439,67 @@ class KfsHook(BaseHook):
         if self._settings["region_name"]:
             env["AWS_DEFAULT_REGION"] = self._settings["region_name"]
         return env
+
+    def run_job(
+        self,
+        job: str,
+        *,
+        run_id: str,
+        topics: Sequence[str] | str | None = None,
+        dry_run: bool = False,
+        extra_args: Sequence[str] = (),
+        spark_submit: SparkSubmit,
+    ) -> None:
+        """Run ``job`` as run ``run_id``: on the connection's job server, else by ``spark_submit``.
+
+        The job gets `job_args` (store, namespace, ``topics``, ``dry_run``), its
+        own flags (``extra_args``) and ``--run-id``, which names the run's
+        summary object ``{ns}/_reports/<job>/<run-id>.json`` (`run_summary`).
+
+        With a job server (extra ``jobs_server``, `spark_jobs.server`, started by
+        ``kfs jobs serve``) the arguments go there over HTTP and the call waits
+        for the run's end: no spark-submit, JVM, session or Great Expectations
+        import per task.  The server runs the job with its own environment (its
+        store credentials, its Spark master); a non-zero exit raises
+        `JobRunFailed`, and `cancel_job` cancels the run's Spark jobs there.
+        Without one, ``spark_submit`` gets the arguments and the environment the
+        connection adds (`job_env`) and raises what spark-submit's failure raises.
+        """
+        args = [*self.job_args(topics=topics, dry_run=dry_run), *extra_args, "--run-id", run_id]
+        server = self.jobs_server
+        if not server:
+            spark_submit(args, self.job_env())
+            return
+        from kfs_core.jobs_client import run_on_server
+
+        self._server_run = (server, run_id)
+        self.log.info("running kfs %s on the job server %s", job, server)
+        finished = run_on_server(server, job, args)
+        for line in finished.output.splitlines():
+            self.log.info("%s", line)
+        for line in finished.errors.splitlines():
+            self.log.warning("%s", line)
+        if finished.exit_code != 0:
+            text = "; ".join(t for t in (finished.errors, finished.output) if t)
+            raise JobRunFailed(job, finished.exit_code, text)
+
+    def cancel_job(self) -> bool:
+        """Cancel the run `run_job` sent to the job server; False if it sent none there.
+
+        A run through spark-submit is the caller's to stop (the Spark provider's ``on_kill``).
+        """
+        if self._server_run is None:
+            return False
+        from kfs_core.jobs_client import JobServerError, cancel_on_server
+
+        server, run_id = self._server_run
+        try:
+            cancelled = cancel_on_server(server, run_id)
+        except JobServerError as exc:
+            self.log.warning("could not cancel run %s: %s", run_id, exc)
+        else:
+            self.log.info("run %s cancelled on the job server: %s", run_id, cancelled)
+        return True
 
     def test_connection(self) -> tuple[bool, str]:
         try:

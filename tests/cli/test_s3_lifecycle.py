@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from kfs_core.catalog import TopicRegistry, layout
 from kfs_core.catalog.snapshots import take_snapshot
 from kfs_core.cli import main
-from kfs_core.lifecycle import (
+from kfs_core.cli.s3_lifecycle import (
     ABORT_MULTIPART_DAYS,
     DAY_MS,
     MAX_RULES,

@@ -1,6 +1,6 @@
-"""`kfs_core.cli.supervisor` in-process: the env file, the admin password, Airflow's environment.
+"""`kfs_core.cli.embedded` in-process: the env file, the admin password, Airflow's environment.
 
-`tests/test_run.py` starts `kfs run` itself; these are the pieces it is made of.
+`tests/cli/test_run.py` starts `kfs run` itself; these are the pieces it is made of.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kfs_core.cli.demo import demo_event
-from kfs_core.cli.supervisor import (
+from kfs_core.cli.embedded import (
     PASSWORDS_FILE,
     EmbeddedError,
     RunOptions,

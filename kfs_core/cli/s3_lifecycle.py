@@ -1,5 +1,9 @@
 """S3 lifecycle rules derived from topic retention: what ``kfs lifecycle`` prints.
 
+The plan lives here, beside the command (`kfs_core.cli.lifecycle`), because
+only the command uses it; "lifecycle" alone would read as the log's own
+start/stop life cycle (`kfs_core.log`).
+
 The retention job (spark_jobs/retention.py, hourly under Airflow) is what
 expires data: it drops segments from the catalog first and deletes their
 objects after a grace period (1 h).  Bucket lifecycle rules are a backstop

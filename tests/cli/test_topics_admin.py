@@ -11,7 +11,7 @@ import pytest
 
 from kfs_core.catalog import TopicRegistry
 from kfs_core.storage import LocalObjectStore
-from tests.test_cli import kfs
+from tests.cli.test_cli import kfs
 
 pytestmark = pytest.mark.integration
 
