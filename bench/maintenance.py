@@ -105,6 +105,7 @@ from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicRegistry, layo
 from kfs_core.formats.segment import SegmentWriter
 from kfs_core.records import Record, encode_batch
 from kfs_core.storage import open_store
+from testkit.ports import free_port
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -393,8 +394,6 @@ def scheduled_task(job: str, store_url: str, args: Sequence[str] = ()) -> tuple[
 @contextlib.contextmanager
 def job_server() -> Iterator[str]:
     """``kfs jobs serve`` on ``local[2]`` and a free loopback port; its URL once it answers."""
-    from bench.produce_fetch import free_port  # confluent-kafka: only when a server starts
-
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KFS_")}

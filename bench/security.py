@@ -24,7 +24,7 @@ from typing import Any
 
 import confluent_kafka
 
-from bench.produce_fetch import Daemon, free_port
+from bench.produce_fetch import Daemon
 from kfs_core.security.acls import AclBinding, Authorizer, Operation, PatternType, Permission
 from kfs_core.security.acls import ResourceType as Res
 from kfs_core.security.listeners import SecurityProtocol
@@ -35,7 +35,8 @@ from kfs_core.server.authz import AuditLog, check
 from kfs_core.server.protocol import Request
 from kfs_core.server.protocol_messages import ApiKey
 from kfs_core.storage import open_store
-from tests.security.conftest import make_pki
+from testkit.pki import make_pki
+from testkit.ports import free_port
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning)

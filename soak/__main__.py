@@ -31,11 +31,11 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from bench.catalog_load import moto_server
 from soak import crash_cycles, maintenance_live, protocol_fuzz, store_faults, wal_recovery
 from soak.fault_proxy import FaultProxy
 from soak.report import Row, format_table
-from tests.server.conftest import DaemonFactory
+from testkit.daemon import DaemonFactory
+from testkit.moto_s3 import moto_server
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -45,7 +45,7 @@ from soak.report import Row
 
 
 class Restartable(Protocol):
-    """A `kfs serve` process the campaign can kill and start (tests' `Daemon`)."""
+    """A `kfs serve` process the campaign can kill and start (`testkit.daemon.Daemon`)."""
 
     @property
     def bootstrap(self) -> str: ...

@@ -158,7 +158,7 @@ def run(
     rate: int = 150,
     progress: Callable[[str], None] | None = None,
 ) -> Row:
-    """``rounds`` rounds of jobs against ``daemon`` (tests' `Daemon`, `daemon_args`); the row."""
+    """``rounds`` rounds of jobs against ``daemon`` (`testkit.daemon.Daemon`, `daemon_args`); the row."""
     from spark_jobs import checkpoint, compaction, index_rebuild, retention
 
     for topic, config in TOPICS.items():

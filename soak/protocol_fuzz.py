@@ -390,7 +390,7 @@ def run(
     rate: int = 200,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Row, Outcomes]:
-    """``cases`` fuzz cases at ``daemon`` (tests' `Daemon`) while clients work; the row."""
+    """``cases`` fuzz cases at ``daemon`` (`testkit.daemon.Daemon`) while clients work; the row."""
     rng = random.Random(seed)
     tracebacks_before = daemon.log().count("Traceback")
     host, port = daemon.bootstrap.rsplit(":", 1)

@@ -168,7 +168,7 @@ def run(
 ) -> tuple[Row, list[Observed]]:
     """The phases at ``scale`` (1.0: a minute of errors ... two minutes of outage); the row.
 
-    ``daemon`` (tests' `Daemon`) runs on S3 at ``proxy.url`` with `daemon_args`;
+    ``daemon`` (`testkit.daemon.Daemon`) runs on S3 at ``proxy.url`` with `daemon_args`;
     ``moto_endpoint`` is the store itself, for checking catalogs past the proxy.
     """
     create_topic(daemon.bootstrap)

@@ -17,8 +17,8 @@ from kfs_core.errors import CorruptWal, WalNotRecovered
 from kfs_core.log.wal_files import WalPosition, wal_file_name
 from kfs_core.log.wal_recovery import recover_wal
 from kfs_core.log.wal_writer import WalWriter
+from testkit.batches import make_batch
 from tests.conftest import wait_for
-from tests.log.batches import make_batch
 from tests.log.wal_helpers import SMALL, recovered, recovered_map, reopen, wal_paths
 
 # --- leftover temp files -------------------------------------------------------
