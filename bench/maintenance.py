@@ -354,7 +354,8 @@ def run_worker(
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK) :])
+            result: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
+            return result
     sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
     raise RuntimeError(f"{job} on {master} exited {done.returncode} without a result")
 
@@ -454,10 +455,11 @@ def task_rows(workdir: Path, server_url: str) -> tuple[list[Row], list[str]]:
     generate(url, TASK_NAMESPACE_BYTES, TASK_SEGMENT_BYTES)
     rows: list[Row] = []
     problems: list[str] = []
-    for how, run_task in (
+    runners: tuple[tuple[str, Callable[[str], tuple[float, int, str]]], ...] = (
         ("cold", lambda job: scheduled_task(job, url)),
         ("on the job server", lambda job: server_task(server_url, job, url)),
-    ):
+    )
+    for how, run_task in runners:
         for job in TASK_JOBS:
             wall, status, last = run_task(job)
             print(f"  scheduled task {how}, {job}: {wall:.1f}s, exit {status}: {last[:160]}",

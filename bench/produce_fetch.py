@@ -65,7 +65,8 @@ from typing import Any
 
 import confluent_kafka
 import psutil
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from kfs_core.config import Settings
 from testkit.daemon import serve_command, serve_env, wait_ready

@@ -74,7 +74,10 @@ def produce(conf: dict[str, Any], topic: str, mb: float) -> tuple[float, float, 
     if errors:
         raise RuntimeError(f"{len(errors)} delivery errors, e.g. {errors[0]}")
     latencies.sort()
-    p = lambda q: latencies[int(q * (len(latencies) - 1))] * 1000  # noqa: E731
+
+    def p(q: float) -> float:
+        return latencies[int(q * (len(latencies) - 1))] * 1000
+
     return count * len(VALUE) / 1e6 / seconds, p(0.5), p(0.99)
 
 

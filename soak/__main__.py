@@ -142,15 +142,17 @@ def main(argv: list[str] | None = None) -> int:
                         extra_args=[*crash_cycles.DAEMON_ARGS, "--durability", mode],
                         **store,
                     )
+
+                    def progress(line: str, b: str = backend, m: str = mode) -> None:
+                        print(f"  {b} {m}: {line}", flush=True)
+
                     row = crash_cycles.run(
                         daemon,
                         cycles=args.cycles,
                         seed=seed,
                         store=backend,
                         mode=mode,
-                        progress=lambda line, b=backend, m=mode: print(
-                            f"  {b} {m}: {line}", flush=True
-                        ),
+                        progress=progress,
                     )
                     daemon.kill()
                     rows.append(row)

@@ -184,7 +184,8 @@ def run(
     tail.start()
     try:
         wait_until(lambda: any(p.snapshot()[1] for p in producers), 60, "a first acknowledgement")
-        phases = [("healthy", {}, 5.0)] + [(n, f, s * scale) for n, f, s in PHASES]
+        phases: list[tuple[str, dict[str, Any], float]] = [("healthy", {}, 5.0)]
+        phases += [(n, f, s * scale) for n, f, s in PHASES]
         for name, faults, seconds in phases:
             observed = Observed(name, seconds)
             before = ops.metrics()
