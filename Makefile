@@ -64,10 +64,10 @@ bench: install kcat rate-producer ## Run the benchmarks and print their tables
 soak: install ## Long fault campaigns (not in make test): kill -9 cycles, store faults, WAL recovery, decoder fuzzing; one table
 	$(BIN)/python -m soak
 
-lint: install ## ruff (lint + format check) and mypy (strict on kfs_core, spark_jobs, kfs_airflow)
+lint: install ## ruff (lint + format check) and mypy (strict on kfs_core, spark_jobs, kfs_airflow, bench, soak, dags, testkit)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy kfs_core spark_jobs plugins/kfs_airflow
+	$(BIN)/mypy kfs_core spark_jobs plugins/kfs_airflow bench soak dags testkit
 
 format: install ## Apply ruff's formatter and autofixes
 	$(BIN)/ruff format .

@@ -12,17 +12,15 @@ the load time and the store requests the load made.
 
     python bench/catalog_load.py [--commits N] [--backend local|s3|both]
 
-S3 runs against a ``python -m moto.server`` started on a free loopback port.
+S3 runs against a ``python -m moto.server`` started on a free loopback port
+(`testkit.moto_s3.moto_server`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kfs_core.catalog import PartitionCatalog, SegmentEntry  # noqa: E402
-from kfs_core.storage.base import ObjectStore  # noqa: E402
+from kfs_core.catalog import PartitionCatalog, SegmentEntry
+from kfs_core.storage.base import ObjectStore
+from testkit.moto_s3 import moto_server
 
 FLUSH_MS = 500
 SMALL_SEGMENT_RECORDS = 100
@@ -210,8 +209,9 @@ def bench_commit_cost(
 
         return run
 
-    catalog._files.put = timed(catalog._files.put)  # type: ignore[method-assign]
-    catalog._files.put_if_absent = timed(catalog._files.put_if_absent)  # type: ignore[method-assign]
+    # Wrapping the bound methods: mypy compares the wrapper with the unbound signature.
+    catalog._files.put = timed(catalog._files.put)  # type: ignore[method-assign,assignment]
+    catalog._files.put_if_absent = timed(catalog._files.put_if_absent)  # type: ignore[method-assign,assignment]
     own: list[float] = []
     plain: list[float] = []
     checkpointing: list[float] = []
@@ -256,42 +256,6 @@ def _merged(topic: str, inputs: list[SegmentEntry], now_ms: int) -> SegmentEntry
         created_ms=now_ms,
         key_suffix="-c1",  # segments are immutable: the output needs a key of its own
     )
-
-
-@contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """A moto S3 server on a free loopback port; yields its endpoint URL."""
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"moto server exited with {proc.returncode}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("moto server did not start within 60 s") from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @contextlib.contextmanager

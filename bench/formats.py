@@ -16,6 +16,7 @@ not:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -29,9 +30,9 @@ import crc32c
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kfs_core.formats.segment import SegmentReader, SegmentWriter  # noqa: E402
-from kfs_core.records.batch import Record, decode_batch, encode_batch  # noqa: E402
-from kfs_core.records.codecs import codec_name  # noqa: E402
+from kfs_core.formats.segment import SegmentReader, SegmentWriter
+from kfs_core.records.batch import Record, decode_batch, encode_batch
+from kfs_core.records.codecs import codec_name
 
 RECORD_SIZE = 1024
 RECORDS_PER_BATCH = 1000  # ~1 MiB batches
@@ -49,7 +50,7 @@ def best_seconds(fn: Callable[[], object], repeat: int = 5) -> float:
 
 def json_like_value(rng: random.Random, i: int) -> bytes:
     """A 1 KiB JSON event: repeated field names, random ids and numbers."""
-    items = []
+    items: list[str] = []
     while sum(map(len, items)) < RECORD_SIZE:
         items.append(
             json.dumps(
@@ -93,7 +94,7 @@ def bench_segments() -> list[tuple[str, str, str, str]]:
     ]
     total = sum(map(len, batches))
 
-    def baseline() -> bytes:
+    def baseline() -> bytearray:
         crc = 0
         for batch in batches:
             crc = crc32c.crc32c(batch, crc)
@@ -123,7 +124,7 @@ def bench_codecs() -> list[tuple[str, str, str, str]]:
     plain = encode_batch(records)
     for codec in range(5):
         batch = encode_batch(records, codec=codec)
-        seconds = best_seconds(lambda b=batch: decode_batch(b), repeat=5)
+        seconds = best_seconds(functools.partial(decode_batch, batch), repeat=5)
         rows.append(
             (
                 f"decode {codec_name(codec)}",

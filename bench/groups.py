@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import confluent_kafka
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from bench.produce_fetch import Daemon
 
@@ -108,7 +109,9 @@ class Member(threading.Thread):
             now = time.perf_counter()
             if self.first_record_at is None:
                 self.first_record_at = now
-            self.partition_first.setdefault(msg.partition(), now)
+            partition = msg.partition()
+            assert partition is not None  # a record without an error has its partition
+            self.partition_first.setdefault(partition, now)
 
     def stop(self, close: bool = True) -> None:
         self.stopping.set()

@@ -44,9 +44,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.catalog_load import moto_server  # noqa: E402
-from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicRegistry  # noqa: E402
-from kfs_core.storage import ObjectStore, open_store  # noqa: E402
+from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicRegistry
+from kfs_core.storage import ObjectStore, open_store
+from testkit.moto_s3 import fake_credentials, moto_server
 
 TARGET_S = 2.0
 NAMESPACE = "bench"
@@ -100,9 +100,7 @@ def s3_namespace(endpoint_url: str | None = None) -> Iterator[tuple[str, str]]:
     """``(endpoint, store_url)`` of a fresh bucket on a moto server (a new one unless given)."""
     import boto3
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    fake_credentials()
     with contextlib.ExitStack() as stack:
         endpoint = endpoint_url or stack.enter_context(moto_server())
         bucket = f"kfs-page-{uuid.uuid4().hex[:8]}"

@@ -105,6 +105,7 @@ from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicRegistry, layo
 from kfs_core.formats.segment import SegmentWriter
 from kfs_core.records import Record, encode_batch
 from kfs_core.storage import open_store
+from testkit.ports import free_port
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -353,7 +354,8 @@ def run_worker(
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK) :])
+            result: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
+            return result
     sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
     raise RuntimeError(f"{job} on {master} exited {done.returncode} without a result")
 
@@ -393,8 +395,6 @@ def scheduled_task(job: str, store_url: str, args: Sequence[str] = ()) -> tuple[
 @contextlib.contextmanager
 def job_server() -> Iterator[str]:
     """``kfs jobs serve`` on ``local[2]`` and a free loopback port; its URL once it answers."""
-    from bench.produce_fetch import free_port  # confluent-kafka: only when a server starts
-
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KFS_")}
@@ -455,10 +455,11 @@ def task_rows(workdir: Path, server_url: str) -> tuple[list[Row], list[str]]:
     generate(url, TASK_NAMESPACE_BYTES, TASK_SEGMENT_BYTES)
     rows: list[Row] = []
     problems: list[str] = []
-    for how, run_task in (
+    runners: tuple[tuple[str, Callable[[str], tuple[float, int, str]]], ...] = (
         ("cold", lambda job: scheduled_task(job, url)),
         ("on the job server", lambda job: server_task(server_url, job, url)),
-    ):
+    )
+    for how, run_task in runners:
         for job in TASK_JOBS:
             wall, status, last = run_task(job)
             print(f"  scheduled task {how}, {job}: {wall:.1f}s, exit {status}: {last[:160]}",

@@ -89,13 +89,13 @@ from bench.produce_fetch import (
     DiskResult,
     best_disk_write,
     create_topic,
-    series_delta,
 )
 from kfs_core.catalog import PartitionCatalog
 from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server.protocol_messages import ProduceRequest
 from kfs_core.storage.local import LocalObjectStore
-from tests.server.conftest import RawClient
+from testkit.metrics import series_delta
+from testkit.raw_client import RawClient
 
 KIB = 1 << 10
 MIB = 1 << 20

@@ -53,9 +53,7 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -67,9 +65,13 @@ from typing import Any
 
 import confluent_kafka
 import psutil
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from kfs_core.config import Settings
+from testkit.daemon import serve_command, serve_env, wait_ready
+from testkit.metrics import parse_metrics, series_delta
+from testkit.ports import free_port
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -100,22 +102,6 @@ TAIL_BYTES = DEFAULTS.cache_size // 2  # the tail read: what memory and L1 shoul
 
 
 # --- the daemon ----------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text format as {series (name plus labels): value}."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            series, _, value = line.rpartition(" ")
-            values[series] = float(value)
-    return values
 
 
 class RssSampler:
@@ -193,26 +179,18 @@ class Daemon:
             "--log-level", "warning",
             *self.extra_args,
         ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KFS_")}
-        env.update(KFS_HOME=str(self.root), PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kfs_core.cli", "serve", *args],
+                serve_command(args),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env=serve_env(self.root),
                 cwd=Path(__file__).resolve().parent.parent,
             )
         self.sampler = RssSampler(self.proc.pid)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while self._get("/readyz")[0] != 200:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kfs serve exited early:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"kfs serve not ready in {READY_TIMEOUT_S:g} s:\n{self.log_tail()}"
-                )
-            time.sleep(0.05)
+        wait_ready(
+            self.proc, lambda: self._get("/readyz")[0] == 200, self.log_tail, READY_TIMEOUT_S
+        )
 
     def _get(self, path: str) -> tuple[int, str]:
         url = f"http://127.0.0.1:{self.metrics_port}{path}"
@@ -270,17 +248,6 @@ class Daemon:
             self.proc.wait(10)
         if self.sampler is not None:
             self.sampler.stop()
-
-
-def series_delta(
-    after: dict[str, float], before: dict[str, float], name: str, labels: str = ""
-) -> float:
-    """How much the daemon's series ``name`` (those with ``labels``, summed) grew between scrapes."""
-    return sum(
-        value - before.get(series, 0.0)
-        for series, value in after.items()
-        if series.split("{", 1)[0] == name and labels in series
-    )
 
 
 def tiers_note(after: dict[str, float], before: dict[str, float]) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 import confluent_kafka
 
-from bench.produce_fetch import Daemon, free_port
+from bench.produce_fetch import Daemon
 from kfs_core.security.acls import AclBinding, Authorizer, Operation, PatternType, Permission
 from kfs_core.security.acls import ResourceType as Res
 from kfs_core.security.listeners import SecurityProtocol
@@ -35,7 +35,8 @@ from kfs_core.server.authz import AuditLog, check
 from kfs_core.server.protocol import Request
 from kfs_core.server.protocol_messages import ApiKey
 from kfs_core.storage import open_store
-from tests.security.conftest import make_pki
+from testkit.pki import make_pki
+from testkit.ports import free_port
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -73,7 +74,10 @@ def produce(conf: dict[str, Any], topic: str, mb: float) -> tuple[float, float, 
     if errors:
         raise RuntimeError(f"{len(errors)} delivery errors, e.g. {errors[0]}")
     latencies.sort()
-    p = lambda q: latencies[int(q * (len(latencies) - 1))] * 1000  # noqa: E731
+
+    def p(q: float) -> float:
+        return latencies[int(q * (len(latencies) - 1))] * 1000
+
     return count * len(VALUE) / 1e6 / seconds, p(0.5), p(0.99)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kfs_core.formats.wal import encode_record_frame
 from kfs_core.log.wal import WalWriter
-from tests.log.batches import make_batch
+from testkit.batches import make_batch
 
 BASE_OFFSET = struct.Struct(">q")  # the first field of a RecordBatch
 KIB = 1024

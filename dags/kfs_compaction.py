@@ -35,6 +35,8 @@ Schedule: `KFS_SCHEDULE_COMPACTION` (default hourly at :05, UTC).
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow.sdk import DAG, get_current_context, task
 from kfs_airflow import dags_support as kfs
 from kfs_airflow.operators import KfsSparkJobOperator
@@ -55,9 +57,12 @@ with DAG(
     ).expand(topics=list_topics())
 
     @task(outlets=[kfs.COMPACTED_SEGMENTS])
-    def announce(summaries: list[dict]) -> dict:
+    def announce(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         """Emit `kfs_compacted_segments` (validation's trigger) if anything was rewritten."""
         outlet = get_current_context()["outlet_events"][kfs.COMPACTED_SEGMENTS]
-        return kfs.announce_compaction(summaries, outlet)
+        # The context types its accessors by their Protocol; this one is an OutletEventAccessor.
+        return kfs.announce_compaction(summaries, outlet)  # type: ignore[arg-type]
 
-    announce(compact.output)
+    # Airflow hands the task the summaries the XComArg stands for; its stubs type the
+    # call's arguments as the function's own.
+    announce(compact.output)  # type: ignore[arg-type]

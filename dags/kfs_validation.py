@@ -41,6 +41,8 @@ Schedule: `KFS_SCHEDULE_VALIDATION` (default daily at 04:40 UTC) or the asset.
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, TriggerRule, get_current_context, task
 from kfs_airflow import dags_support as kfs
@@ -58,23 +60,26 @@ with DAG(
     )
 
     @task
-    def report(summary: dict) -> str | None:
+    def report(summary: dict[str, Any]) -> str | None:
         """The headline and the report's key (the run's state follows this task)."""
         print(f"kfs validation: {summary['message']}")
-        return summary["details"].get("report_key")
+        report_key: str | None = summary["details"].get("report_key")
+        return report_key
 
     @task.short_circuit(trigger_rule=TriggerRule.ALL_FAILED)
-    def index_repair_needed() -> dict | None:
+    def index_repair_needed() -> dict[str, Any] | None:
         """index_rebuild's conf when every critical failure is index-only, else None (skip)."""
         summary = get_current_context()["ti"].xcom_pull(task_ids="validate", key="summary")
         return kfs.index_repair_conf(summary)
 
-    report(validate.output)
+    # Airflow hands the task the summary an XComArg stands for; its stubs type the call's
+    # arguments as the function's own.
+    report(validate.output)  # type: ignore[arg-type]
     repair = index_repair_needed()
     validate >> repair
     repair >> TriggerDagRunOperator(
         task_id="trigger_index_rebuild",
         trigger_dag_id="kfs_index_rebuild",
-        conf=repair,
+        conf=repair,  # type: ignore[arg-type]  # the XComArg resolves to the conf dict
         note="Triggered by kfs_validation: the failed expectations were index-only.",
     )

@@ -31,11 +31,11 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from bench.catalog_load import moto_server
 from soak import crash_cycles, maintenance_live, protocol_fuzz, store_faults, wal_recovery
 from soak.fault_proxy import FaultProxy
 from soak.report import Row, format_table
-from tests.server.conftest import DaemonFactory
+from testkit.daemon import DaemonFactory
+from testkit.moto_s3 import moto_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,15 +142,17 @@ def main(argv: list[str] | None = None) -> int:
                         extra_args=[*crash_cycles.DAEMON_ARGS, "--durability", mode],
                         **store,
                     )
+
+                    def progress(line: str, b: str = backend, m: str = mode) -> None:
+                        print(f"  {b} {m}: {line}", flush=True)
+
                     row = crash_cycles.run(
                         daemon,
                         cycles=args.cycles,
                         seed=seed,
                         store=backend,
                         mode=mode,
-                        progress=lambda line, b=backend, m=mode: print(
-                            f"  {b} {m}: {line}", flush=True
-                        ),
+                        progress=progress,
                     )
                     daemon.kill()
                     rows.append(row)

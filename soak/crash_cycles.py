@@ -45,7 +45,7 @@ from soak.report import Row
 
 
 class Restartable(Protocol):
-    """A `kfs serve` process the campaign can kill and start (tests' `Daemon`)."""
+    """A `kfs serve` process the campaign can kill and start (`testkit.daemon.Daemon`)."""
 
     @property
     def bootstrap(self) -> str: ...
@@ -110,7 +110,11 @@ def run(
     try:
         for cycle in range(cycles):
             before = acknowledged()
-            wait_until(lambda b=before: acknowledged() > b, 60, "an acknowledgement")
+
+            def acknowledged_more(than: int = before) -> bool:
+                return acknowledged() > than
+
+            wait_until(acknowledged_more, 60, "an acknowledgement")
             time.sleep(rng.uniform(*delay_s))  # the load runs this long before the kill
             new_acked: list[tuple[Position, bytes]] = []
             for i, producer in enumerate(producers):

@@ -74,6 +74,7 @@ class FaultProxy:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address: (host, port)
         return f"http://{host}:{port}"
 
     def set(
@@ -165,7 +166,7 @@ class _QuietServer(ThreadingHTTPServer):
 def _read_body(request: BaseHTTPRequestHandler, length: int, chunked: bool) -> bytes:
     if not chunked:
         return request.rfile.read(length) if length else b""
-    parts = []
+    parts: list[bytes] = []
     while True:
         size = int(request.rfile.readline().split(b";")[0].strip() or b"0", 16)
         if size == 0:

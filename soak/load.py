@@ -28,6 +28,7 @@ from typing import Any
 
 import confluent_kafka
 import confluent_kafka.admin
+from confluent_kafka.cimpl import NewTopic
 
 TOPIC = "kfs-soak"
 PARTITIONS = 6
@@ -67,6 +68,13 @@ class Record:
 Position = tuple[int, int]  # (partition, offset)
 
 
+def message_position(msg: confluent_kafka.Message) -> Position:
+    """Where a consumed record sits; a message without an error always has both."""
+    partition, offset = msg.partition(), msg.offset()
+    assert partition is not None and offset is not None, "a message without a position"
+    return partition, offset
+
+
 @dataclass
 class Findings:
     """What the checks found; each kind counted, with a few examples."""
@@ -82,7 +90,7 @@ class Findings:
             examples.append(example)
 
     def lines(self) -> list[str]:
-        found = [
+        found: list[tuple[str, list[Position] | list[bytes]]] = [
             ("lost", sorted(self.lost)),
             ("changed", sorted(self.changed)),
             ("duplicated", sorted(self.duplicated)),
@@ -296,7 +304,7 @@ class TailConsumer:
                         if error.name() not in RESTART_ERRORS:
                             self.errors.append(f"{error.name()}: {error.str()}")
                         continue
-                    self.seen[(msg.partition(), msg.offset())] = Record.of(msg)
+                    self.seen[message_position(msg)] = Record.of(msg)
         finally:
             self.consumer.close()
 
@@ -369,12 +377,12 @@ def read_range(
                 if error.name() in RESTART_ERRORS:
                     continue
                 raise RuntimeError(f"read-back failed: {error.name()}: {error.str()}")
-            position = (msg.partition(), msg.offset())
-            last[msg.partition()] = msg.offset()
-            if msg.offset() < ends[msg.partition()]:
-                got[position] = Record.of(msg)
-            if msg.offset() >= ends[msg.partition()] - 1:
-                pending.discard(msg.partition())
+            partition, offset = message_position(msg)
+            last[partition] = offset
+            if offset < ends[partition]:
+                got[(partition, offset)] = Record.of(msg)
+            if offset >= ends[partition] - 1:
+                pending.discard(partition)
     finally:
         consumer.close()
     return got, ends
@@ -388,7 +396,7 @@ def create_topic(
 ) -> None:
     admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     for future in admin.create_topics(
-        [confluent_kafka.admin.NewTopic(topic, partitions, 1, config=config or {})]
+        [NewTopic(topic, partitions, 1, config=config or {})]
     ).values():
         future.result(30)
 

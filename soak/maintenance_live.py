@@ -35,7 +35,7 @@ from typing import Any
 
 import confluent_kafka
 
-from kfs_core.catalog import PartitionCatalog, TopicRegistry, layout
+from kfs_core.catalog import PartitionCatalog, SegmentEntry, Tombstone, TopicRegistry, layout
 from kfs_core.storage import open_store
 from soak.load import (
     QUIET,
@@ -135,7 +135,8 @@ def orphans(store: Any) -> list[str]:
     for topic in TOPICS:
         for partition in range(PARTITIONS):
             state = PartitionCatalog(store, NAMESPACE, topic, partition).load()
-            for entry in (*state.segments, *state.tombstones):
+            entries: tuple[SegmentEntry | Tombstone, ...] = (*state.segments, *state.tombstones)
+            for entry in entries:
                 named.add(layout.join(NAMESPACE, entry.key))
                 named.add(layout.join(NAMESPACE, entry.index_key))
             prefix = layout.join(NAMESPACE, layout.partition_dir(topic, partition)) + "/"
@@ -158,7 +159,7 @@ def run(
     rate: int = 150,
     progress: Callable[[str], None] | None = None,
 ) -> Row:
-    """``rounds`` rounds of jobs against ``daemon`` (tests' `Daemon`, `daemon_args`); the row."""
+    """``rounds`` rounds of jobs against ``daemon`` (`testkit.daemon.Daemon`, `daemon_args`); the row."""
     from spark_jobs import checkpoint, compaction, index_rebuild, retention
 
     for topic, config in TOPICS.items():
@@ -232,7 +233,11 @@ def run(
         check_log(log, sent, acked, findings, ends, log_starts=starts, compacted=compacted)
         tail = tails[topic]
         count = len(log)
-        wait_until(lambda t=tail, n=count: t.count() >= n, 120, f"the {topic} tail")
+
+        def caught_up(t: TailConsumer = tail, n: int = count) -> bool:
+            return t.count() >= n
+
+        wait_until(caught_up, 120, f"the {topic} tail")
         tail.stop()
         for seen in (tail.seen, cold[topic]):
             for position, record in seen.items():
@@ -255,10 +260,14 @@ def run(
         # graces, the second what the first one removed.
         for hours in (2, 4):
             later = time.time_ns() // 1_000_000 + hours * HOUR_MS
+
+            def sweep_time(at: int = later) -> int:
+                return at
+
             summary = retention.run(
                 _job_args(store_url, endpoint, "--orphan-grace", "1h", "--delete-grace", "1h"),
                 spark,
-                clock=lambda at=later: at,
+                clock=sweep_time,
             )
             if summary["status"] != "ok":
                 findings.problem("job", f"sweep: {summary['status']}: {summary['message']}")

@@ -41,8 +41,9 @@ from typing import Any
 import confluent_kafka
 import confluent_kafka.admin
 import psutil
+from confluent_kafka.cimpl import NewTopic
 
-from kfs_core.server.protocol import MESSAGES, SUPPORTED_VERSIONS
+from kfs_core.server.protocol import MESSAGES, SUPPORTED_VERSIONS, ApiKey
 from kfs_core.server.protocol_framing import MAX_REQUEST_BYTES
 from soak.load import (
     QUIET,
@@ -73,11 +74,14 @@ class Template:
 
 def _header_length(payload: bytes) -> int:
     """Bytes of a request header: key, version, correlation id, client id, tags if flexible."""
+    api_key: int
+    api_version: int
+    client_len: int
     api_key, api_version = struct.unpack_from(">hh", payload)
     (client_len,) = struct.unpack_from(">h", payload, 8)
     end = 10 + max(client_len, 0)
-    with contextlib.suppress(KeyError, ValueError):
-        if MESSAGES[api_key].request.flexible_version_q(api_version):  # type: ignore[index]
+    with contextlib.suppress(KeyError, ValueError):  # ValueError: a key KFS does not serve
+        if MESSAGES[ApiKey(api_key)].request.flexible_version_q(api_version):
             end += 1  # an empty tagged-field section
     return min(end, len(payload))
 
@@ -86,7 +90,7 @@ def default_requests() -> list[Template]:
     """Every served (API key, version) with default fields, one version too new, an unknown key."""
     out = []
     for api_key, (low, high) in SUPPORTED_VERSIONS.items():
-        message = MESSAGES[api_key].request
+        message = MESSAGES[ApiKey(api_key)].request
         for version in range(low, high + 1):
             request = message(version=version)
             request.with_header(correlation_id=1, client_id="kfs-fuzz")
@@ -173,9 +177,7 @@ def record_client_frames(bootstrap: str, proxy: RecordingProxy) -> list[Template
         producer.flush(30)
         admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": via, **QUIET})
         admin.list_topics(timeout=10)
-        for future in admin.create_topics(
-            [confluent_kafka.admin.NewTopic(f"{FUZZ_TOPIC}-admin", 2, 1)]
-        ).values():
+        for future in admin.create_topics([NewTopic(f"{FUZZ_TOPIC}-admin", 2, 1)]).values():
             with contextlib.suppress(Exception):
                 future.result(30)
         consumer = confluent_kafka.Consumer(
@@ -390,7 +392,7 @@ def run(
     rate: int = 200,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Row, Outcomes]:
-    """``cases`` fuzz cases at ``daemon`` (tests' `Daemon`) while clients work; the row."""
+    """``cases`` fuzz cases at ``daemon`` (`testkit.daemon.Daemon`) while clients work; the row."""
     rng = random.Random(seed)
     tracebacks_before = daemon.log().count("Traceback")
     host, port = daemon.bootstrap.rsplit(":", 1)

@@ -168,7 +168,7 @@ def run(
 ) -> tuple[Row, list[Observed]]:
     """The phases at ``scale`` (1.0: a minute of errors ... two minutes of outage); the row.
 
-    ``daemon`` (tests' `Daemon`) runs on S3 at ``proxy.url`` with `daemon_args`;
+    ``daemon`` (`testkit.daemon.Daemon`) runs on S3 at ``proxy.url`` with `daemon_args`;
     ``moto_endpoint`` is the store itself, for checking catalogs past the proxy.
     """
     create_topic(daemon.bootstrap)
@@ -184,7 +184,8 @@ def run(
     tail.start()
     try:
         wait_until(lambda: any(p.snapshot()[1] for p in producers), 60, "a first acknowledgement")
-        phases = [("healthy", {}, 5.0)] + [(n, f, s * scale) for n, f, s in PHASES]
+        phases: list[tuple[str, dict[str, Any], float]] = [("healthy", {}, 5.0)]
+        phases += [(n, f, s * scale) for n, f, s in PHASES]
         for name, faults, seconds in phases:
             observed = Observed(name, seconds)
             before = ops.metrics()

@@ -17,7 +17,7 @@ from typing import Any
 import confluent_kafka
 
 from soak.crash_cycles import Restartable
-from soak.load import QUIET, RESTART_ERRORS, TOPIC, create_topic
+from soak.load import QUIET, RESTART_ERRORS, TOPIC, create_topic, message_position
 from soak.report import Row
 
 VALUE_BYTES = 16 << 10
@@ -93,7 +93,7 @@ def read_digests(
                 if error.name() in RESTART_ERRORS:
                     continue
                 raise RuntimeError(f"read-back failed: {error.name()}: {error.str()}")
-            got[(msg.partition(), msg.offset())] = _digest(msg.value() or b"")
+            got[message_position(msg)] = _digest(msg.value() or b"")
     finally:
         consumer.close()
     return got

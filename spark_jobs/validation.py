@@ -81,6 +81,7 @@ from spark_jobs.common import JobContext, JobOptions, JobResult, SegmentDescript
 
 if TYPE_CHECKING:
     import pandas as pd
+    from great_expectations.expectations.expectation import Expectation
     from pyspark.sql import DataFrame, SparkSession
 
 JOB = VALIDATION_JOB
@@ -448,7 +449,7 @@ class Check:
     critical: bool
     index: bool  # index_rebuild can repair what this one finds
     description: str
-    expectation: Any  # a great_expectations Expectation
+    expectation: Expectation
 
 
 def _quiet_gx() -> None:
@@ -459,7 +460,23 @@ def _quiet_gx() -> None:
 def build_expectations(options: ValidationOptions) -> list[Check]:
     """The suite: critical ones guard data and catalog integrity, the rest hygiene."""
     _quiet_gx()
-    import great_expectations.expectations as gxe
+    # Each expectation from the module that defines it: great_expectations.expectations
+    # re-exports them without declaring it (no __all__), which strict typing refuses.
+    from great_expectations.expectations.core.expect_column_max_to_be_between import (
+        ExpectColumnMaxToBeBetween,
+    )
+    from great_expectations.expectations.core.expect_column_sum_to_be_between import (
+        ExpectColumnSumToBeBetween,
+    )
+    from great_expectations.expectations.core.expect_column_values_to_be_between import (
+        ExpectColumnValuesToBeBetween,
+    )
+    from great_expectations.expectations.core.expect_column_values_to_be_in_set import (
+        ExpectColumnValuesToBeInSet,
+    )
+    from great_expectations.expectations.core.expect_column_values_to_not_be_null import (
+        ExpectColumnValuesToNotBeNull,
+    )
     from great_expectations.expectations.row_conditions import Column
 
     segment_rows = {"row_condition": Column("row_type") == ROW_SEGMENT}
@@ -467,39 +484,39 @@ def build_expectations(options: ValidationOptions) -> list[Check]:
     def in_set(column: str, value: bool) -> dict[str, Any]:
         return {"column": column, "value_set": [value]}
 
-    specs: list[tuple[str, bool, bool, str, Any, dict[str, Any]]] = [
+    specs: list[tuple[str, bool, bool, str, type[Expectation], dict[str, Any]]] = [
         ("segment_present", True, False, "every live segment object exists",
-         gxe.ExpectColumnValuesToBeInSet, in_set("segment_missing", False)),
+         ExpectColumnValuesToBeInSet, in_set("segment_missing", False)),
         ("header_ok", True, False, "segment headers: magic, version, base offset",
-         gxe.ExpectColumnValuesToBeInSet, in_set("header_ok", True)),
+         ExpectColumnValuesToBeInSet, in_set("header_ok", True)),
         ("footer_ok", True, False, "segment footers: magic, size",
-         gxe.ExpectColumnValuesToBeInSet, in_set("footer_ok", True)),
+         ExpectColumnValuesToBeInSet, in_set("footer_ok", True)),
         ("body_crc", True, False, "segment body CRC-32C matches the footer",
-         gxe.ExpectColumnValuesToBeInSet, in_set("body_crc_ok", True)),
+         ExpectColumnValuesToBeInSet, in_set("body_crc_ok", True)),
         ("batch_crc", True, False, "no batch fails its CRC-32C",
-         gxe.ExpectColumnValuesToBeBetween, {"column": "crc_failures", "min_value": 0, "max_value": 0}),
+         ExpectColumnValuesToBeBetween, {"column": "crc_failures", "min_value": 0, "max_value": 0}),
         ("batches_ok", True, False, "batches walk to the footer with increasing offsets",
-         gxe.ExpectColumnValuesToBeInSet, in_set("batches_ok", True)),
+         ExpectColumnValuesToBeInSet, in_set("batches_ok", True)),
         ("counts_ok", True, False, "header count and footer last offset match the batches",
-         gxe.ExpectColumnValuesToBeInSet, in_set("counts_ok", True)),
+         ExpectColumnValuesToBeInSet, in_set("counts_ok", True)),
         ("catalog_ok", True, False, "catalog entries match the segment objects",
-         gxe.ExpectColumnValuesToBeInSet, in_set("catalog_ok", True)),
+         ExpectColumnValuesToBeInSet, in_set("catalog_ok", True)),
         ("no_overlap", True, False, "adjacent segments of a partition do not overlap",
-         gxe.ExpectColumnValuesToBeInSet, in_set("overlap_prev", False)),
+         ExpectColumnValuesToBeInSet, in_set("overlap_prev", False)),
         ("index_present", True, True, "every live segment has its index object",
-         gxe.ExpectColumnValuesToBeInSet, in_set("index_missing", False)),
+         ExpectColumnValuesToBeInSet, in_set("index_missing", False)),
         ("index_ok", True, True, "index entries point at batch starts",
-         gxe.ExpectColumnValuesToBeInSet, in_set("index_ok", True)),
+         ExpectColumnValuesToBeInSet, in_set("index_ok", True)),
         ("key_present", True, False, "every row names its object",
-         gxe.ExpectColumnValuesToNotBeNull, {"column": "key"}),
+         ExpectColumnValuesToNotBeNull, {"column": "key"}),
         ("orphans", False, False, f"at most {options.max_orphans} orphan objects",
-         gxe.ExpectColumnSumToBeBetween, {"column": "orphan", "min_value": 0, "max_value": options.max_orphans}),
+         ExpectColumnSumToBeBetween, {"column": "orphan", "min_value": 0, "max_value": options.max_orphans}),
         ("segment_min_size", False, False, f"segments hold at least {SEGMENT_OVERHEAD} bytes",
-         gxe.ExpectColumnValuesToBeBetween, {"column": "size_bytes", "min_value": SEGMENT_OVERHEAD, **segment_rows}),
+         ExpectColumnValuesToBeBetween, {"column": "size_bytes", "min_value": SEGMENT_OVERHEAD, **segment_rows}),
         ("segment_max_size", False, False, f"no segment exceeds {options.max_segment_bytes} bytes",
-         gxe.ExpectColumnMaxToBeBetween, {"column": "size_bytes", "max_value": options.max_segment_bytes}),
+         ExpectColumnMaxToBeBetween, {"column": "size_bytes", "max_value": options.max_segment_bytes}),
         ("offset_gaps", False, False, "offset gaps between segments (counted, allowed)",
-         gxe.ExpectColumnValuesToBeBetween, {"column": "gap_before", "min_value": 0}),
+         ExpectColumnValuesToBeBetween, {"column": "gap_before", "min_value": 0}),
     ]  # fmt: skip
     checks = []
     for check_id, critical, index, description, cls, kwargs in specs:
@@ -541,6 +558,7 @@ class PreparedExpectations:
     def __init__(self, checks: Sequence[Check], run_id: str, docs_dir: str | None) -> None:
         _quiet_gx()
         import great_expectations as gx
+        from great_expectations.checkpoint.actions import UpdateDataDocsAction
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         self.checks = list(checks)
@@ -556,7 +574,7 @@ class PreparedExpectations:
                 site_name="kfs", site_config=validation_docs.site_config(docs_dir)
             )
             validation_docs.compile_templates()
-            actions.append(gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["kfs"]))
+            actions.append(UpdateDataDocsAction(name="data_docs", site_names=["kfs"]))
         asset = context.data_sources.add_pandas("kfs").add_dataframe_asset("segments")
         batch_definition = asset.add_batch_definition_whole_dataframe("validation")
         suite = context.suites.add(gx.ExpectationSuite(name="kfs_segments"))

@@ -18,9 +18,22 @@ from __future__ import annotations
 from typing import Any
 
 import jinja2
+from great_expectations.data_context.store.store import DataDocsSiteConfigTypedDict
 from great_expectations.render.view.view import DefaultJinjaIndexPageView, DefaultJinjaPageView
 
-__all__ = ["CachedIndexPageView", "CachedPageView", "compile_templates", "site_config"]
+__all__ = [
+    "CachedIndexPageView",
+    "CachedPageView",
+    "SiteConfig",
+    "compile_templates",
+    "site_config",
+]
+
+
+class SiteConfig(DataDocsSiteConfigTypedDict):
+    """GX's Data Docs site config with the section builders (which its TypedDict leaves out)."""
+
+    site_section_builders: dict[str, Any]
 
 
 class _MemoryBytecodeCache(jinja2.BytecodeCache):
@@ -57,7 +70,7 @@ class CachedIndexPageView(DefaultJinjaIndexPageView):
         self.env.bytecode_cache = _CACHE
 
 
-def site_config(base_directory: str) -> dict[str, Any]:
+def site_config(base_directory: str) -> SiteConfig:
     """A SiteBuilder writing GX's default pages into ``base_directory`` with the cached views."""
     page = {"module_name": __name__, "class_name": CachedPageView.__name__}
     return {

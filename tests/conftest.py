@@ -1,5 +1,9 @@
 """Shared fixtures: object stores on both backends, a moto S3 server over HTTP.
 
+The moto server itself, `wait_for` and the free-port helper live in testkit
+(bench and soak start them too); ``_free_port`` and ``wait_for`` are imported
+here for the tests that import them from this module.
+
 `store` is parametrised over the local-directory store and the S3 store on a
 moto server, so a test that takes it runs against both backends.
 """
@@ -11,21 +15,22 @@ import errno
 import logging
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+import testkit.moto_s3
+
+# Tests import these from here; they live in testkit (bench and soak use them too).
+from testkit.ports import free_port as _free_port  # noqa: F401
+from testkit.waiting import wait_for  # noqa: F401
+
 # moto needs credentials present, never real ones.
-os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+testkit.moto_s3.fake_credentials()
 
 # Airflow reads its configuration once, at import: point it at a private home
 # (SQLite database, this repository's dags/ and plugins/) before anything imports it.
@@ -40,28 +45,6 @@ os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME / 
 # py4j logs "Closing down clientserver connection" from a finaliser at interpreter
 # exit, after Airflow's logging set-up has closed its stream: a traceback, not a failure.
 logging.getLogger("py4j").setLevel(logging.WARNING)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
-    """Poll ``condition`` until it returns a truthy value or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-        except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
-            last_error = exc
-        else:
-            if value:
-                return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}: {last_error!r}")
 
 
 SmallDisk = Callable[[int], Path]
@@ -121,31 +104,8 @@ def wal_spare_ready(wal_dir: Path, size: int) -> bool:
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A moto S3 server on a free loopback port; yields its endpoint URL."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    endpoint = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto server exited: {log.read_text()[-2000:]}")
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-
-    try:
-        wait_for(up, timeout=60, what="moto server")
+    with testkit.moto_s3.moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as endpoint:
         yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="session")

@@ -162,3 +162,28 @@ def test_no_import_cycle_inside_an_engine_package(package: str) -> None:
 
     for module in sorted(graph):
         assert cycle_from(module, ()) is None
+
+
+# --- what runs from the repository: tests, benchmarks, fault campaigns, testkit -------
+
+
+def test_the_walk_sees_the_benchmarks_tests_import_bench() -> None:
+    assert "bench.wal" in _modules("tests")["tests.bench.test_bench_wal"]
+
+
+def test_testkit_imports_none_of_tests_bench_or_soak() -> None:
+    # What the three share: it depends on none of them.
+    assert _violations("testkit", ("tests", "bench", "soak")) == []
+
+
+def test_bench_never_imports_tests_or_soak() -> None:
+    assert _violations("bench", ("tests", "soak")) == []
+
+
+def test_soak_never_imports_bench_or_tests() -> None:
+    assert _violations("soak", ("bench", "tests")) == []
+
+
+def test_only_the_benchmarks_tests_import_bench() -> None:
+    found = [v for v in _violations("tests", ("bench",)) if not _within(v, ("tests.bench",))]
+    assert found == []

@@ -1,4 +1,4 @@
-"""The KFS page's cache (`kfs_airflow.overview_cache`) over real stores, and its bench.
+"""The KFS page's cache (`kfs_airflow.overview_cache`) over real stores.
 
 Data comes from ``tests.spark_jobs.data.write_topic`` and real `PartitionCatalog`
 commits, on a local directory and on the session's moto S3 server over HTTP.
@@ -281,23 +281,6 @@ def _identity_and_hook() -> tuple[str, Any]:
 
     hook = KfsHook()
     return hook.store_identity, hook
-
-
-def test_the_page_bench_runs_small(moto_server: str) -> None:
-    from bench.kfs_page import format_table, run
-
-    # The restarted page's wait is long: on a busy machine fetching the stored copy can
-    # take longer than the 1 s a user's request waits (the page then says "loading").
-    rows = run(partitions=20, topics=2, commits=2, endpoint_url=moto_server, restart_wait_s=60.0)
-    table = format_table(rows)
-    print(table)
-    cases = [r["case"] for r in rows]
-    assert "first request (nothing read, no stored copy)" in cases
-    assert "warm request (cached copy)" in cases
-    assert all(r["seconds"] >= 0 for r in rows)
-    restarted = next(r for r in rows if r["case"] == "first request after an api-server restart")
-    assert restarted["note"].startswith("20 partition rows from a copy")
-    assert len(table.splitlines()) == len(rows) + 2
 
 
 class GatedStore(InstrumentedStore):

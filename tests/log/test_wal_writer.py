@@ -42,8 +42,8 @@ from kfs_core.log.wal import writer as wal_writer
 from kfs_core.log.wal.ring import FileRing
 from kfs_core.maintenance_pause import is_paused
 from kfs_core.storage.local import LocalObjectStore
+from testkit.batches import make_batch
 from tests.conftest import wait_for
-from tests.log.batches import make_batch
 from tests.log.conftest import FsyncGate
 from tests.log.wal_helpers import SMALL, recovered, recovered_map, reopen, wal_paths
 
@@ -769,7 +769,7 @@ CHILD = textwrap.dedent(
     import sys, threading, time
     from kfs_core.log.wal import WalWriter
     from kfs_core.log.wal import active_file
-    from tests.log.batches import make_batch
+    from testkit.batches import make_batch
 
     if sys.argv[2] == "slow":  # a slow disk: the kill lands while writes are in flight
         write = active_file._pwrite_all
@@ -881,17 +881,3 @@ def test_every_acknowledged_append_survives_kill_9(
         manager.close()
     again = recovered(wal_dir, file_size=64 * 1024)
     assert again.records[-1].position == resumed
-
-
-# --- the benchmark stays runnable --------------------------------------------------
-
-
-def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
-    from bench.wal import format_table, run
-
-    results = run(str(tmp_path), seconds=0.05)
-    assert [(r.batch_bytes, r.writers) for r in results] == [
-        (size, writers) for size in (1024, 1 << 20) for writers in (1, 1, 1, 8)
-    ]
-    assert all(r.appends > 0 and r.seconds > 0 for r in results)
-    assert "appends/s" in format_table(results)

@@ -1,36 +1,27 @@
 """Fixtures for the daemon tests: `kfs serve` as a subprocess or in-process, and client helpers.
 
-`DaemonFactory` starts ``python -m kfs_core.cli serve`` on free loopback
-ports with its own data directory and store (a local directory, or S3 on
-the moto server of tests/conftest.py), waits for /readyz with a deadline,
-and kills every process it started at teardown.  `Daemon.stop` sends SIGTERM
-and returns the exit code; `Daemon.kill` is ``kill -9``; `Daemon.restart`
-starts a new process on the same ports, data directory and store.
+`daemons` (and its module-scoped kin) is a `testkit.daemon.DaemonFactory`:
+``python -m kfs_core.cli serve`` on free loopback ports with its own data
+directory and store (a local directory, or S3 on the moto server of
+tests/conftest.py), every process it started killed at teardown.  `Daemon`
+and `DaemonFactory` live in testkit.daemon (the soak campaigns drive them
+too); they are imported here for the tests that import them from this module.
 
 `ThreadedServer` runs `KfsServer.run` on a thread of the test process (where a
 test can monkeypatch the daemon); the `inprocess` fixture is one over a local
 store in ``tmp_path``, built from `inprocess_settings`.  `create_topic` creates
-a topic through confluent-kafka's admin client.
+a topic through confluent-kafka's admin client.  `produce_request` is a Produce
+for `testkit.raw_client.RawClient` (imported here too) to send.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
-import os
-import signal
-import socket
-import struct
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +30,9 @@ import pytest
 from kfs_core.config import Settings
 from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server.app import KfsServer
-from tests.conftest import _free_port, wait_for
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.raw_client import RawClient  # noqa: F401 - tests import it from here
+from testkit.waiting import wait_for
 
 # kafka-python can warn that importlib.resources.read_text is deprecated when
 # its protocol modules load; allow exactly that, only around the imports.
@@ -52,144 +45,7 @@ with warnings.catch_warnings():
     import kafka
     from kafka.structs import TopicPartition as KafkaPythonTopicPartition
 
-READY_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 60.0
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-
-
-@dataclass
-class Daemon:
-    """One `kfs serve` process and how to reach it."""
-
-    kafka_port: int
-    metrics_port: int
-    data_dir: Path
-    store_url: str
-    args: list[str]
-    env: dict[str, str]
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    factory: DaemonFactory | None = field(default=None, repr=False)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def http(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(self.metrics_url + path, timeout=5) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def start(self) -> Daemon:
-        assert not self.alive()
-        with open(self.log_path, "ab") as out:
-            out.write(b"\n--- start ---\n")
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kfs_core.cli", "serve", *self.args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-            )
-        self.wait_ready()
-        return self
-
-    def wait_ready(self) -> None:
-        def ready_or_gone() -> bool:
-            return not self.alive() or self.http("/readyz")[0] == 200
-
-        try:
-            wait_for(ready_or_gone, timeout=READY_TIMEOUT_S, what="kfs serve /readyz")
-        except TimeoutError:
-            raise TimeoutError(f"kfs serve never became ready:\n{self.log()[-4000:]}") from None
-        if not self.alive():
-            raise RuntimeError(f"kfs serve exited early:\n{self.log()[-4000:]}")
-
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM, then wait; the exit code."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-            raise AssertionError(f"kfs serve ignored SIGTERM:\n{self.log()[-4000:]}") from None
-
-    def kill(self) -> None:
-        """kill -9."""
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def restart(self) -> Daemon:
-        if self.alive():
-            assert self.stop() == 0, self.log()[-4000:]
-        return self.start()
-
-
-class DaemonFactory:
-    """Starts daemons under a directory and guarantees none outlives the test."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.daemons: list[Daemon] = []
-
-    def start(
-        self,
-        *,
-        store_url: str | None = None,
-        s3_endpoint_url: str | None = None,
-        extra_args: Sequence[str] = (),
-        name: str | None = None,
-    ) -> Daemon:
-        home = self.root / (name or f"kfs-{len(self.daemons)}")
-        home.mkdir(parents=True, exist_ok=True)
-        data_dir = home / "data"
-        store_url = store_url or (home / "store").as_uri()
-        kafka_port, metrics_port = _free_port(), _free_port()
-        args = [
-            "--listen", f"127.0.0.1:{kafka_port}",
-            "--metrics-listen", f"127.0.0.1:{metrics_port}",
-            "--data-dir", str(data_dir),
-            "--store-url", store_url,
-            "--namespace", "test",
-            *(["--s3-endpoint-url", s3_endpoint_url] if s3_endpoint_url else []),
-            *extra_args,
-        ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KFS_")}
-        env["KFS_HOME"] = str(home)
-        env["PYTHONUNBUFFERED"] = "1"
-        daemon = Daemon(
-            kafka_port=kafka_port,
-            metrics_port=metrics_port,
-            data_dir=data_dir,
-            store_url=store_url,
-            args=args,
-            env=env,
-            log_path=home / "kfs-serve.log",
-            factory=self,
-        )
-        self.daemons.append(daemon)
-        return daemon.start()
-
-    def close(self) -> None:
-        for daemon in self.daemons:
-            if daemon.alive():
-                assert daemon.proc is not None
-                daemon.proc.kill()
-                daemon.proc.wait(10)
 
 
 @pytest.fixture
@@ -483,80 +339,6 @@ def by_partition(records: Delivered) -> dict[int, list[tuple[int, bytes]]]:
 
 
 # --- raw protocol ----------------------------------------------------------------------
-
-
-class RawClient:
-    """A bare socket speaking the protocol with kafka-python's message classes."""
-
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self._correlation = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> RawClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def send(self, message: Any) -> int:
-        self._correlation += 1
-        message.with_header(correlation_id=self._correlation, client_id="kfs-raw")
-        self.sock.sendall(bytes(message.encode(header=True, framed=True)))
-        return self._correlation
-
-    def read_frame(self) -> bytes | None:
-        """One response frame's payload; None when the server closed the connection."""
-        prefix = self._read_exactly(4)
-        if prefix is None:
-            return None
-        (size,) = struct.unpack(">i", prefix)
-        return self._read_exactly(size)
-
-    def _read_exactly(self, n: int) -> bytes | None:
-        chunks = b""
-        while len(chunks) < n:
-            try:
-                chunk = self.sock.recv(n - len(chunks))
-            except ConnectionResetError:
-                return None
-            if not chunk:
-                return None
-            chunks += chunk
-        return chunks
-
-    def request(self, message: Any) -> Any:
-        """Send ``message``; its response, decoded by kafka-python as its client does."""
-        self.send(message)
-        return self.read_response(message)
-
-    def read_response(self, message: Any) -> Any:
-        """The next response frame, which must answer ``message`` (already sent)."""
-        payload = self.read_frame()
-        assert payload is not None, "the server closed the connection"
-        response_class = message.header.get_response_class()
-        buffer = io.BytesIO(payload)
-        assert response_class.parse_header(buffer).correlation_id == message.header.correlation_id
-        return response_class.decode(buffer)
-
-    def closed_by_server(self, timeout: float = 10.0) -> bool:
-        """Whether the server closes the connection (reads until EOF, within ``timeout``)."""
-        self.sock.settimeout(timeout)
-        try:
-            while True:
-                data = self.sock.recv(65536)
-                if not data:
-                    return True
-        except ConnectionResetError:
-            return True
-        except TimeoutError:
-            return False
 
 
 def produce_request(topic: str, values: list[bytes], partition: int = 0) -> Any:

@@ -27,13 +27,13 @@ from typing import Any
 
 import pytest
 
-from bench.produce_fetch import parse_metrics
 from kfs_core.errors import ObjectNotFound, ObjectStoreError
 from kfs_core.server.metrics import InstrumentedStore, OpsHttpServer, ServerMetrics, StoreHealth
 from kfs_core.server.protocol import ErrorCode
 from kfs_core.storage.base import ObjectInfo, ObjectStore
 from kfs_core.storage.local import LocalObjectStore
 from kfs_core.storage.s3 import S3ObjectStore
+from testkit.metrics import parse_metrics
 from tests.conftest import wait_for
 from tests.server.conftest import (
     Daemon,

@@ -1,4 +1,4 @@
-"""Deterministic Kafka batches for the WAL tests, shared with the kill -9 child process.
+"""Deterministic Kafka batches for the WAL tests and bench.wal, shared with the kill -9 child.
 
 A batch is a pure function of (partition, base offset, size, record count), so
 a process that never saw the bytes -- the parent of a killed child -- can

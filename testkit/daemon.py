@@ -1,0 +1,197 @@
+"""`kfs serve` as a subprocess on free loopback ports: start it, wait for /readyz, stop it.
+
+`DaemonFactory` starts ``python -m kfs_core.cli serve`` on free loopback
+ports with its own data directory and store (a local directory, or S3 on
+a moto server), waits for /readyz with a deadline, and kills every process
+it started at `DaemonFactory.close`.  `Daemon.stop` sends SIGTERM and
+returns the exit code; `Daemon.kill` is ``kill -9``; `Daemon.restart`
+starts a new process on the same ports, data directory and store.  The
+tests' fixtures (tests/server/conftest.py) and the soak campaigns drive it.
+
+`serve_command`, `serve_env` and `wait_ready` are the parts any harness of
+the daemon needs; bench.produce_fetch's daemon (which also samples its
+memory) builds on them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testkit.ports import free_port
+from testkit.waiting import wait_for
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0
+
+
+def serve_command(args: Sequence[str]) -> list[str]:
+    """The command line of ``kfs serve`` with ``args``, in this interpreter."""
+    return [sys.executable, "-m", "kfs_core.cli", "serve", *args]
+
+
+def serve_env(home: Path) -> dict[str, str]:
+    """This process's environment without its ``KFS_*`` settings, ``KFS_HOME`` at ``home``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KFS_")}
+    env["KFS_HOME"] = str(home)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def wait_ready(
+    proc: subprocess.Popen[bytes],
+    ready: Callable[[], bool],
+    log_tail: Callable[[], str],
+    timeout: float = READY_TIMEOUT_S,
+) -> None:
+    """Return once ``ready()`` (/readyz answers 200); raise if ``proc`` exits or time runs out.
+
+    ``ready`` may raise while the daemon is still starting (connection refused):
+    that counts as not ready yet.
+    """
+
+    def ready_or_gone() -> bool:
+        return proc.poll() is not None or ready()
+
+    try:
+        wait_for(ready_or_gone, timeout=timeout, what="kfs serve /readyz")
+    except TimeoutError:
+        raise TimeoutError(
+            f"kfs serve never became ready in {timeout:g} s:\n{log_tail()}"
+        ) from None
+    if proc.poll() is not None:
+        raise RuntimeError(f"kfs serve exited early:\n{log_tail()}")
+
+
+@dataclass
+class Daemon:
+    """One `kfs serve` process and how to reach it."""
+
+    kafka_port: int
+    metrics_port: int
+    data_dir: Path
+    store_url: str
+    args: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    factory: DaemonFactory | None = field(default=None, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def http(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.metrics_url + path, timeout=5) as response:
+                return int(response.status), response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> Daemon:
+        assert not self.alive()
+        with open(self.log_path, "ab") as out:
+            out.write(b"\n--- start ---\n")
+            self.proc = subprocess.Popen(
+                serve_command(self.args), stdout=out, stderr=subprocess.STDOUT, env=self.env
+            )
+        self.wait_ready()
+        return self
+
+    def wait_ready(self) -> None:
+        assert self.proc is not None
+        wait_ready(
+            self.proc,
+            lambda: self.http("/readyz")[0] == 200,
+            lambda: self.log()[-4000:],
+            READY_TIMEOUT_S,
+        )
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM, then wait; the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(f"kfs serve ignored SIGTERM:\n{self.log()[-4000:]}") from None
+
+    def kill(self) -> None:
+        """kill -9."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def restart(self) -> Daemon:
+        if self.alive():
+            assert self.stop() == 0, self.log()[-4000:]
+        return self.start()
+
+
+class DaemonFactory:
+    """Starts daemons under a directory and guarantees none outlives `close`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.daemons: list[Daemon] = []
+
+    def start(
+        self,
+        *,
+        store_url: str | None = None,
+        s3_endpoint_url: str | None = None,
+        extra_args: Sequence[str] = (),
+        name: str | None = None,
+    ) -> Daemon:
+        home = self.root / (name or f"kfs-{len(self.daemons)}")
+        home.mkdir(parents=True, exist_ok=True)
+        data_dir = home / "data"
+        store_url = store_url or (home / "store").as_uri()
+        kafka_port, metrics_port = free_port(), free_port()
+        args = [
+            "--listen", f"127.0.0.1:{kafka_port}",
+            "--metrics-listen", f"127.0.0.1:{metrics_port}",
+            "--data-dir", str(data_dir),
+            "--store-url", store_url,
+            "--namespace", "test",
+            *(["--s3-endpoint-url", s3_endpoint_url] if s3_endpoint_url else []),
+            *extra_args,
+        ]  # fmt: skip
+        daemon = Daemon(
+            kafka_port=kafka_port,
+            metrics_port=metrics_port,
+            data_dir=data_dir,
+            store_url=store_url,
+            args=args,
+            env=serve_env(home),
+            log_path=home / "kfs-serve.log",
+            factory=self,
+        )
+        self.daemons.append(daemon)
+        return daemon.start()
+
+    def close(self) -> None:
+        for daemon in self.daemons:
+            if daemon.alive():
+                assert daemon.proc is not None
+                daemon.proc.kill()
+                daemon.proc.wait(10)
