@@ -134,7 +134,15 @@ def test_make_lint_mypy_passes() -> None:
     commands = re.findall(r"^\t\$\(BIN\)/mypy (.*)$", makefile, re.M)
     assert len(commands) == 1, commands
     paths = commands[0].split()
-    assert paths == ["kfs_core", "spark_jobs", "plugins/kfs_airflow"]
+    assert paths == [
+        "kfs_core",
+        "spark_jobs",
+        "plugins/kfs_airflow",
+        "bench",
+        "soak",
+        "dags",
+        "testkit",
+    ]
     result = subprocess.run(
         [sys.executable, "-m", "mypy", *paths],
         cwd=ROOT,
