@@ -42,8 +42,9 @@ import confluent_kafka
 import confluent_kafka.admin
 import psutil
 
-from kfs_core.server.protocol import MESSAGES, SUPPORTED_VERSIONS
-from kfs_core.server.protocol_framing import MAX_REQUEST_BYTES
+from kfs_core.server.apis import SUPPORTED_VERSIONS
+from kfs_core.server.protocol import MESSAGES
+from kfs_core.server.protocol.framing import MAX_REQUEST_BYTES
 from soak.load import (
     QUIET,
     Findings,

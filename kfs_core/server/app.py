@@ -72,6 +72,7 @@ from kfs_core.security.sasl import Authenticator, Session
 from kfs_core.security.tls import ServerTls, TlsFiles, principal_of
 from kfs_core.security.users import UserCache, UserStore
 from kfs_core.server.allocator import tune_allocator
+from kfs_core.server.apis import SUPPORTED_VERSIONS
 from kfs_core.server.apis import acls as acl_api
 from kfs_core.server.apis.base import ADVERTISED, SESSION
 from kfs_core.server.broker import (
@@ -100,7 +101,7 @@ from kfs_core.server.protocol import (
     encode_response_parts,
     error_response_frame,
 )
-from kfs_core.server.protocol_framing import FrameStream
+from kfs_core.server.protocol.framing import FrameStream
 from kfs_core.storage import open_store
 
 __all__ = ["KfsServer", "check_addresses", "parse_host_port", "serve"]
@@ -724,10 +725,10 @@ class _Connection:
                     continue
             started = time.perf_counter()
             try:
-                request = decode_request(payload)
+                request = decode_request(payload, SUPPORTED_VERSIONS)
             except RequestError as error:
                 self._metrics.refused_frames.labels(type(error).__name__).inc()
-                answer = error_response_frame(error)
+                answer = error_response_frame(error, SUPPORTED_VERSIONS)
                 log.info(
                     "%s %s (client %r): %s",
                     "answering" if answer else "closing",

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from kfs_core.security.acls import CLUSTER_NAME, Authorizer, Operation, ResourceType
 from kfs_core.security.sasl import Session
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import ApiKey
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import ApiKey
 
 if TYPE_CHECKING:
     from kfs_core.server.protocol import Request

@@ -28,8 +28,8 @@ from kfs_core.security.acls import (
     ResourceType,
 )
 from kfs_core.server.apis.base import Api
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     ApiKey,
     CreateAclsRequest,
     CreateAclsResponse,

@@ -33,8 +33,8 @@ from kfs_core.errors import (
     WalError,
 )
 from kfs_core.security.sasl import Session
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import ApiKey, MessagePair
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import ApiKey, MessagePair
 
 if TYPE_CHECKING:
     import asyncio

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.server.apis.base import Api, error_code_for, log_failure
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_framing import MAX_REQUEST_BYTES
-from kfs_core.server.protocol_messages import ApiKey, FetchRequest, FetchResponse
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.framing import MAX_REQUEST_BYTES
+from kfs_core.server.protocol.messages import ApiKey, FetchRequest, FetchResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions

@@ -28,8 +28,8 @@ from kfs_core.server.apis.base import (
     log_failure,
     message_of,
 )
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     ApiKey,
     DeleteGroupsRequest,
     DeleteGroupsResponse,

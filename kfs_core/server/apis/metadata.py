@@ -20,8 +20,8 @@ from kfs_core.server.apis.base import (
     log_failure,
 )
 from kfs_core.server.directory import topic_uuid
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import ApiKey, MetadataRequest, MetadataResponse
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import ApiKey, MetadataRequest, MetadataResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.server.apis.base import LEADER_EPOCH, Api, Refused, error_code_for, log_failure
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions

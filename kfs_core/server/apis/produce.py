@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Final
 from kfs_core.errors import LogError
 from kfs_core.log.log_manager import AppendResult
 from kfs_core.server.apis.base import Api, error_code_for, log_failure, message_of
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import ApiKey, ProduceRequest, ProduceResponse
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import ApiKey, ProduceRequest, ProduceResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.broker import Broker, BrokerOptions

@@ -24,8 +24,8 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.server.apis.base import Api
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kfs_core.server.apis.base import SESSION, Api
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     ApiKey,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,

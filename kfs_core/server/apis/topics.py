@@ -33,8 +33,8 @@ from kfs_core.server.apis.base import (
     message_of,
 )
 from kfs_core.server.directory import topic_uuid
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
     ApiKey,

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from kfs_core.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted
 from kfs_core.server.apis.base import Api
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     ApiKey,
