@@ -75,13 +75,8 @@ from kfs_core.server.allocator import tune_allocator
 from kfs_core.server.apis import SUPPORTED_VERSIONS
 from kfs_core.server.apis import acls as acl_api
 from kfs_core.server.apis.base import ADVERTISED, SESSION
-from kfs_core.server.broker import (
-    CLIENT_HOST,
-    Broker,
-    BrokerOptions,
-    cluster_id_for,
-    error_response,
-)
+from kfs_core.server.apis.context import BrokerOptions
+from kfs_core.server.broker import CLIENT_HOST, Broker, cluster_id_for, error_response
 from kfs_core.server.metrics import (
     CountersCollector,
     InstrumentedStore,
@@ -503,13 +498,16 @@ class KfsServer:
             )
         if s.authorizer == "acl":
             assert self._store is not None
-            self.broker.acl_store = AclStore(self._store, s.namespace)
-            self.broker.authorizer = Authorizer(
+            store = AclStore(self._store, s.namespace)
+            authorizer = Authorizer(
                 super_users=s.super_user_principals(),
                 allow_if_no_acl=s.allow_everyone_if_no_acl_found,
             )
-            await acl_api.refresh(self.broker)  # the ACLs are in force before the first client
-            self._acl_refresh = asyncio.ensure_future(acl_api.refresh_forever(self.broker))
+            self.broker.acl_store, self.broker.authorizer = store, authorizer
+            await acl_api.refresh(
+                store, authorizer
+            )  # the ACLs are in force before the first client
+            self._acl_refresh = asyncio.ensure_future(acl_api.refresh_forever(store, authorizer))
         await self.broker.start()
         for listener, server in self._kafka_servers:
             await server.start_serving()

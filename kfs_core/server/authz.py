@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AuditLog", "Plan", "check", "filter_response"]
 
+# A named channel, not __name__: operators route the audit trail on its own (README).
 audit = logging.getLogger("kfs.audit")
 
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED

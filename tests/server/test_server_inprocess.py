@@ -24,9 +24,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server import broker as broker_module
 from kfs_core.server.apis import SUPPORTED_VERSIONS
+from kfs_core.server.apis.context import BrokerOptions
 from kfs_core.server.apis.fetch import trim_to_batches
 from kfs_core.server.app import parse_host_port
-from kfs_core.server.broker import BrokerOptions, cluster_id_for, error_response
+from kfs_core.server.broker import cluster_id_for, error_response
 from kfs_core.server.metrics import CountersCollector
 from kfs_core.server.protocol import MESSAGES, ApiKey, ErrorCode, decode_request, encode_response
 from tests.server.conftest import RawClient, ThreadedServer, produce_request

@@ -51,7 +51,7 @@ from kfs_core.server.protocol import api_versions_body as _api_versions_body
 from kfs_core.server.protocol.messages import ApiKey, ApiVersionsRequest, ApiVersionsResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = ["REGISTRY", "SUPPORTED_VERSIONS", "Api", "api_versions_body"]
@@ -68,7 +68,7 @@ def api_versions_body(
     )
 
 
-async def _api_versions(broker: Broker, request: Request) -> Any:
+async def _api_versions(context: RequestContext, request: Request) -> Any:
     return api_versions_body(request.api_version)
 
 

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from kfs_core.security.acls import (
     AclBinding,
     AclFilter,
+    AclStore,
+    Authorizer,
     InvalidAcl,
     Operation,
     PatternType,
@@ -40,7 +42,7 @@ from kfs_core.server.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 log = logging.getLogger(__name__)
@@ -79,9 +81,8 @@ def _filter(f: Any) -> AclFilter:
     ).validate()
 
 
-async def refresh(broker: Broker) -> None:
-    """Load the newest ACLs into the broker's authorizer (if they changed)."""
-    store, authorizer = broker.acl_store, broker.authorizer
+async def refresh(store: AclStore | None, authorizer: Authorizer | None) -> None:
+    """Load the newest ACLs in ``store`` into ``authorizer`` (if they changed)."""
     if store is None or authorizer is None:
         return
     version, bindings = await asyncio.to_thread(store.load)
@@ -90,20 +91,20 @@ async def refresh(broker: Broker) -> None:
         log.info("ACLs version %d: %d binding(s)", version, len(bindings))
 
 
-async def refresh_forever(broker: Broker) -> None:
+async def refresh_forever(store: AclStore, authorizer: Authorizer) -> None:
     """The background task every daemon with an authorizer runs."""
     while True:
         try:
-            await refresh(broker)
+            await refresh(store, authorizer)
         except Exception as exc:  # noqa: BLE001 - the store may be down; keep the old set
             log.warning("reading the ACLs failed (the last set stays in force): %s", exc)
         await asyncio.sleep(REFRESH_S)
 
 
-async def _create(broker: Broker, request: Request) -> Any:
-    store = broker.acl_store
+async def _create(context: RequestContext, request: Request) -> Any:
+    store = context.acl_store
     if store is None:
-        return _create_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", broker.options)
+        return _create_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
     results: list[tuple[ErrorCode, str | None]] = []
     valid: list[AclBinding] = []
     for creation in request.body.creations or []:
@@ -114,7 +115,7 @@ async def _create(broker: Broker, request: Request) -> Any:
             results.append((ErrorCode.INVALID_REQUEST, str(exc)))
     if valid:
         await asyncio.to_thread(store.add, valid)
-        await refresh(broker)
+        await refresh(context.acl_store, context.authorizer)
     return CreateAclsResponse(
         version=request.api_version,
         throttle_time_ms=0,
@@ -136,16 +137,16 @@ def _create_error(request: Request, code: ErrorCode, message: str | None, _: Bro
     )
 
 
-async def _describe(broker: Broker, request: Request) -> Any:
-    store = broker.acl_store
+async def _describe(context: RequestContext, request: Request) -> Any:
+    store = context.acl_store
     if store is None:
         return _describe_error(
-            request, ErrorCode.SECURITY_DISABLED, "no authorizer", broker.options
+            request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options
         )
     try:
         acl_filter = _filter(request.body)
     except InvalidAcl as exc:
-        return _describe_error(request, ErrorCode.INVALID_REQUEST, str(exc), broker.options)
+        return _describe_error(request, ErrorCode.INVALID_REQUEST, str(exc), context.options)
     bindings = await asyncio.to_thread(store.describe, acl_filter)
     grouped: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in bindings:
@@ -188,10 +189,10 @@ def _describe_error(
     )
 
 
-async def _delete(broker: Broker, request: Request) -> Any:
-    store = broker.acl_store
+async def _delete(context: RequestContext, request: Request) -> Any:
+    store = context.acl_store
     if store is None:
-        return _delete_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", broker.options)
+        return _delete_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
     filters: list[AclFilter | InvalidAcl] = []
     for f in request.body.filters or []:
         try:
@@ -200,7 +201,7 @@ async def _delete(broker: Broker, request: Request) -> Any:
             filters.append(exc)
     valid = [f for f in filters if isinstance(f, AclFilter)]
     removed = await asyncio.to_thread(store.remove, valid) if valid else []
-    await refresh(broker)
+    await refresh(context.acl_store, context.authorizer)
     result = DeleteAclsResponse.DeleteAclsFilterResult
     out = []
     for f in filters:

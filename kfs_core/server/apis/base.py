@@ -6,9 +6,15 @@ the error body - what the response looks like when every place that can hold
 an error code holds the same one.  `kfs_core.server.apis.REGISTRY` collects
 them; nothing else lists APIs.
 
-Handlers are ``async def handle(broker, request) -> response body``; the
-broker (`kfs_core.server.broker.Broker`) is their context: options, the
-partition log, the topic directory, the group coordinator, metrics.
+Handlers are ``async def handle(context, request) -> response body``; the
+context (`kfs_core.server.apis.context.RequestContext`, built by the broker
+for each request) holds what they may use: options, the partition log, the
+topic directory, the group coordinator, metrics, the principal's session.
+
+The connection's state lives in context variables the connection sets
+(``CLIENT_HOST``, ``SESSION``, ``ADVERTISED``); the broker reads them into
+each request's context, and error bodies, which have no context, read them
+directly.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from kfs_core.server.protocol.messages import ApiKey, MessagePair
 if TYPE_CHECKING:
     import asyncio
 
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = [
@@ -56,7 +62,7 @@ __all__ = [
     "message_of",
 ]
 
-log = logging.getLogger("kfs_core.server.broker")
+log = logging.getLogger(__name__)
 
 NODE_ID: Final = 0
 LEADER_EPOCH: Final = 0
@@ -80,9 +86,9 @@ def advertised_address(options: BrokerOptions) -> tuple[str, int]:
     return ADVERTISED.get() or (options.advertised_host, options.advertised_port)
 
 
-Handler = Callable[["Broker", "Request"], Awaitable[Any]]
+Handler = Callable[["RequestContext", "Request"], Awaitable[Any]]
 # Produce starts in request order on a connection and finishes later.
-Starter = Callable[["Broker", "Request"], Awaitable["asyncio.Future[Any]"]]
+Starter = Callable[["RequestContext", "Request"], Awaitable["asyncio.Future[Any]"]]
 ErrorBody = Callable[["Request", ErrorCode, "str | None", "BrokerOptions"], Any]
 
 

@@ -24,7 +24,6 @@ from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.server.apis.base import (
     NODE_ID,
     Api,
-    advertised_address,
     error_code_for,
     log_failure,
     message_of,
@@ -41,12 +40,12 @@ from kfs_core.server.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = ["APIS", "DELETE_RECORDS", "DESCRIBE_CLUSTER", "DESCRIBE_LOG_DIRS"]
 
-log = logging.getLogger("kfs_core.server.broker")
+log = logging.getLogger(__name__)
 
 # DescribeCluster endpoint types (KIP-919).
 ENDPOINT_BROKERS: Final = 1
@@ -56,7 +55,7 @@ ENDPOINT_CONTROLLERS: Final = 2
 # --- DescribeCluster ----------------------------------------------------------------
 
 
-async def _describe_cluster(broker: Broker, request: Request) -> Any:
+async def _describe_cluster(context: RequestContext, request: Request) -> Any:
     endpoint = getattr(request.body, "endpoint_type", ENDPOINT_BROKERS)
     if endpoint != ENDPOINT_BROKERS:
         # Clients ask controllers only with bootstrap.controllers, which name
@@ -66,11 +65,11 @@ async def _describe_cluster(broker: Broker, request: Request) -> Any:
             if endpoint == ENDPOINT_CONTROLLERS
             else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
         )
-        broker.count_error(ApiKey.DESCRIBE_CLUSTER, code)
+        context.count_error(ApiKey.DESCRIBE_CLUSTER, code)
         return _describe_cluster_error(
-            request, code, f"endpoint type {endpoint}: this is a broker", broker.options
+            request, code, f"endpoint type {endpoint}: this is a broker", context.options
         )
-    options = broker.options
+    options = context.options
     return request.response(
         throttle_time_ms=0,
         error_code=0,
@@ -81,8 +80,8 @@ async def _describe_cluster(broker: Broker, request: Request) -> Any:
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
                 broker_id=NODE_ID,
-                host=advertised_address(options)[0],
-                port=advertised_address(options)[1],
+                host=context.advertised[0],
+                port=context.advertised[1],
                 rack=None,
                 is_fenced=False,
             )
@@ -107,10 +106,10 @@ def _describe_cluster_error(
 # --- DescribeLogDirs ----------------------------------------------------------------
 
 
-async def _describe_log_dirs(broker: Broker, request: Request) -> Any:
+async def _describe_log_dirs(context: RequestContext, request: Request) -> Any:
     requested = request.body.topics
     if requested is None:
-        wanted = [(info.name, list(range(info.partitions))) for info in await broker.topics.all()]
+        wanted = [(info.name, list(range(info.partitions))) for info in await context.topics.all()]
     else:
         wanted = [(t.topic, list(t.partitions)) for t in requested]
     result = DescribeLogDirsResponse.DescribeLogDirsResult
@@ -121,13 +120,13 @@ async def _describe_log_dirs(broker: Broker, request: Request) -> Any:
         partitions = []
         for index in indexes:
             try:
-                size = await broker.log.partition_size(name, index)
+                size = await context.log.partition_size(name, index)
             except UnknownTopicOrPartition:
                 continue  # not hosted here: Kafka leaves it out
             except Exception as exc:
                 code = error_code_for(exc)
                 log_failure(f"describe log dir of {name}-{index}", exc, code)
-                return _describe_log_dirs_error(request, code, message_of(exc), broker.options)
+                return _describe_log_dirs_error(request, code, message_of(exc), context.options)
             partitions.append(
                 partition_entry(
                     partition_index=index, partition_size=size, offset_lag=0, is_future_key=False
@@ -141,7 +140,7 @@ async def _describe_log_dirs(broker: Broker, request: Request) -> Any:
         results=[
             result(
                 error_code=0,
-                log_dir=_log_dir(broker),
+                log_dir=_log_dir(context),
                 topics=topics,
                 total_bytes=-1,
                 usable_bytes=-1,
@@ -150,8 +149,8 @@ async def _describe_log_dirs(broker: Broker, request: Request) -> Any:
     )
 
 
-def _log_dir(broker: Broker) -> str:
-    return f"{broker.log.store.url.rstrip('/')}/{broker.log.namespace}"
+def _log_dir(context: RequestContext) -> str:
+    return f"{context.log.store.url.rstrip('/')}/{context.log.namespace}"
 
 
 def _describe_log_dirs_error(
@@ -168,7 +167,7 @@ def _describe_log_dirs_error(
 # --- DeleteRecords --------------------------------------------------------------------
 
 
-async def _delete_records(broker: Broker, request: Request) -> Any:
+async def _delete_records(context: RequestContext, request: Request) -> Any:
     body = request.body
     topic_result = DeleteRecordsResponse.DeleteRecordsTopicResult
     topics = []
@@ -176,7 +175,7 @@ async def _delete_records(broker: Broker, request: Request) -> Any:
         async with asyncio.timeout(body.timeout_ms / 1000 if body.timeout_ms > 0 else None):
             for topic in body.topics:
                 partitions = [
-                    await _delete_below(broker, topic.name, p.partition_index, p.offset)
+                    await _delete_below(context, topic.name, p.partition_index, p.offset)
                     for p in topic.partitions
                 ]
                 topics.append(topic_result(name=topic.name, partitions=partitions))
@@ -184,25 +183,25 @@ async def _delete_records(broker: Broker, request: Request) -> Any:
         # What is done stays done; the rest answers REQUEST_TIMED_OUT, as Kafka does.
         answered = {t.name: {p.partition_index: p for p in t.partitions} for t in topics}
         timed_out = _delete_records_error(
-            request, ErrorCode.REQUEST_TIMED_OUT, None, broker.options
+            request, ErrorCode.REQUEST_TIMED_OUT, None, context.options
         ).topics
         for entry in timed_out:
             done = answered.get(entry.name, {})
             entry.partitions = [done.get(p.partition_index, p) for p in entry.partitions]
             for p in entry.partitions:
-                broker.count_error(ApiKey.DELETE_RECORDS, p.error_code)
+                context.count_error(ApiKey.DELETE_RECORDS, p.error_code)
         return request.response(throttle_time_ms=0, topics=timed_out)
     return request.response(throttle_time_ms=0, topics=topics)
 
 
-async def _delete_below(broker: Broker, topic: str, partition: int, offset: int) -> Any:
+async def _delete_below(context: RequestContext, topic: str, partition: int, offset: int) -> Any:
     result = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
     try:
-        low_watermark = await broker.log.delete_records(topic, partition, offset)
+        low_watermark = await context.log.delete_records(topic, partition, offset)
     except Exception as exc:
         code = error_code_for(exc)
         log_failure(f"delete records of {topic}-{partition} below {offset}", exc, code)
-        broker.count_error(ApiKey.DELETE_RECORDS, code)
+        context.count_error(ApiKey.DELETE_RECORDS, code)
         return result(partition_index=partition, low_watermark=-1, error_code=code)
     return result(partition_index=partition, low_watermark=low_watermark, error_code=0)
 

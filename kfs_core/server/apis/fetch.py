@@ -23,7 +23,7 @@ from kfs_core.server.protocol.framing import MAX_REQUEST_BYTES
 from kfs_core.server.protocol.messages import ApiKey, FetchRequest, FetchResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = ["APIS", "FETCH", "trim_to_batches"]
@@ -57,7 +57,7 @@ def trim_to_batches(records: Buffer, limit: int) -> Buffer:
     return records if end == total else view[:end]
 
 
-async def handle(broker: Broker, request: Request) -> Any:
+async def handle(context: RequestContext, request: Request) -> Any:
     body = request.body
     if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
         # We never hand out a session id, so nobody can hold one of ours.
@@ -82,12 +82,12 @@ async def handle(broker: Broker, request: Request) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
     keys = [(t.topic, t.partition) for t in targets]
-    metrics, notifier = broker.metrics, broker.notifier
+    metrics, notifier = context.metrics, context.notifier
     with notifier.watch(keys) as woken:
         while True:
             # Cleared before reading: an append during the read wakes the wait below.
             woken.clear()
-            answers, total, failed = await _read_once(broker, targets, max_bytes, read_committed)
+            answers, total, failed = await _read_once(context, targets, max_bytes, read_committed)
             remaining = deadline - loop.time()
             enough = total >= body.min_bytes or failed or not targets
             if enough or remaining <= 0 or notifier.stopping:
@@ -103,7 +103,7 @@ async def handle(broker: Broker, request: Request) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for target, partition_answer in zip(targets, answers, strict=True):
         by_topic.setdefault(target.topic, []).append(partition_answer)
-        broker.count_error(ApiKey.FETCH, partition_answer.error_code)
+        context.count_error(ApiKey.FETCH, partition_answer.error_code)
     topic_answer = FetchResponse.FetchableTopicResponse
     return request.response(
         throttle_time_ms=0,
@@ -116,7 +116,7 @@ async def handle(broker: Broker, request: Request) -> Any:
 
 
 async def _read_once(
-    broker: Broker, targets: Sequence[_FetchTarget], max_bytes: int, read_committed: bool
+    context: RequestContext, targets: Sequence[_FetchTarget], max_bytes: int, read_committed: bool
 ) -> tuple[list[Any], int, bool]:
     """Read every partition in parallel, then apply the byte budget in request order.
 
@@ -124,7 +124,7 @@ async def _read_once(
     whether any partition failed (a failure ends the long poll).
     """
     reads = [
-        asyncio.ensure_future(broker.log.read(t.topic, t.partition, t.offset, t.max_bytes))
+        asyncio.ensure_future(context.log.read(t.topic, t.partition, t.offset, t.max_bytes))
         for t in targets
     ]
     if reads:

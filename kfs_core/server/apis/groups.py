@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING, Any, Final
 from kfs_core.groups.coordinator import CommitRequest
 from kfs_core.groups.errors import MemberIdRequired
 from kfs_core.server.apis.base import (
-    CLIENT_HOST,
     NODE_ID,
     Api,
-    advertised_address,
     error_code_for,
     log_failure,
     message_of,
@@ -56,7 +54,7 @@ from kfs_core.server.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = [
@@ -89,9 +87,8 @@ def _code(exc: BaseException, what: str) -> ErrorCode:
 # --- FindCoordinator ------------------------------------------------------------------
 
 
-async def _find_coordinator(broker: Broker, request: Request) -> Any:
+async def _find_coordinator(context: RequestContext, request: Request) -> Any:
     body = request.body
-    options = broker.options
     keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
     key_type = getattr(body, "key_type", COORDINATOR_KEY_GROUP)
     answers = []
@@ -101,14 +98,14 @@ async def _find_coordinator(broker: Broker, request: Request) -> Any:
             code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         elif key_type == COORDINATOR_KEY_GROUP and not key:
             code, message = ErrorCode.INVALID_GROUP_ID, "the group id is empty"
-        broker.count_error(ApiKey.FIND_COORDINATOR, code)
+        context.count_error(ApiKey.FIND_COORDINATOR, code)
         ok = code == ErrorCode.NONE
         answers.append(
             dict(
                 key=key,
                 node_id=NODE_ID if ok else -1,
-                host=advertised_address(options)[0] if ok else "",
-                port=advertised_address(options)[1] if ok else -1,
+                host=context.advertised[0] if ok else "",
+                port=context.advertised[1] if ok else -1,
                 error_code=int(code),
                 error_message=message,
             )
@@ -126,11 +123,11 @@ async def _find_coordinator(broker: Broker, request: Request) -> Any:
 # --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------
 
 
-async def _join_group(broker: Broker, request: Request) -> Any:
+async def _join_group(context: RequestContext, request: Request) -> Any:
     body = request.body
     version = request.api_version
     try:
-        result = await broker.groups.join(
+        result = await context.groups.join(
             body.group_id,
             body.member_id,
             protocol_type=body.protocol_type,
@@ -139,15 +136,15 @@ async def _join_group(broker: Broker, request: Request) -> Any:
             rebalance_timeout_ms=getattr(body, "rebalance_timeout_ms", -1),
             instance_id=getattr(body, "group_instance_id", None),
             client_id=request.client_id or "",
-            client_host=CLIENT_HOST.get(),
+            client_host=context.client_host,
             require_known_member_id=version >= _MEMBER_ID_REQUIRED_FROM,
         )
     except MemberIdRequired as exc:
-        broker.count_error(ApiKey.JOIN_GROUP, ErrorCode.MEMBER_ID_REQUIRED)
+        context.count_error(ApiKey.JOIN_GROUP, ErrorCode.MEMBER_ID_REQUIRED)
         return _join_error(request, ErrorCode.MEMBER_ID_REQUIRED, exc.member_id)
     except Exception as exc:
         code = _code(exc, f"join group {body.group_id!r}")
-        broker.count_error(ApiKey.JOIN_GROUP, code)
+        context.count_error(ApiKey.JOIN_GROUP, code)
         return _join_error(request, code, body.member_id)
     member = JoinGroupResponse.JoinGroupResponseMember
     return request.response(
@@ -186,13 +183,13 @@ def _join_group_error(
     return _join_error(request, code, request.body.member_id)
 
 
-async def _sync_group(broker: Broker, request: Request) -> Any:
+async def _sync_group(context: RequestContext, request: Request) -> Any:
     body = request.body
     try:
         assignments: dict[str, bytes] = {}
         for a in body.assignments:
             assignments[a.member_id] = bytes(a.assignment)
-        result = await broker.groups.sync(
+        result = await context.groups.sync(
             body.group_id,
             body.member_id,
             body.generation_id,
@@ -203,8 +200,8 @@ async def _sync_group(broker: Broker, request: Request) -> Any:
         )
     except Exception as exc:
         code = _code(exc, f"sync group {body.group_id!r}")
-        broker.count_error(ApiKey.SYNC_GROUP, code)
-        return _sync_error(request, code, None, broker.options)
+        context.count_error(ApiKey.SYNC_GROUP, code)
+        return _sync_error(request, code, None, context.options)
     return request.response(
         throttle_time_ms=0,
         error_code=0,
@@ -224,11 +221,11 @@ def _sync_error(request: Request, code: ErrorCode, message: str | None, _: Broke
     )
 
 
-async def _heartbeat(broker: Broker, request: Request) -> Any:
+async def _heartbeat(context: RequestContext, request: Request) -> Any:
     body = request.body
     code = ErrorCode.NONE
     try:
-        broker.groups.heartbeat(
+        context.groups.heartbeat(
             body.group_id,
             body.member_id,
             body.generation_id,
@@ -236,11 +233,11 @@ async def _heartbeat(broker: Broker, request: Request) -> Any:
         )
     except Exception as exc:
         code = _code(exc, f"heartbeat of group {body.group_id!r}")
-    broker.count_error(ApiKey.HEARTBEAT, code)
+    context.count_error(ApiKey.HEARTBEAT, code)
     return request.response(throttle_time_ms=0, error_code=int(code))
 
 
-async def _leave_group(broker: Broker, request: Request) -> Any:
+async def _leave_group(context: RequestContext, request: Request) -> Any:
     body = request.body
     batched = request.api_version >= 3
     departures: list[tuple[str, str | None]] = (
@@ -250,14 +247,14 @@ async def _leave_group(broker: Broker, request: Request) -> Any:
     )
     answer = LeaveGroupResponse.MemberResponse
     try:
-        outcomes = broker.groups.leave(body.group_id, departures)
+        outcomes = context.groups.leave(body.group_id, departures)
     except Exception as exc:
         code = _code(exc, f"leave group {body.group_id!r}")
-        broker.count_error(ApiKey.LEAVE_GROUP, code)
-        return _leave_error(request, code, None, broker.options)
+        context.count_error(ApiKey.LEAVE_GROUP, code)
+        return _leave_error(request, code, None, context.options)
     codes = [ErrorCode.NONE if o is None else error_code_for(o) for o in outcomes]
     for code in codes:
-        broker.count_error(ApiKey.LEAVE_GROUP, code)
+        context.count_error(ApiKey.LEAVE_GROUP, code)
     if not batched:
         return request.response(throttle_time_ms=0, error_code=int(codes[0]), members=[])
     return request.response(
@@ -277,7 +274,7 @@ def _leave_error(request: Request, code: ErrorCode, message: str | None, _: Brok
 # --- OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------------------
 
 
-async def _offset_commit(broker: Broker, request: Request) -> Any:
+async def _offset_commit(context: RequestContext, request: Request) -> Any:
     body = request.body
     requests = [
         CommitRequest(
@@ -291,7 +288,7 @@ async def _offset_commit(broker: Broker, request: Request) -> Any:
         for p in t.partitions
     ]
     try:
-        outcomes: Sequence[BaseException | None] = await broker.groups.commit(
+        outcomes: Sequence[BaseException | None] = await context.groups.commit(
             body.group_id,
             requests,
             member_id=body.member_id,
@@ -305,7 +302,7 @@ async def _offset_commit(broker: Broker, request: Request) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for commit, outcome in zip(requests, outcomes, strict=True):
         code = ErrorCode.NONE if outcome is None else error_code_for(outcome)
-        broker.count_error(ApiKey.OFFSET_COMMIT, code)
+        context.count_error(ApiKey.OFFSET_COMMIT, code)
         by_topic.setdefault(commit.topic, []).append(
             answer.OffsetCommitResponsePartition(
                 partition_index=commit.partition, error_code=int(code)
@@ -317,7 +314,9 @@ async def _offset_commit(broker: Broker, request: Request) -> Any:
     )
 
 
-def _fetched_topics(broker: Broker, group_id: str, topics: Any, flexible_groups: bool) -> Any:
+def _fetched_topics(
+    context: RequestContext, group_id: str, topics: Any, flexible_groups: bool
+) -> Any:
     """The committed offsets of ``topics`` (None: every committed one) as response topics."""
     response = OffsetFetchResponse
     topic_class = (
@@ -331,13 +330,13 @@ def _fetched_topics(broker: Broker, group_id: str, topics: Any, flexible_groups:
         else topic_class.OffsetFetchResponsePartition
     )
     if topics is None:
-        committed = broker.groups.committed(group_id)
+        committed = context.groups.committed(group_id)
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
             wanted.setdefault(topic, []).append(partition)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in topics}
-        committed = broker.groups.committed(
+        committed = context.groups.committed(
             group_id, [(name, p) for name, parts in wanted.items() for p in parts]
         )
     answers = []
@@ -358,43 +357,43 @@ def _fetched_topics(broker: Broker, group_id: str, topics: Any, flexible_groups:
     return answers
 
 
-async def _offset_fetch(broker: Broker, request: Request) -> Any:
+async def _offset_fetch(context: RequestContext, request: Request) -> Any:
     body = request.body
     if request.api_version >= 8:
         group_class = OffsetFetchResponse.OffsetFetchResponseGroup
         groups = []
         for g in body.groups:
             try:
-                topics = _fetched_topics(broker, g.group_id, g.topics, flexible_groups=True)
+                topics = _fetched_topics(context, g.group_id, g.topics, flexible_groups=True)
                 code = ErrorCode.NONE
             except Exception as exc:
                 topics, code = [], _code(exc, f"offset fetch of group {g.group_id!r}")
-            broker.count_error(ApiKey.OFFSET_FETCH, code)
+            context.count_error(ApiKey.OFFSET_FETCH, code)
             groups.append(group_class(group_id=g.group_id, topics=topics, error_code=int(code)))
         return request.response(throttle_time_ms=0, groups=groups)
     try:
-        topics = _fetched_topics(broker, body.group_id, body.topics, flexible_groups=False)
+        topics = _fetched_topics(context, body.group_id, body.topics, flexible_groups=False)
     except Exception as exc:
         code = _code(exc, f"offset fetch of group {body.group_id!r}")
-        broker.count_error(ApiKey.OFFSET_FETCH, code)
-        return _offset_fetch_error(request, code, message_of(exc), broker.options)
+        context.count_error(ApiKey.OFFSET_FETCH, code)
+        return _offset_fetch_error(request, code, message_of(exc), context.options)
     return request.response(throttle_time_ms=0, error_code=0, topics=topics)
 
 
-async def _offset_delete(broker: Broker, request: Request) -> Any:
+async def _offset_delete(context: RequestContext, request: Request) -> Any:
     body = request.body
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     try:
-        outcomes = await broker.groups.delete_offsets(body.group_id, keys)
+        outcomes = await context.groups.delete_offsets(body.group_id, keys)
     except Exception as exc:
         code = _code(exc, f"offset delete of group {body.group_id!r}")
-        broker.count_error(ApiKey.OFFSET_DELETE, code)
-        return _offset_delete_error(request, code, None, broker.options)
+        context.count_error(ApiKey.OFFSET_DELETE, code)
+        return _offset_delete_error(request, code, None, context.options)
     answer = OffsetDeleteResponse.OffsetDeleteResponseTopic
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), outcome in zip(keys, outcomes, strict=True):
         code = ErrorCode.NONE if outcome is None else error_code_for(outcome)
-        broker.count_error(ApiKey.OFFSET_DELETE, code)
+        context.count_error(ApiKey.OFFSET_DELETE, code)
         by_topic.setdefault(topic, []).append(
             answer.OffsetDeleteResponsePartition(partition_index=partition, error_code=int(code))
         )
@@ -414,13 +413,13 @@ def _offset_delete_error(
 # --- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------------
 
 
-async def _list_groups(broker: Broker, request: Request) -> Any:
+async def _list_groups(context: RequestContext, request: Request) -> Any:
     body = request.body
     types = getattr(body, "types_filter", None) or []
     if types and not {t.lower() for t in types} & {"classic", "consumer"}:
         listed: list[tuple[str, str, str]] = []
     else:
-        listed = broker.groups.list_groups(getattr(body, "states_filter", None) or None)
+        listed = context.groups.list_groups(getattr(body, "states_filter", None) or None)
     group = ListGroupsResponse.ListedGroup
     return request.response(
         throttle_time_ms=0,
@@ -438,16 +437,16 @@ def _list_groups_error(
     return request.response(throttle_time_ms=0, error_code=int(code), groups=[])
 
 
-async def _describe_groups(broker: Broker, request: Request) -> Any:
+async def _describe_groups(context: RequestContext, request: Request) -> Any:
     described = DescribeGroupsResponse.DescribedGroup
     member = described.DescribedGroupMember
     groups = []
     for group_id in request.body.groups:
         try:
-            d = broker.groups.describe(group_id)
+            d = context.groups.describe(group_id)
         except Exception as exc:
             code = _code(exc, f"describe group {group_id!r}")
-            broker.count_error(ApiKey.DESCRIBE_GROUPS, code)
+            context.count_error(ApiKey.DESCRIBE_GROUPS, code)
             groups.append(_described_error(group_id, code, message_of(exc)))
             continue
         groups.append(
@@ -497,16 +496,16 @@ def _describe_groups_error(
     )
 
 
-async def _delete_groups(broker: Broker, request: Request) -> Any:
+async def _delete_groups(context: RequestContext, request: Request) -> Any:
     result = DeleteGroupsResponse.DeletableGroupResult
     results = []
     for group_id in request.body.groups_names:
         code = ErrorCode.NONE
         try:
-            await broker.groups.delete_group(group_id)
+            await context.groups.delete_group(group_id)
         except Exception as exc:
             code = _code(exc, f"delete group {group_id!r}")
-        broker.count_error(ApiKey.DELETE_GROUPS, code)
+        context.count_error(ApiKey.DELETE_GROUPS, code)
         results.append(result(group_id=group_id, error_code=int(code)))
     return request.response(throttle_time_ms=0, results=results)
 

@@ -24,36 +24,36 @@ from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import ApiKey, MetadataRequest, MetadataResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = ["APIS", "METADATA", "broker_entry", "topic_metadata"]
 
 
-async def handle(broker: Broker, request: Request) -> Any:
+async def handle(context: RequestContext, request: Request) -> Any:
     body = request.body
     requested = body.topics
     everything = requested is None or (request.api_version == 0 and not requested)
-    options = broker.options
+    options = context.options
     allow_create = options.auto_create_topics and bool(
         getattr(body, "allow_auto_topic_creation", True)
     )
     if everything:
-        topics = [topic_metadata(info) for info in await broker.topics.all()]
+        topics = [topic_metadata(info) for info in await context.topics.all()]
     else:
-        topics = [await _one_topic(broker, entry, allow_create) for entry in requested]
+        topics = [await _one_topic(context, entry, allow_create) for entry in requested]
     for topic in topics:
-        broker.count_error(ApiKey.METADATA, topic.error_code)
+        context.count_error(ApiKey.METADATA, topic.error_code)
     return request.response(
         throttle_time_ms=0,
-        brokers=[broker_entry(options)],
+        brokers=[broker_entry(context.advertised)],
         cluster_id=options.cluster_id,
         controller_id=NODE_ID,
         topics=topics,
     )
 
 
-async def _one_topic(broker: Broker, entry: Any, allow_create: bool) -> Any:
+async def _one_topic(context: RequestContext, entry: Any, allow_create: bool) -> Any:
     name = entry.name
     topic = MetadataResponse.MetadataResponseTopic
     if name is None:  # named by id only (v10+): KFS does not look topics up by id
@@ -67,9 +67,9 @@ async def _one_topic(broker: Broker, entry: Any, allow_create: bool) -> Any:
     info: LogTopicInfo | None
     try:
         if allow_create:
-            info = await broker.topics.lookup_or_create(name, broker.options.default_partitions)
+            info = await context.topics.lookup_or_create(name, context.options.default_partitions)
         else:
-            info = await broker.topics.lookup(name)
+            info = await context.topics.lookup(name)
     except Exception as exc:
         code = error_code_for(exc)
         log_failure(f"metadata of topic {name!r}", exc, code)
@@ -84,9 +84,9 @@ async def _one_topic(broker: Broker, entry: Any, allow_create: bool) -> Any:
     return topic_metadata(info)
 
 
-def broker_entry(options: BrokerOptions) -> Any:
-    """This broker as Metadata lists it."""
-    host, port = advertised_address(options)
+def broker_entry(advertised: tuple[str, int]) -> Any:
+    """This broker as Metadata lists it, at the (host, port) the connection's listener advertises."""
+    host, port = advertised
     return MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=host, port=port, rack=None)
 
 
@@ -120,7 +120,7 @@ def error_body(
     topic = MetadataResponse.MetadataResponseTopic
     return request.response(
         throttle_time_ms=0,
-        brokers=[broker_entry(options)],
+        brokers=[broker_entry(advertised_address(options))],
         cluster_id=options.cluster_id,
         controller_id=NODE_ID,
         topics=[

@@ -14,7 +14,7 @@ from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = ["APIS", "LIST_OFFSETS"]
@@ -22,7 +22,7 @@ __all__ = ["APIS", "LIST_OFFSETS"]
 EARLIEST_TIMESTAMP: Final = -2  # the log start offset (-1 is the high watermark)
 
 
-async def handle(broker: Broker, request: Request) -> Any:
+async def handle(context: RequestContext, request: Request) -> Any:
     answer = ListOffsetsResponse.ListOffsetsTopicResponse
     partition_answer = answer.ListOffsetsPartitionResponse
     topics = []
@@ -37,12 +37,12 @@ async def handle(broker: Broker, request: Request) -> Any:
                         ErrorCode.INVALID_REQUEST,
                         f"ListOffsets timestamp {p.timestamp} is not supported",
                     )
-                found = await broker.log.list_offsets(topic.name, p.partition_index, p.timestamp)
+                found = await context.log.list_offsets(topic.name, p.partition_index, p.timestamp)
                 offset, timestamp = found.offset, found.timestamp
             except Exception as exc:
                 code = error_code_for(exc)
                 log_failure(f"list offsets of {topic.name}-{p.partition_index}", exc, code)
-            broker.count_error(ApiKey.LIST_OFFSETS, code)
+            context.count_error(ApiKey.LIST_OFFSETS, code)
             partitions.append(
                 partition_answer(
                     partition_index=p.partition_index,

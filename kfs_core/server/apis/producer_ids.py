@@ -23,7 +23,7 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.server.apis.base import Api
+from kfs_core.server.apis.base import Api, ErrorBody, Handler
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     AddOffsetsToTxnRequest,
@@ -40,7 +40,7 @@ from kfs_core.server.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = [
@@ -68,12 +68,12 @@ class ProducerIds:
         return next(self._next)
 
 
-async def handle(broker: Broker, request: Request) -> Any:
+async def handle(context: RequestContext, request: Request) -> Any:
     if request.body.transactional_id is not None:
-        broker.count_error(ApiKey.INIT_PRODUCER_ID, _REFUSED)
-        return error_body(request, _REFUSED, NO_TRANSACTIONS, broker.options)
+        context.count_error(ApiKey.INIT_PRODUCER_ID, _REFUSED)
+        return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
     return request.response(
-        throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.new(), producer_epoch=0
+        throttle_time_ms=0, error_code=0, producer_id=context.new_producer_id(), producer_epoch=0
     )
 
 
@@ -97,9 +97,14 @@ INIT_PRODUCER_ID = Api(
 # --- transactions: refused --------------------------------------------------------------
 
 
-async def _refuse(broker: Broker, request: Request) -> Any:
-    broker.count_error(request.api_key, _REFUSED)
-    return broker.error_response(request, _REFUSED, NO_TRANSACTIONS)
+def _refusal(error_body: ErrorBody) -> Handler:
+    """A handler that refuses every request with ``error_body`` carrying `_REFUSED`."""
+
+    async def refuse(context: RequestContext, request: Request) -> Any:
+        context.count_error(request.api_key, _REFUSED)
+        return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
+
+    return refuse
 
 
 def _add_partitions_error(
@@ -157,7 +162,7 @@ ADD_PARTITIONS_TO_TXN = Api(
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     (0, 3),
-    _refuse,
+    _refusal(_add_partitions_error),
     _add_partitions_error,
 )
 ADD_OFFSETS_TO_TXN = Api(
@@ -165,16 +170,23 @@ ADD_OFFSETS_TO_TXN = Api(
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     (0, 3),
-    _refuse,
+    _refusal(_error_code_only),
     _error_code_only,
 )
-END_TXN = Api(ApiKey.END_TXN, EndTxnRequest, EndTxnResponse, (0, 3), _refuse, _error_code_only)
+END_TXN = Api(
+    ApiKey.END_TXN,
+    EndTxnRequest,
+    EndTxnResponse,
+    (0, 3),
+    _refusal(_error_code_only),
+    _error_code_only,
+)
 TXN_OFFSET_COMMIT = Api(
     ApiKey.TXN_OFFSET_COMMIT,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     (0, 3),
-    _refuse,
+    _refusal(_txn_offset_commit_error),
     _txn_offset_commit_error,
 )
 

@@ -51,7 +51,7 @@ from kfs_core.server.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = [
@@ -64,7 +64,7 @@ __all__ = [
     "INCREMENTAL_ALTER_CONFIGS",
 ]
 
-log = logging.getLogger("kfs_core.server.broker")
+log = logging.getLogger(__name__)
 
 # DescribeConfigs config sources (``DescribeConfigsResponse.ConfigSource``).
 SOURCE_DYNAMIC_TOPIC: Final = 1
@@ -92,7 +92,7 @@ _TOPIC_CONFIG_TYPES: Final = {
 }
 
 
-async def _create_topics(broker: Broker, request: Request) -> Any:
+async def _create_topics(context: RequestContext, request: Request) -> Any:
     body = request.body
     validate_only = bool(getattr(body, "validate_only", False))
     result = CreateTopicsResponse.CreatableTopicResult
@@ -103,14 +103,14 @@ async def _create_topics(broker: Broker, request: Request) -> Any:
         try:
             if names.count(name) > 1:
                 raise Refused(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
-            partitions = _requested_partitions(broker, topic)
-            info, overrides = await broker.topics.create(
+            partitions = _requested_partitions(context, topic)
+            info, overrides = await context.topics.create(
                 name, partitions, _requested_configs(topic), validate_only=validate_only
             )
         except Exception as exc:
             code = error_code_for(exc)
             log_failure(f"create topic {name!r}", exc, code)
-            broker.count_error(ApiKey.CREATE_TOPICS, code)
+            context.count_error(ApiKey.CREATE_TOPICS, code)
             results.append(result(name=name, error_code=code, error_message=message_of(exc)))
             continue
         if not validate_only:
@@ -140,7 +140,7 @@ async def _create_topics(broker: Broker, request: Request) -> Any:
     return request.response(throttle_time_ms=0, topics=results)
 
 
-def _requested_partitions(broker: Broker, topic: Any) -> int:
+def _requested_partitions(context: RequestContext, topic: Any) -> int:
     """The partition count a CreatableTopic asks for, on a one-broker cluster."""
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -163,7 +163,7 @@ def _requested_partitions(broker: Broker, topic: Any) -> int:
             f"cluster, got {topic.replication_factor}",
         )
     if topic.num_partitions == -1:
-        return broker.options.default_partitions
+        return context.options.default_partitions
     if topic.num_partitions < 1:
         raise InvalidPartitions(
             f"number of partitions must be at least 1, got {topic.num_partitions}"
@@ -171,29 +171,29 @@ def _requested_partitions(broker: Broker, topic: Any) -> int:
     return int(topic.num_partitions)
 
 
-async def _delete_topics(broker: Broker, request: Request) -> Any:
+async def _delete_topics(context: RequestContext, request: Request) -> Any:
     result = DeleteTopicsResponse.DeletableTopicResult
     results = []
     for name in request.body.topic_names:
         code, message = ErrorCode.NONE, None
         try:
-            await broker.topics.delete(name)
+            await context.topics.delete(name)
         except Exception as exc:
             code, message = error_code_for(exc), message_of(exc)
             log_failure(f"delete topic {name!r}", exc, code)
         else:
             log.info("deleted topic %r (retention removes its data)", name)
-            broker.notifier.notify_topic(name)
-            await _forget_committed_offsets(broker, name)
-        broker.count_error(ApiKey.DELETE_TOPICS, code)
+            context.notifier.notify_topic(name)
+            await _forget_committed_offsets(context, name)
+        context.count_error(ApiKey.DELETE_TOPICS, code)
         results.append(result(name=name, error_code=code, error_message=message))
     return request.response(throttle_time_ms=0, responses=results)
 
 
-async def _forget_committed_offsets(broker: Broker, name: str) -> None:
+async def _forget_committed_offsets(context: RequestContext, name: str) -> None:
     """Groups' committed offsets of a deleted topic go with it (the retention sweep retries)."""
     try:
-        dropped = await broker.groups.forget_topic(name)
+        dropped = await context.groups.forget_topic(name)
     except Exception as exc:
         log.warning("dropping committed offsets of deleted topic %r failed: %s", name, exc)
     else:
@@ -201,7 +201,7 @@ async def _forget_committed_offsets(broker: Broker, name: str) -> None:
             log.info("dropped %d committed offset(s) of deleted topic %r", dropped, name)
 
 
-async def _describe_configs(broker: Broker, request: Request) -> Any:
+async def _describe_configs(context: RequestContext, request: Request) -> Any:
     body = request.body
     synonyms = bool(getattr(body, "include_synonyms", False))
     documentation = bool(getattr(body, "include_documentation", False))
@@ -210,11 +210,11 @@ async def _describe_configs(broker: Broker, request: Request) -> Any:
     for resource in body.resources:
         keys = resource.configuration_keys
         try:
-            configs = await _configs_of(broker, resource.resource_type, resource.resource_name)
+            configs = await _configs_of(context, resource.resource_type, resource.resource_name)
         except Exception as exc:
             code = error_code_for(exc)
             log_failure(f"describe configs of {resource.resource_name!r}", exc, code)
-            broker.count_error(ApiKey.DESCRIBE_CONFIGS, code)
+            context.count_error(ApiKey.DESCRIBE_CONFIGS, code)
             results.append(
                 result(
                     error_code=code,
@@ -241,9 +241,9 @@ async def _describe_configs(broker: Broker, request: Request) -> Any:
     return request.response(throttle_time_ms=0, results=results)
 
 
-async def _configs_of(broker: Broker, resource_type: int, name: str) -> list[_ConfigEntry]:
+async def _configs_of(context: RequestContext, resource_type: int, name: str) -> list[_ConfigEntry]:
     if resource_type == RESOURCE_TOPIC:
-        description = await broker.topics.describe(name)
+        description = await context.topics.describe(name)
         return [
             _ConfigEntry(
                 name=key,
@@ -271,7 +271,7 @@ async def _configs_of(broker: Broker, resource_type: int, name: str) -> list[_Co
                 else _CONFIG_TYPE_STRING,
                 documentation=None,
             )
-            for key, value in sorted(broker.options.broker_configs.items())
+            for key, value in sorted(context.options.broker_configs.items())
         ]
     raise Refused(
         ErrorCode.INVALID_REQUEST,
@@ -321,7 +321,7 @@ def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -
     )
 
 
-async def _create_partitions(broker: Broker, request: Request) -> Any:
+async def _create_partitions(context: RequestContext, request: Request) -> Any:
     body = request.body
     validate_only = bool(body.validate_only)
     result = CreatePartitionsResponse.CreatePartitionsTopicResult
@@ -333,19 +333,19 @@ async def _create_partitions(broker: Broker, request: Request) -> Any:
         try:
             if names.count(name) > 1:
                 raise Refused(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
-            before = (await broker.topics.describe(name)).partitions
+            before = (await context.topics.describe(name)).partitions
             _check_growth(name, before, topic.count)
             if topic.assignments is not None:
                 _check_new_assignments(topic.assignments, topic.count - before)
             if not validate_only:
-                await broker.topics.create_partitions(name, topic.count)
+                await context.topics.create_partitions(name, topic.count)
         except Exception as exc:
             code, message = error_code_for(exc), message_of(exc)
             log_failure(f"add partitions to topic {name!r}", exc, code)
         else:
             if not validate_only:
                 log.info("topic %r: %d partition(s), was %d", name, topic.count, before)
-        broker.count_error(ApiKey.CREATE_PARTITIONS, code)
+        context.count_error(ApiKey.CREATE_PARTITIONS, code)
         results.append(result(name=name, error_code=code, error_message=message))
     return request.response(throttle_time_ms=0, results=results)
 
@@ -372,14 +372,14 @@ def _check_new_assignments(assignments: list[Any], added: int) -> None:
 ConfigEdit = Callable[[Mapping[str, str]], Mapping[str, str]]
 
 
-async def _alter_configs(broker: Broker, request: Request) -> Any:
+async def _alter_configs(context: RequestContext, request: Request) -> Any:
     """AlterConfigs: the listed configs become the topic's only overrides, as in Kafka."""
-    return await _alter(broker, request, ApiKey.ALTER_CONFIGS, _replacement)
+    return await _alter(context, request, ApiKey.ALTER_CONFIGS, _replacement)
 
 
-async def _incremental_alter_configs(broker: Broker, request: Request) -> Any:
+async def _incremental_alter_configs(context: RequestContext, request: Request) -> Any:
     """IncrementalAlterConfigs: SET, DELETE (to the default), APPEND / SUBTRACT on lists."""
-    return await _alter(broker, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, _increments)
+    return await _alter(context, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, _increments)
 
 
 # Both responses name their entry type AlterConfigsResourceResponse.
@@ -392,7 +392,10 @@ _ALTER_RESULTS: Final = {
 
 
 async def _alter(
-    broker: Broker, request: Request, key: ApiKey, edit_for: Callable[[list[Any]], ConfigEdit]
+    context: RequestContext,
+    request: Request,
+    key: ApiKey,
+    edit_for: Callable[[list[Any]], ConfigEdit],
 ) -> Any:
     body = request.body
     validate_only = bool(body.validate_only)
@@ -409,7 +412,7 @@ async def _alter(
                 raise Refused(
                     ErrorCode.INVALID_REQUEST, f"config(s) listed twice: {', '.join(duplicates)}"
                 )
-            configs = await broker.topics.edit_configs(
+            configs = await context.topics.edit_configs(
                 name, edit_for(resource.configs), validate_only=validate_only
             )
         except Exception as exc:
@@ -418,7 +421,7 @@ async def _alter(
         else:
             if not validate_only:
                 log.info("topic %r: config overrides now %s", name, configs)
-        broker.count_error(key, code)
+        context.count_error(key, code)
         results.append(
             result(
                 error_code=code,

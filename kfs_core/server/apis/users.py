@@ -32,7 +32,7 @@ from kfs_core.server.protocol.messages import (
 
 if TYPE_CHECKING:
     from kfs_core.security.users import UserStore
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 #: Kafka's ScramMechanism numbers.
@@ -59,11 +59,11 @@ def _describe_sync(
     return out
 
 
-async def _describe(broker: Broker, request: Request) -> Any:
-    users = broker.users
+async def _describe(context: RequestContext, request: Request) -> Any:
+    users = context.users
     if users is None:
         return _describe_error(
-            request, ErrorCode.SECURITY_DISABLED, "no user store", broker.options
+            request, ErrorCode.SECURITY_DISABLED, "no user store", context.options
         )
     asked = request.body.users
     names = None if asked is None else [u.name or "" for u in asked]
@@ -143,14 +143,14 @@ def _alter_sync(users: UserStore, body: Any) -> dict[str, tuple[int, str | None]
     return results
 
 
-async def _alter(broker: Broker, request: Request) -> Any:
-    users = broker.users
+async def _alter(context: RequestContext, request: Request) -> Any:
+    users = context.users
     if users is None:
-        return _alter_error(request, ErrorCode.SECURITY_DISABLED, "no user store", broker.options)
+        return _alter_error(request, ErrorCode.SECURITY_DISABLED, "no user store", context.options)
     results = await asyncio.to_thread(_alter_sync, users, request.body)
-    if broker.authenticator is not None:
+    if context.authenticator is not None:
         for name in results:
-            broker.authenticator.users.forget(name)
+            context.authenticator.users.forget(name)
     result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
     return AlterUserScramCredentialsResponse(
         version=request.api_version,
