@@ -26,18 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.errors import (
-    CorruptRecordBatch,
-    InvalidConfig,
-    InvalidPartitions,
-    InvalidTopicName,
-    KfsError,
-    ObjectStoreError,
-    TopicAlreadyExists,
-    UnknownTopic,
-    UnsupportedCodec,
-    WalError,
-)
+from kfs_core.errors import KfsError
 from kfs_core.security.sasl import Session
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import ApiKey, MessagePair
@@ -128,7 +117,13 @@ def message_of(exc: BaseException) -> str:
 
 
 def error_code_for(exc: BaseException) -> ErrorCode:
-    """The Kafka error code that stands for ``exc`` in a response."""
+    """The Kafka error code that stands for ``exc`` in a response.
+
+    The mapping is the exception's own: ``kafka_error_code`` on the
+    `kfs_core.errors` classes (and on `Refused`), ``error_code`` on the
+    protocol layer's errors.  A timeout outside KFS's own errors is
+    REQUEST_TIMED_OUT; anything else is UNKNOWN_SERVER_ERROR.
+    """
     code = getattr(exc, "kafka_error_code", None)
     if code is not None:
         with contextlib.suppress(ValueError, TypeError):
@@ -136,24 +131,10 @@ def error_code_for(exc: BaseException) -> ErrorCode:
     error_code = getattr(exc, "error_code", None)
     if isinstance(error_code, ErrorCode):
         return error_code
-    for kind, mapped in _ERROR_CODES:
-        if isinstance(exc, kind):
-            return mapped
+    if isinstance(exc, TimeoutError):
+        return ErrorCode.REQUEST_TIMED_OUT
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
-
-_ERROR_CODES: Final[tuple[tuple[type[BaseException], ErrorCode], ...]] = (
-    (UnknownTopic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-    (InvalidTopicName, ErrorCode.INVALID_TOPIC_EXCEPTION),
-    (TopicAlreadyExists, ErrorCode.TOPIC_ALREADY_EXISTS),
-    (InvalidPartitions, ErrorCode.INVALID_PARTITIONS),
-    (InvalidConfig, ErrorCode.INVALID_CONFIG),
-    (CorruptRecordBatch, ErrorCode.CORRUPT_MESSAGE),
-    (UnsupportedCodec, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
-    (WalError, ErrorCode.KAFKA_STORAGE_ERROR),
-    (ObjectStoreError, ErrorCode.KAFKA_STORAGE_ERROR),
-    (TimeoutError, ErrorCode.REQUEST_TIMED_OUT),
-)
 
 _OPERATOR_ERRORS: Final = frozenset({ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REQUEST_TIMED_OUT})
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from kfs_core.errors import MemberIdRequired
 from kfs_core.groups.coordinator import CommitRequest
-from kfs_core.groups.errors import MemberIdRequired
 from kfs_core.server.apis.base import (
     NODE_ID,
     Api,
