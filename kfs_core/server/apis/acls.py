@@ -29,6 +29,7 @@ from kfs_core.security.acls import (
     Permission,
     ResourceType,
 )
+from kfs_core.server.apis.access import cluster_rule
 from kfs_core.server.apis.base import Api
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
@@ -247,7 +248,9 @@ def _delete_error(request: Request, code: ErrorCode, message: str | None, _: Bro
 
 APIS = (
     Api(ApiKey.DESCRIBE_ACLS, DescribeAclsRequest, DescribeAclsResponse, (1, 2), _describe,
-        _describe_error),
-    Api(ApiKey.CREATE_ACLS, CreateAclsRequest, CreateAclsResponse, (1, 2), _create, _create_error),
-    Api(ApiKey.DELETE_ACLS, DeleteAclsRequest, DeleteAclsResponse, (1, 2), _delete, _delete_error),
+        _describe_error, authorize=cluster_rule(Operation.DESCRIBE)),
+    Api(ApiKey.CREATE_ACLS, CreateAclsRequest, CreateAclsResponse, (1, 2), _create, _create_error,
+        authorize=cluster_rule(Operation.ALTER)),
+    Api(ApiKey.DELETE_ACLS, DeleteAclsRequest, DeleteAclsResponse, (1, 2), _delete, _delete_error,
+        authorize=cluster_rule(Operation.ALTER)),
 )  # fmt: skip

@@ -34,6 +34,7 @@ from kfs_core.server.protocol.messages import ApiKey, MessagePair
 if TYPE_CHECKING:
     import asyncio
 
+    from kfs_core.server.apis.access import ResponseFilter, Rule
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
@@ -88,7 +89,10 @@ class Api:
     ``versions`` is (min, max): a client uses min(its max, our max), so the
     comment beside each registration says which clients send what.
     ``start`` replaces ``handle`` for the one API whose work must begin in
-    request order (Produce); everything else runs as a task.
+    request order (Produce); everything else runs as a task.  ``authorize``
+    is what the ACLs must allow before the handler runs and
+    ``filter_response`` what a listing may show afterwards
+    (`kfs_core.server.apis.access`); None: nothing to check.
     """
 
     key: ApiKey
@@ -98,6 +102,8 @@ class Api:
     handle: Handler | None
     error_body: ErrorBody
     start: Starter | None = None
+    authorize: Rule | None = None
+    filter_response: ResponseFilter | None = None
 
     @property
     def messages(self) -> MessagePair:

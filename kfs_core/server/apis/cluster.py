@@ -21,6 +21,8 @@ import logging
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.errors import UnknownTopicOrPartition
+from kfs_core.security.acls import Operation
+from kfs_core.server.apis.access import cluster_rule, topics_rule
 from kfs_core.server.apis.base import (
     NODE_ID,
     Api,
@@ -237,6 +239,7 @@ DESCRIBE_CLUSTER = Api(
     (0, 2),
     _describe_cluster,
     _describe_cluster_error,
+    authorize=cluster_rule(Operation.DESCRIBE),
 )
 # librdkafka has no DescribeLogDirs; kafka-python sends up to 5.  Not 5 (it
 # only adds is_cordoned): kafka-python takes a broker serving v5 for Kafka
@@ -249,6 +252,7 @@ DESCRIBE_LOG_DIRS = Api(
     (1, 4),
     _describe_log_dirs,
     _describe_log_dirs_error,
+    authorize=cluster_rule(Operation.DESCRIBE),
 )
 # librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
 DELETE_RECORDS = Api(
@@ -258,6 +262,7 @@ DELETE_RECORDS = Api(
     (0, 2),
     _delete_records,
     _delete_records_error,
+    authorize=topics_rule("topics", Operation.DELETE, "topics"),
 )
 
 APIS: Final[tuple[Api, ...]] = (DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DELETE_RECORDS)

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from kfs_core.security.acls import Operation
+from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import Api, error_code_for, log_failure
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.framing import MAX_REQUEST_BYTES
@@ -194,6 +196,14 @@ def error_body(request: Request, code: ErrorCode, message: str | None, _: Broker
 
 # v4 is the first whose responses carry RecordBatch v2 unconverted.
 # kafka-python sends <= 12, librdkafka <= 16; v13+ names topics by id.
-FETCH = Api(ApiKey.FETCH, FetchRequest, FetchResponse, (4, 12), handle, error_body)
+FETCH = Api(
+    ApiKey.FETCH,
+    FetchRequest,
+    FetchResponse,
+    (4, 12),
+    handle,
+    error_body,
+    authorize=topics_rule("topics", Operation.READ, "responses"),
+)
 
 APIS: Final = (FETCH,)

@@ -19,6 +19,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.errors import MemberIdRequired
 from kfs_core.groups.coordinator import CommitRequest
+from kfs_core.security.acls import Operation, ResourceType
+from kfs_core.server.apis.access import (
+    GROUP_DENIED,
+    TOPIC_DENIED,
+    Checker,
+    Plan,
+    Rule,
+    group_rule,
+    split,
+)
 from kfs_core.server.apis.base import (
     NODE_ID,
     Api,
@@ -610,6 +620,80 @@ def _code_only_error(
 
 # kafka-python uses v4 (batched keys) when offered, librdkafka <= 2; v5/v6
 # add transaction-abortable errors and share-group keys.
+# --- authorization -------------------------------------------------------------------
+
+
+def _authorize_find_coordinator(may: Checker, request: Request) -> Plan | None:
+    """DESCRIBE on each group asked for; a transaction coordinator is refused by the handler."""
+    body = request.body
+    keys = body.coordinator_keys if request.api_version >= 4 else [body.key]
+    if body.key_type == 1:  # a transaction coordinator: refused by the handler anyway
+        return None
+    ok = all(may(Operation.DESCRIBE, ResourceType.GROUP, k or "") for k in keys or [])
+    return None if ok else Plan(whole=GROUP_DENIED)
+
+
+def _group_then_topics(op: Operation) -> Rule:
+    """``op`` on the group (else all denied), then READ on each topic."""
+
+    def rule(may: Checker, request: Request) -> Plan | None:
+        if not may(op, ResourceType.GROUP, request.body.group_id):
+            return Plan(whole=GROUP_DENIED)
+        return split(request, "topics", lambda t: may(Operation.READ, ResourceType.TOPIC, t.name),
+                     TOPIC_DENIED, "topics")  # fmt: skip
+
+    return rule
+
+
+def _authorize_offset_fetch(may: Checker, request: Request) -> Plan | None:
+    """DESCRIBE on the group(s) and on each topic named (all of them filtered afterwards)."""
+    body = request.body
+    if request.api_version >= 8:
+        for group in body.groups or []:
+            if not may(Operation.DESCRIBE, ResourceType.GROUP, group.group_id):
+                return Plan(whole=GROUP_DENIED)
+            for topic in group.topics or []:
+                if not may(Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                    return Plan(whole=TOPIC_DENIED)
+        return None
+    if not may(Operation.DESCRIBE, ResourceType.GROUP, body.group_id):
+        return Plan(whole=GROUP_DENIED)
+    if body.topics is None:
+        return None  # every topic the group has: filtered afterwards
+    return split(request, "topics", lambda t: may(Operation.DESCRIBE, ResourceType.TOPIC, t.name),
+                 TOPIC_DENIED, "topics")  # fmt: skip
+
+
+def _visible_offsets(may: Checker, request: Request, response: Any) -> Any:
+    """Every topic of a group (v1-v7, no topics named) shows only those it may DESCRIBE."""
+    if request.api_version < 8 and request.body.topics is None:
+        response.topics = [
+            t for t in response.topics or [] if may(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
+        ]
+    return response
+
+
+def _visible_groups(may: Checker, request: Request, response: Any) -> Any:
+    """DESCRIBE on the cluster lists every group; else only the groups it may DESCRIBE."""
+    if not may.cluster(Operation.DESCRIBE):
+        response.groups = [
+            g
+            for g in response.groups or []
+            if may(Operation.DESCRIBE, ResourceType.GROUP, g.group_id)
+        ]
+    return response
+
+
+def _authorize_describe_groups(may: Checker, request: Request) -> Plan | None:
+    return split(request, "groups", lambda g: may(Operation.DESCRIBE, ResourceType.GROUP, g),
+                 GROUP_DENIED, "groups")  # fmt: skip
+
+
+def _authorize_delete_groups(may: Checker, request: Request) -> Plan | None:
+    return split(request, "groups_names", lambda g: may(Operation.DELETE, ResourceType.GROUP, g),
+                 GROUP_DENIED, "results")  # fmt: skip
+
+
 FIND_COORDINATOR = Api(
     ApiKey.FIND_COORDINATOR,
     FindCoordinatorRequest,
@@ -617,20 +701,45 @@ FIND_COORDINATOR = Api(
     (0, 4),
     _find_coordinator,
     _find_coordinator_error,
+    authorize=_authorize_find_coordinator,
 )
 # kafka-python sends <= 7, librdkafka <= 5; v8/v9 are KIP-800 reasons and
 # KIP-814 skipped assignments.
 JOIN_GROUP = Api(
-    ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, (0, 7), _join_group, _join_group_error
+    ApiKey.JOIN_GROUP,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    (0, 7),
+    _join_group,
+    _join_group_error,
+    authorize=group_rule(Operation.READ),
 )
 HEARTBEAT = Api(
-    ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, (0, 4), _heartbeat, _code_only_error
+    ApiKey.HEARTBEAT,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    (0, 4),
+    _heartbeat,
+    _code_only_error,
+    authorize=group_rule(Operation.READ),
 )
 LEAVE_GROUP = Api(
-    ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, (0, 5), _leave_group, _leave_error
+    ApiKey.LEAVE_GROUP,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    (0, 5),
+    _leave_group,
+    _leave_error,
+    authorize=group_rule(Operation.READ),
 )
 SYNC_GROUP = Api(
-    ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, (0, 5), _sync_group, _sync_error
+    ApiKey.SYNC_GROUP,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    (0, 5),
+    _sync_group,
+    _sync_error,
+    authorize=group_rule(Operation.READ),
 )
 # v9 is v8 plus KIP-848 member epochs (librdkafka 9, kafka-python 8); v10
 # names topics by id.
@@ -641,6 +750,7 @@ OFFSET_COMMIT = Api(
     (2, 9),
     _offset_commit,
     _offset_commit_error,
+    authorize=_group_then_topics(Operation.READ),
 )
 OFFSET_FETCH = Api(
     ApiKey.OFFSET_FETCH,
@@ -649,6 +759,8 @@ OFFSET_FETCH = Api(
     (1, 9),
     _offset_fetch,
     _offset_fetch_error,
+    authorize=_authorize_offset_fetch,
+    filter_response=_visible_offsets,
 )
 # v4 adds the states filter (kfs groups list --state), v5 the group-type filter.
 LIST_GROUPS = Api(
@@ -658,6 +770,7 @@ LIST_GROUPS = Api(
     (0, 5),
     _list_groups,
     _list_groups_error,
+    filter_response=_visible_groups,
 )
 # v6 adds per-group error messages; KFS answers authorized operations as "not requested".
 DESCRIBE_GROUPS = Api(
@@ -667,6 +780,7 @@ DESCRIBE_GROUPS = Api(
     (0, 6),
     _describe_groups,
     _describe_groups_error,
+    authorize=_authorize_describe_groups,
 )
 DELETE_GROUPS = Api(
     ApiKey.DELETE_GROUPS,
@@ -675,6 +789,7 @@ DELETE_GROUPS = Api(
     (0, 2),
     _delete_groups,
     _delete_groups_error,
+    authorize=_authorize_delete_groups,
 )
 OFFSET_DELETE = Api(
     ApiKey.OFFSET_DELETE,
@@ -683,6 +798,7 @@ OFFSET_DELETE = Api(
     (0, 0),
     _offset_delete,
     _offset_delete_error,
+    authorize=_group_then_topics(Operation.DELETE),
 )
 
 APIS: Final = (

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.log.topic_cache import TopicInfo as LogTopicInfo
+from kfs_core.security.acls import Operation, ResourceType
+from kfs_core.server.apis.access import TOPIC_DENIED, Checker, Plan, split, with_items
 from kfs_core.server.apis.base import (
     LEADER_EPOCH,
     NODE_ID,
@@ -132,6 +134,59 @@ def error_body(
 
 # Both clients send 13, which only adds a top-level error code for KIP-1102
 # rebootstrapping.  v10+ carry topic ids beside the names.
-METADATA = Api(ApiKey.METADATA, MetadataRequest, MetadataResponse, (0, 12), handle, error_body)
+# --- authorization -------------------------------------------------------------------
+
+
+def _lists_every_topic(request: Request) -> bool:
+    topics = request.body.topics
+    return topics is None or (request.api_version == 0 and not topics)
+
+
+def _authorize(may: Checker, request: Request) -> Plan | None:
+    """DESCRIBE on each topic named (a listing is filtered afterwards); CREATE to auto-create."""
+    if _lists_every_topic(request):
+        return None  # every topic: the listing is filtered afterwards
+    plan = split(request, "topics", lambda t: may(Operation.DESCRIBE, ResourceType.TOPIC, t.name or ""),
+                 TOPIC_DENIED, "topics")  # fmt: skip
+    if plan is not None and plan.whole is not None:
+        return plan
+    allowed_request = plan.request if plan is not None and plan.request is not None else request
+    # As Kafka, a client that may not create topics is not told so on every Metadata request.
+    if getattr(allowed_request.body, "allow_auto_topic_creation", False) and not (
+        may.cluster(Operation.CREATE, log_denied=False)
+        or all(
+            may(Operation.CREATE, ResourceType.TOPIC, t.name or "", log_denied=False)
+            for t in allowed_request.body.topics
+        )
+    ):
+        allowed_request = with_items(allowed_request, "topics", list(allowed_request.body.topics))
+        allowed_request.body.allow_auto_topic_creation = False
+        if plan is None:
+            return Plan(request=allowed_request)
+        plan.request = allowed_request
+    return plan
+
+
+def _visible_topics(may: Checker, request: Request, response: Any) -> Any:
+    """A listing of every topic shows only those the principal may DESCRIBE."""
+    if _lists_every_topic(request):
+        response.topics = [
+            t
+            for t in response.topics or []
+            if may(Operation.DESCRIBE, ResourceType.TOPIC, t.name or "")
+        ]
+    return response
+
+
+METADATA = Api(
+    ApiKey.METADATA,
+    MetadataRequest,
+    MetadataResponse,
+    (0, 12),
+    handle,
+    error_body,
+    authorize=_authorize,
+    filter_response=_visible_topics,
+)
 
 APIS: Final = (METADATA,)

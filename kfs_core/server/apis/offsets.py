@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from kfs_core.security.acls import Operation
+from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import LEADER_EPOCH, Api, Refused, error_code_for, log_failure
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
@@ -82,7 +84,13 @@ def error_body(request: Request, code: ErrorCode, message: str | None, _: Broker
 # kafka-python would send 11, but v8+ only add tiered-storage offset specs
 # (-4, -5, -6) and a timeout, none of which KFS implements.
 LIST_OFFSETS = Api(
-    ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, (1, 7), handle, error_body
+    ApiKey.LIST_OFFSETS,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    (1, 7),
+    handle,
+    error_body,
+    authorize=topics_rule("topics", Operation.DESCRIBE, "topics"),
 )
 
 APIS: Final = (LIST_OFFSETS,)

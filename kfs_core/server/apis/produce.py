@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.errors import LogError
 from kfs_core.log.log_manager import AppendResult
+from kfs_core.security.acls import Operation
+from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import Api, error_code_for, log_failure, message_of
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import ApiKey, ProduceRequest, ProduceResponse
@@ -158,7 +160,14 @@ def error_body(request: Request, code: ErrorCode, message: str | None, _: Broker
 # kafka-python sends <= 9, librdkafka <= 10; v10 only adds KIP-951 leader
 # hints, meaningless on a single broker; v13 names topics by id.
 PRODUCE = Api(
-    ApiKey.PRODUCE, ProduceRequest, ProduceResponse, (3, 9), None, error_body, start=start
+    ApiKey.PRODUCE,
+    ProduceRequest,
+    ProduceResponse,
+    (3, 9),
+    None,
+    error_body,
+    start=start,
+    authorize=topics_rule("topic_data", Operation.WRITE, "responses"),
 )
 
 APIS: Final = (PRODUCE,)

@@ -23,6 +23,8 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any, Final
 
+from kfs_core.security.acls import Operation
+from kfs_core.server.apis.access import CLUSTER_DENIED, Checker, Plan
 from kfs_core.server.apis.base import Api, ErrorBody, Handler
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
@@ -83,6 +85,15 @@ def error_body(request: Request, code: ErrorCode, message: str | None, _: Broker
     )
 
 
+def _authorize_init(may: Checker, request: Request) -> Plan | None:
+    """IDEMPOTENT_WRITE on the cluster, or WRITE on any topic (KIP-679)."""
+    if request.body.transactional_id is not None:
+        return None  # transactions are refused by the handler
+    if may.cluster(Operation.IDEMPOTENT_WRITE) or may.may_write_some_topic():
+        return None
+    return Plan(whole=CLUSTER_DENIED)
+
+
 # Both clients send <= 4; v5 is KIP-890 transactions v2.
 INIT_PRODUCER_ID = Api(
     ApiKey.INIT_PRODUCER_ID,
@@ -91,6 +102,7 @@ INIT_PRODUCER_ID = Api(
     (0, 4),
     handle,
     error_body,
+    authorize=_authorize_init,
 )
 
 

@@ -24,6 +24,16 @@ from typing import TYPE_CHECKING, Any, Final
 from kfs_core.catalog.config import CONFIG_KEYS, DEFAULT_CONFIGS
 from kfs_core.catalog.topics import MAX_PARTITIONS
 from kfs_core.errors import InvalidConfig, InvalidPartitions
+from kfs_core.security.acls import Operation, ResourceType
+from kfs_core.server.apis.access import (
+    TOPIC_DENIED,
+    Checker,
+    Plan,
+    Rule,
+    name_of,
+    split,
+    topics_rule,
+)
 from kfs_core.server.apis.base import (
     NODE_ID,
     Api,
@@ -584,6 +594,42 @@ def _alter_configs_error(
 
 # kafka-python sends 7 (topic ids in the response, which KFS can mint),
 # librdkafka <= 4.
+# --- authorization -------------------------------------------------------------------
+
+
+def _authorize_create_topics(may: Checker, request: Request) -> Plan | None:
+    """CREATE on the cluster, else CREATE on each topic."""
+    if may.cluster(Operation.CREATE):
+        return None
+    return split(request, "topics", lambda t: may(Operation.CREATE, ResourceType.TOPIC, t.name),
+                 TOPIC_DENIED, "topics")  # fmt: skip
+
+
+def _authorize_delete_topics(may: Checker, request: Request) -> Plan | None:
+    """DELETE on each topic (v6+ may name topics by id: a list of structs)."""
+    attr = "topic_names" if request.api_version < 6 else "topics"
+    return split(request, attr, lambda t: may(Operation.DELETE, ResourceType.TOPIC, name_of(t)),
+                 TOPIC_DENIED, "responses")  # fmt: skip
+
+
+_CONFIG_RESOURCES: Final = {2: ResourceType.TOPIC, 4: ResourceType.CLUSTER}
+
+
+def _configs_rule(op: Operation, response_field: str) -> Rule:
+    """``op`` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on each resource: a topic or the cluster."""
+
+    def rule(may: Checker, request: Request) -> Plan | None:
+        def allowed(resource: Any) -> bool:
+            rtype = _CONFIG_RESOURCES.get(resource.resource_type)
+            if rtype is ResourceType.CLUSTER:
+                return may.cluster(op)
+            return rtype is None or may(op, rtype, resource.resource_name)
+
+        return split(request, "resources", allowed, TOPIC_DENIED, response_field)
+
+    return rule
+
+
 CREATE_TOPICS = Api(
     ApiKey.CREATE_TOPICS,
     CreateTopicsRequest,
@@ -591,6 +637,7 @@ CREATE_TOPICS = Api(
     (2, 7),
     _create_topics,
     _create_topics_error,
+    authorize=_authorize_create_topics,
 )
 # v6 may delete by topic id; at <= 5 topics are named.
 DELETE_TOPICS = Api(
@@ -600,6 +647,7 @@ DELETE_TOPICS = Api(
     (1, 5),
     _delete_topics,
     _delete_topics_error,
+    authorize=_authorize_delete_topics,
 )
 DESCRIBE_CONFIGS = Api(
     ApiKey.DESCRIBE_CONFIGS,
@@ -608,6 +656,7 @@ DESCRIBE_CONFIGS = Api(
     (1, 4),
     _describe_configs,
     _describe_configs_error,
+    authorize=_configs_rule(Operation.DESCRIBE_CONFIGS, "results"),
 )
 
 # librdkafka sends <= 2, kafka-python 3 (the same fields as 2).
@@ -618,6 +667,7 @@ CREATE_PARTITIONS = Api(
     (0, 3),
     _create_partitions,
     _create_partitions_error,
+    authorize=topics_rule("topics", Operation.ALTER, "results"),
 )
 # librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
 ALTER_CONFIGS = Api(
@@ -627,6 +677,7 @@ ALTER_CONFIGS = Api(
     (0, 2),
     _alter_configs,
     _alter_configs_error,
+    authorize=_configs_rule(Operation.ALTER_CONFIGS, "responses"),
 )
 # librdkafka and kafka-python send 1 (flexible), every version there is.
 INCREMENTAL_ALTER_CONFIGS = Api(
@@ -636,6 +687,7 @@ INCREMENTAL_ALTER_CONFIGS = Api(
     (0, 1),
     _incremental_alter_configs,
     _alter_configs_error,
+    authorize=_configs_rule(Operation.ALTER_CONFIGS, "responses"),
 )
 
 APIS: Final = (

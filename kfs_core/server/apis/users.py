@@ -19,7 +19,9 @@ import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from kfs_core.security.acls import Operation
 from kfs_core.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted
+from kfs_core.server.apis.access import cluster_rule
 from kfs_core.server.apis.base import Api
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
@@ -177,7 +179,9 @@ def _alter_error(request: Request, code: ErrorCode, message: str | None, _: Brok
 
 APIS = (
     Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, DescribeUserScramCredentialsRequest,
-        DescribeUserScramCredentialsResponse, (0, 0), _describe, _describe_error),
+        DescribeUserScramCredentialsResponse, (0, 0), _describe, _describe_error,
+        authorize=cluster_rule(Operation.DESCRIBE)),
     Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, AlterUserScramCredentialsRequest,
-        AlterUserScramCredentialsResponse, (0, 0), _alter, _alter_error),
+        AlterUserScramCredentialsResponse, (0, 0), _alter, _alter_error,
+        authorize=cluster_rule(Operation.ALTER)),
 )  # fmt: skip
