@@ -31,6 +31,7 @@ from kfs_core.security.acls import (
 )
 from kfs_core.server.apis.access import cluster_rule
 from kfs_core.server.apis.base import Api
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     ApiKey,
@@ -43,7 +44,7 @@ from kfs_core.server.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.apis.context import BrokerOptions, RequestContext
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
 
 log = logging.getLogger(__name__)
@@ -127,15 +128,7 @@ async def _create(context: RequestContext, request: Request) -> Any:
     )
 
 
-def _create_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    return CreateAclsResponse(
-        version=request.api_version,
-        throttle_time_ms=0,
-        results=[
-            CreateAclsResponse.AclCreationResult(error_code=int(code), error_message=message)
-            for _ in request.body.creations or []
-        ],
-    )
+_create_error = schema_error_body({"results": Mirror("creations")})
 
 
 async def _describe(context: RequestContext, request: Request) -> Any:
@@ -178,16 +171,7 @@ async def _describe(context: RequestContext, request: Request) -> Any:
     )
 
 
-def _describe_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return DescribeAclsResponse(
-        version=request.api_version,
-        throttle_time_ms=0,
-        error_code=int(code),
-        error_message=message,
-        resources=[],
-    )
+_describe_error = schema_error_body({})
 
 
 async def _delete(context: RequestContext, request: Request) -> Any:
@@ -234,16 +218,7 @@ async def _delete(context: RequestContext, request: Request) -> Any:
     return DeleteAclsResponse(version=request.api_version, throttle_time_ms=0, filter_results=out)
 
 
-def _delete_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    result = DeleteAclsResponse.DeleteAclsFilterResult
-    return DeleteAclsResponse(
-        version=request.api_version,
-        throttle_time_ms=0,
-        filter_results=[
-            result(error_code=int(code), error_message=message, matching_acls=[])
-            for _ in request.body.filters or []
-        ],
-    )
+_delete_error = schema_error_body({"filter_results": Mirror("filters")})
 
 
 APIS = (

@@ -30,6 +30,7 @@ from kfs_core.server.apis.base import (
     log_failure,
     message_of,
 )
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     ApiKey,
@@ -208,26 +209,19 @@ async def _delete_below(context: RequestContext, topic: str, partition: int, off
     return result(partition_index=partition, low_watermark=low_watermark, error_code=0)
 
 
-def _delete_records_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    topic_result = DeleteRecordsResponse.DeleteRecordsTopicResult
-    partition_result = topic_result.DeleteRecordsPartitionResult
-    return request.response(
-        throttle_time_ms=0,
-        topics=[
-            topic_result(
-                name=t.name,
-                partitions=[
-                    partition_result(
-                        partition_index=p.partition_index, low_watermark=-1, error_code=int(code)
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.body.topics
-        ],
-    )
+_delete_records_error = schema_error_body(
+    {
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {
+                "partitions": Mirror(
+                    "partitions", {"partition_index": "partition_index"}, {"low_watermark": -1}
+                )
+            },
+        )
+    }
+)
 
 
 # librdkafka has no DescribeCluster request (its describe_cluster reads

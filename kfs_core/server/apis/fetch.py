@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any, Final
 from kfs_core.security.acls import Operation
 from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import Api, error_code_for, log_failure
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.framing import MAX_REQUEST_BYTES
 from kfs_core.server.protocol.messages import ApiKey, FetchRequest, FetchResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.apis.context import BrokerOptions, RequestContext
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = ["APIS", "FETCH", "trim_to_batches"]
@@ -166,32 +167,29 @@ async def _read_once(
     return answers, total, failed
 
 
-def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    data = FetchResponse.FetchableTopicResponse
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code) if request.api_version >= 7 else 0,
-        session_id=0,
-        responses=[
-            data(
-                topic=t.topic,
-                partitions=[
-                    data.PartitionData(
-                        partition_index=p.partition,
-                        error_code=int(code),
-                        high_watermark=-1,
-                        last_stable_offset=-1,
-                        log_start_offset=-1,
-                        aborted_transactions=None,
-                        preferred_read_replica=-1,
-                        records=b"",
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.body.topics
-        ],
-    )
+error_body = schema_error_body(
+    {
+        "session_id": 0,
+        "responses": Mirror(
+            "topics",
+            {"topic": "topic"},
+            {
+                "partitions": Mirror(
+                    "partitions",
+                    {"partition_index": "partition"},
+                    {
+                        "high_watermark": -1,
+                        "last_stable_offset": -1,
+                        "log_start_offset": -1,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        "records": b"",
+                    },
+                )
+            },
+        ),
+    }
+)
 
 
 # v4 is the first whose responses carry RecordBatch v2 unconverted.

@@ -36,6 +36,7 @@ from kfs_core.server.apis.base import (
     log_failure,
     message_of,
 )
+from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     ApiKey,
@@ -221,14 +222,7 @@ async def _sync_group(context: RequestContext, request: Request) -> Any:
     )
 
 
-def _sync_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code),
-        protocol_type=None,
-        protocol_name=None,
-        assignment=b"",
-    )
+_sync_error = schema_error_body({"protocol_type": None, "protocol_name": None, "assignment": b""})
 
 
 async def _heartbeat(context: RequestContext, request: Request) -> Any:
@@ -277,8 +271,7 @@ async def _leave_group(context: RequestContext, request: Request) -> Any:
     )
 
 
-def _leave_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    return request.response(throttle_time_ms=0, error_code=int(code), members=[])
+_leave_error = schema_error_body({})
 
 
 # --- OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------------------
@@ -414,10 +407,7 @@ async def _offset_delete(context: RequestContext, request: Request) -> Any:
     )
 
 
-def _offset_delete_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return request.response(error_code=int(code), throttle_time_ms=0, topics=[])
+_offset_delete_error = schema_error_body({})
 
 
 # --- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------------
@@ -441,10 +431,7 @@ async def _list_groups(context: RequestContext, request: Request) -> Any:
     )
 
 
-def _list_groups_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return request.response(throttle_time_ms=0, error_code=int(code), groups=[])
+_list_groups_error = schema_error_body({})
 
 
 async def _describe_groups(context: RequestContext, request: Request) -> Any:
@@ -497,13 +484,21 @@ def _described_error(group_id: str, code: ErrorCode, message: str | None) -> Any
     )
 
 
-def _describe_groups_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return request.response(
-        throttle_time_ms=0,
-        groups=[_described_error(g, code, message) for g in request.body.groups],
-    )
+_describe_groups_error = schema_error_body(
+    {
+        "groups": Mirror(
+            "groups",
+            {"group_id": ITEM},
+            {
+                "group_state": "",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+                "authorized_operations": None,
+            },
+        )
+    }
+)
 
 
 async def _delete_groups(context: RequestContext, request: Request) -> Any:
@@ -520,102 +515,54 @@ async def _delete_groups(context: RequestContext, request: Request) -> Any:
     return request.response(throttle_time_ms=0, results=results)
 
 
-def _delete_groups_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    result = DeleteGroupsResponse.DeletableGroupResult
-    return request.response(
-        throttle_time_ms=0,
-        results=[result(group_id=g, error_code=int(code)) for g in request.body.groups_names],
-    )
+_delete_groups_error = schema_error_body({"results": Mirror("groups_names", {"group_id": ITEM})})
 
 
 # --- error bodies -----------------------------------------------------------------------------
 
 
-def _find_coordinator_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    if request.api_version >= 4:
-        coordinator = FindCoordinatorResponse.Coordinator
-        return request.response(
-            throttle_time_ms=0,
-            coordinators=[
-                coordinator(
-                    key=k, node_id=-1, host="", port=-1, error_code=int(code), error_message=message
+_find_coordinator_error = schema_error_body(
+    {
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+        "coordinators": Mirror(
+            "coordinator_keys", {"key": ITEM}, {"node_id": -1, "host": "", "port": -1}
+        ),
+    }
+)
+
+
+_offset_commit_error = schema_error_body(
+    {
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {"partitions": Mirror("partitions", {"partition_index": "partition_index"})},
+        )
+    }
+)
+
+
+_offset_fetch_error = schema_error_body(
+    {
+        "groups": Mirror("groups", {"group_id": "group_id"}),
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {
+                "partitions": Mirror(
+                    "partition_indexes",
+                    {"partition_index": ITEM},
+                    {"committed_offset": -1, "metadata": ""},
                 )
-                for k in request.body.coordinator_keys
-            ],
-        )
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code),
-        error_message=message,
-        node_id=-1,
-        host="",
-        port=-1,
-    )
+            },
+        ),
+    }
+)
 
 
-def _offset_commit_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    committed = OffsetCommitResponse.OffsetCommitResponseTopic
-    return request.response(
-        throttle_time_ms=0,
-        topics=[
-            committed(
-                name=t.name,
-                partitions=[
-                    committed.OffsetCommitResponsePartition(
-                        partition_index=p.partition_index, error_code=int(code)
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.body.topics
-        ],
-    )
-
-
-def _offset_fetch_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    body = request.body
-    if request.api_version >= 8:
-        group = OffsetFetchResponse.OffsetFetchResponseGroup
-        return request.response(
-            throttle_time_ms=0,
-            groups=[
-                group(group_id=g.group_id, topics=[], error_code=int(code)) for g in body.groups
-            ],
-        )
-    fetched = OffsetFetchResponse.OffsetFetchResponseTopic
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code),
-        topics=[
-            fetched(
-                name=t.name,
-                partitions=[
-                    fetched.OffsetFetchResponsePartition(
-                        partition_index=index,
-                        committed_offset=-1,
-                        metadata="",
-                        error_code=int(code),
-                    )
-                    for index in t.partition_indexes
-                ],
-            )
-            for t in body.topics or ()
-        ],
-    )
-
-
-def _code_only_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return request.response(throttle_time_ms=0, error_code=int(code))
+_code_only_error = schema_error_body({})
 
 
 # kafka-python uses v4 (batched keys) when offered, librdkafka <= 2; v5/v6

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any, Final
 from kfs_core.security.acls import Operation
 from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import LEADER_EPOCH, Api, Refused, error_code_for, log_failure
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.apis.context import BrokerOptions, RequestContext
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = ["APIS", "LIST_OFFSETS"]
@@ -58,26 +59,21 @@ async def handle(context: RequestContext, request: Request) -> Any:
     return request.response(throttle_time_ms=0, topics=topics)
 
 
-def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    listed = ListOffsetsResponse.ListOffsetsTopicResponse
-    return request.response(
-        throttle_time_ms=0,
-        topics=[
-            listed(
-                name=t.name,
-                partitions=[
-                    listed.ListOffsetsPartitionResponse(
-                        partition_index=p.partition_index,
-                        error_code=int(code),
-                        timestamp=-1,
-                        offset=-1,
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.body.topics
-        ],
-    )
+error_body = schema_error_body(
+    {
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {
+                "partitions": Mirror(
+                    "partitions",
+                    {"partition_index": "partition_index"},
+                    {"timestamp": -1, "offset": -1},
+                )
+            },
+        )
+    }
+)
 
 
 # v0 (offset arrays) is gone from the spec.  librdkafka sends <= 7;

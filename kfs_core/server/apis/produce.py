@@ -23,11 +23,12 @@ from kfs_core.log.log_manager import AppendResult
 from kfs_core.security.acls import Operation
 from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import Api, error_code_for, log_failure, message_of
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import ApiKey, ProduceRequest, ProduceResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.apis.context import BrokerOptions, RequestContext
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = ["APIS", "PRODUCE"]
@@ -137,23 +138,19 @@ async def _finish(
     return request.response(responses=responses, throttle_time_ms=0)
 
 
-def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    answer = ProduceResponse.TopicProduceResponse
-    return request.response(
-        throttle_time_ms=0,
-        responses=[
-            answer(
-                name=t.name,
-                partition_responses=[
-                    answer.PartitionProduceResponse(
-                        index=p.index, error_code=int(code), base_offset=-1, error_message=message
-                    )
-                    for p in t.partition_data
-                ],
-            )
-            for t in request.body.topic_data
-        ],
-    )
+error_body = schema_error_body(
+    {
+        "responses": Mirror(
+            "topic_data",
+            {"name": "name"},
+            {
+                "partition_responses": Mirror(
+                    "partition_data", {"index": "index"}, {"base_offset": -1}
+                )
+            },
+        )
+    }
+)
 
 
 # v3 is the first to carry RecordBatch v2, the only format KFS stores.

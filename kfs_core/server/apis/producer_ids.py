@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 from kfs_core.security.acls import Operation
 from kfs_core.server.apis.access import CLUSTER_DENIED, Checker, Plan
 from kfs_core.server.apis.base import Api, ErrorBody, Handler
+from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     AddOffsetsToTxnRequest,
@@ -42,7 +43,7 @@ from kfs_core.server.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.apis.context import BrokerOptions, RequestContext
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = [
@@ -79,10 +80,7 @@ async def handle(context: RequestContext, request: Request) -> Any:
     )
 
 
-def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    return request.response(
-        throttle_time_ms=0, error_code=int(code), producer_id=-1, producer_epoch=-1
-    )
+error_body = schema_error_body({"producer_id": -1, "producer_epoch": -1})
 
 
 def _authorize_init(may: Checker, request: Request) -> Plan | None:
@@ -119,50 +117,29 @@ def _refusal(error_body: ErrorBody) -> Handler:
     return refuse
 
 
-def _add_partitions_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    topic_result = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
-    partition_result = topic_result.AddPartitionsToTxnPartitionResult
-    return request.response(
-        throttle_time_ms=0,
-        results_by_topic_v3_and_below=[
-            topic_result(
-                name=topic.name,
-                results_by_partition=[
-                    partition_result(partition_index=index, partition_error_code=int(code))
-                    for index in topic.partitions
-                ],
-            )
-            for topic in request.body.v3_and_below_topics
-        ],
-    )
+_add_partitions_error = schema_error_body(
+    {
+        "results_by_topic_v3_and_below": Mirror(
+            "v3_and_below_topics",
+            {"name": "name"},
+            {"results_by_partition": Mirror("partitions", {"partition_index": ITEM})},
+        )
+    }
+)
 
 
-def _error_code_only(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return request.response(throttle_time_ms=0, error_code=int(code))
+_error_code_only = schema_error_body({})
 
 
-def _txn_offset_commit_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    topic_answer = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
-    partition_answer = topic_answer.TxnOffsetCommitResponsePartition
-    return request.response(
-        throttle_time_ms=0,
-        topics=[
-            topic_answer(
-                name=topic.name,
-                partitions=[
-                    partition_answer(partition_index=p.partition_index, error_code=int(code))
-                    for p in topic.partitions
-                ],
-            )
-            for topic in request.body.topics
-        ],
-    )
+_txn_offset_commit_error = schema_error_body(
+    {
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {"partitions": Mirror("partitions", {"partition_index": "partition_index"})},
+        )
+    }
+)
 
 
 # Versions: librdkafka sends AddPartitionsToTxn and AddOffsetsToTxn v0,

@@ -42,6 +42,7 @@ from kfs_core.server.apis.base import (
     log_failure,
     message_of,
 )
+from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
 from kfs_core.server.directory import topic_uuid
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
@@ -61,7 +62,7 @@ from kfs_core.server.protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.apis.context import BrokerOptions, RequestContext
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = [
@@ -516,80 +517,35 @@ def _list_items(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def _create_topics_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    created = CreateTopicsResponse.CreatableTopicResult
-    return request.response(
-        throttle_time_ms=0,
-        topics=[
-            created(name=t.name, error_code=int(code), error_message=message)
-            for t in request.body.topics
-        ],
-    )
+_create_topics_error = schema_error_body(
+    {"topics": Mirror("topics", {"name": "name"}, {"topic_config_error_code": 0})}
+)
 
 
-def _delete_topics_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    deleted = DeleteTopicsResponse.DeletableTopicResult
-    return request.response(
-        throttle_time_ms=0,
-        responses=[
-            deleted(name=name, error_code=int(code), error_message=message)
-            for name in request.body.topic_names
-        ],
-    )
+_delete_topics_error = schema_error_body({"responses": Mirror("topic_names", {"name": ITEM})})
 
 
-def _describe_configs_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    described = DescribeConfigsResponse.DescribeConfigsResult
-    return request.response(
-        throttle_time_ms=0,
-        results=[
-            described(
-                error_code=int(code),
-                error_message=message,
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                configs=[],
-            )
-            for r in request.body.resources
-        ],
-    )
+_describe_configs_error = schema_error_body(
+    {
+        "results": Mirror(
+            "resources",
+            {"resource_type": "resource_type", "resource_name": "resource_name"},
+            {"configs": []},
+        )
+    }
+)
 
 
-def _create_partitions_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    result = CreatePartitionsResponse.CreatePartitionsTopicResult
-    return request.response(
-        throttle_time_ms=0,
-        results=[
-            result(name=t.name, error_code=int(code), error_message=message)
-            for t in request.body.topics
-        ],
-    )
+_create_partitions_error = schema_error_body({"results": Mirror("topics", {"name": "name"})})
 
 
-def _alter_configs_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    result = _ALTER_RESULTS[request.api_key]
-    return request.response(
-        throttle_time_ms=0,
-        responses=[
-            result(
-                error_code=int(code),
-                error_message=message,
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-            )
-            for r in request.body.resources
-        ],
-    )
+_alter_configs_error = schema_error_body(
+    {
+        "responses": Mirror(
+            "resources", {"resource_type": "resource_type", "resource_name": "resource_name"}
+        )
+    }
+)
 
 
 # kafka-python sends 7 (topic ids in the response, which KFS can mint),

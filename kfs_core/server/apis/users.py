@@ -23,6 +23,7 @@ from kfs_core.security.acls import Operation
 from kfs_core.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted
 from kfs_core.server.apis.access import cluster_rule
 from kfs_core.server.apis.base import Api
+from kfs_core.server.apis.error_bodies import schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     AlterUserScramCredentialsRequest,
@@ -90,13 +91,7 @@ async def _describe(context: RequestContext, request: Request) -> Any:
     )
 
 
-def _describe_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return DescribeUserScramCredentialsResponse(
-        version=request.api_version, throttle_time_ms=0, error_code=int(code),
-        error_message=message, results=[],
-    )  # fmt: skip
+_describe_error = schema_error_body({})
 
 
 def _alter_sync(users: UserStore, body: Any) -> dict[str, tuple[int, str | None]]:
