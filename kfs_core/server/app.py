@@ -605,7 +605,7 @@ _SASL_OPEN_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.
 class _Pending:
     """A request read and started, waiting for its turn to be answered."""
 
-    request: Request | None  # None: ``raw`` is a pre-encoded answer
+    request: Request[Any] | None  # None: ``raw`` is a pre-encoded answer
     future: asyncio.Future[Any] | None
     raw: bytes | None
     started: float

@@ -24,7 +24,7 @@ __all__ = ["AuditLog", "Plan", "check", "filter_response"]
 
 
 def check(
-    authorizer: Authorizer, session: Session, audit_log: AuditLog, request: Request
+    authorizer: Authorizer, session: Session, audit_log: AuditLog, request: Request[Any]
 ) -> Plan | None:
     """How to serve ``request`` for ``session``: None (all allowed) or a `Plan`."""
     rule = REGISTRY[request.api_key].authorize
@@ -34,7 +34,11 @@ def check(
 
 
 def filter_response(
-    authorizer: Authorizer, session: Session, audit_log: AuditLog, request: Request, response: Any
+    authorizer: Authorizer,
+    session: Session,
+    audit_log: AuditLog,
+    request: Request[Any],
+    response: Any,
 ) -> Any:
     """Drop what a listing response shows that the principal may not DESCRIBE."""
     keep_visible = REGISTRY[request.api_key].filter_response

@@ -46,7 +46,7 @@ def cluster_id_for(store_url: str, namespace: str) -> str:
 
 
 def error_response(
-    request: Request, code: ErrorCode, options: BrokerOptions, message: str | None = None
+    request: Request[Any], code: ErrorCode, options: BrokerOptions, message: str | None = None
 ) -> Any:
     """A response to ``request`` carrying ``code`` everywhere it can hold one.
 
@@ -102,7 +102,7 @@ class Broker:
         """Shutdown has begun: long polls answer now."""
         self.notifier.stop()
 
-    async def begin(self, request: Request) -> asyncio.Future[Any]:
+    async def begin(self, request: Request[Any]) -> asyncio.Future[Any]:
         """Start serving ``request``; the future gives its response body.
 
         Called in request order on a connection.  Exceptions, here or in the
@@ -149,7 +149,7 @@ class Broker:
             client_host=CLIENT_HOST.get(),
         )
 
-    async def _dispatch(self, request: Request) -> asyncio.Future[Any]:
+    async def _dispatch(self, request: Request[Any]) -> asyncio.Future[Any]:
         api = REGISTRY[request.api_key]
         context = self.context()
         if api.start is not None:
@@ -157,6 +157,8 @@ class Broker:
         assert api.handle is not None
         return asyncio.ensure_future(api.handle(context, request))
 
-    def error_response(self, request: Request, code: ErrorCode, message: str | None = None) -> Any:
+    def error_response(
+        self, request: Request[Any], code: ErrorCode, message: str | None = None
+    ) -> Any:
         """`error_response` with this broker's options."""
         return error_response(request, code, self.options, message)

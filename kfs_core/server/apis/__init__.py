@@ -68,12 +68,12 @@ def api_versions_body(
     )
 
 
-async def _api_versions(context: RequestContext, request: Request) -> Any:
+async def _api_versions(context: RequestContext, request: Request[Any]) -> Any:
     return api_versions_body(request.api_version)
 
 
 def _api_versions_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
 ) -> Any:
     return api_versions_body(request.api_version, code)
 
@@ -89,8 +89,8 @@ API_VERSIONS = Api(
 )
 
 
-def _collect(*families: tuple[Api, ...]) -> dict[ApiKey, Api]:
-    table: dict[ApiKey, Api] = {}
+def _collect(*families: tuple[Api[Any, Any], ...]) -> dict[ApiKey, Api[Any, Any]]:
+    table: dict[ApiKey, Api[Any, Any]] = {}
     for api in (*(api for family in families for api in family), API_VERSIONS):
         if api.key in table:
             raise ValueError(f"{api.key.name} is registered twice")
@@ -100,7 +100,7 @@ def _collect(*families: tuple[Api, ...]) -> dict[ApiKey, Api]:
     return table
 
 
-REGISTRY: Final[Mapping[ApiKey, Api]] = MappingProxyType(
+REGISTRY: Final[Mapping[ApiKey, Api[Any, Any]]] = MappingProxyType(
     _collect(
         produce.APIS,
         fetch.APIS,

@@ -98,12 +98,12 @@ class Plan:
     """What to do with a request the ACLs do not wholly allow."""
 
     whole: ErrorCode | None = None  # deny everything with this code
-    request: Request | None = None  # the allowed part, for the handler
-    denied: Request | None = None  # the denied part, answered with ``code``
+    request: Request[Any] | None = None  # the allowed part, for the handler
+    denied: Request[Any] | None = None  # the denied part, answered with ``code``
     code: ErrorCode = TOPIC_DENIED
     field: str = ""  # the response's list the denied entries join
 
-    def merge(self, response: Any, error_body: Callable[[Request, ErrorCode], Any]) -> Any:
+    def merge(self, response: Any, error_body: Callable[[Request[Any], ErrorCode], Any]) -> Any:
         if self.denied is None:
             return response
         extra = getattr(error_body(self.denied, self.code), self.field) or []
@@ -136,13 +136,13 @@ class Checker:
 
 
 # An API's authorization: None (all allowed) or how to serve the request.
-Rule = Callable[[Checker, "Request"], "Plan | None"]
+Rule = Callable[[Checker, "Request[Any]"], "Plan | None"]
 # After the handler: drop what a listing shows that the principal may not see.
-ResponseFilter = Callable[[Checker, "Request", Any], Any]
+ResponseFilter = Callable[[Checker, "Request[Any]", Any], Any]
 
 
 def split(
-    request: Request,
+    request: Request[Any],
     attr: str,
     allowed: Callable[[Any], bool],
     code: ErrorCode,
@@ -165,7 +165,7 @@ def split(
     )
 
 
-def with_items(request: Request, attr: str, items: list[Any]) -> Request:
+def with_items(request: Request[Any], attr: str, items: list[Any]) -> Request[Any]:
     """A copy of ``request`` whose body's ``attr`` list is ``items``."""
     body = copy.copy(request.body)
     setattr(body, attr, items)
@@ -182,7 +182,7 @@ def name_of(item: Any) -> str:
 def topics_rule(attr: str, op: Operation, response_field: str) -> Rule:
     """``op`` on each topic of the request's ``attr`` list; denied ones answered in ``response_field``."""
 
-    def rule(may: Checker, request: Request) -> Plan | None:
+    def rule(may: Checker, request: Request[Any]) -> Plan | None:
         return split(
             request,
             attr,
@@ -197,7 +197,7 @@ def topics_rule(attr: str, op: Operation, response_field: str) -> Rule:
 def group_rule(op: Operation) -> Rule:
     """``op`` on the request's ``group_id``, or the whole request is denied."""
 
-    def rule(may: Checker, request: Request) -> Plan | None:
+    def rule(may: Checker, request: Request[Any]) -> Plan | None:
         return (
             None if may(op, ResourceType.GROUP, request.body.group_id) else Plan(whole=GROUP_DENIED)
         )
@@ -208,7 +208,7 @@ def group_rule(op: Operation) -> Rule:
 def cluster_rule(op: Operation) -> Rule:
     """``op`` on the cluster, or the whole request is denied."""
 
-    def rule(may: Checker, request: Request) -> Plan | None:
+    def rule(may: Checker, request: Request[Any]) -> Plan | None:
         return None if may.cluster(op) else Plan(whole=CLUSTER_DENIED)
 
     return rule

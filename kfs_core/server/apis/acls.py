@@ -103,7 +103,7 @@ async def refresh_forever(store: AclStore, authorizer: Authorizer) -> None:
         await asyncio.sleep(REFRESH_S)
 
 
-async def _create(context: RequestContext, request: Request) -> Any:
+async def _create(context: RequestContext, request: Request[Any]) -> Any:
     store = context.acl_store
     if store is None:
         return _create_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
@@ -131,7 +131,7 @@ async def _create(context: RequestContext, request: Request) -> Any:
 _create_error = schema_error_body({"results": Mirror("creations")})
 
 
-async def _describe(context: RequestContext, request: Request) -> Any:
+async def _describe(context: RequestContext, request: Request[Any]) -> Any:
     store = context.acl_store
     if store is None:
         return _describe_error(
@@ -174,7 +174,7 @@ async def _describe(context: RequestContext, request: Request) -> Any:
 _describe_error = schema_error_body({})
 
 
-async def _delete(context: RequestContext, request: Request) -> Any:
+async def _delete(context: RequestContext, request: Request[Any]) -> Any:
     store = context.acl_store
     if store is None:
         return _delete_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)

@@ -25,7 +25,7 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from kfs_core.errors import KfsError
 from kfs_core.security.sasl import Session
@@ -77,16 +77,22 @@ def advertised_address(options: BrokerOptions) -> tuple[str, int]:
     return ADVERTISED.get() or (options.advertised_host, options.advertised_port)
 
 
-Handler = Callable[["RequestContext", "Request"], Awaitable[Any]]
+# An API's request body and response body types: the spec-generated classes, or
+# Protocols of the fields handlers use (`kfs_core.server.protocol.bodies`).
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+Handler = Callable[["RequestContext", "Request[Req]"], Awaitable[Resp]]
 # Produce starts in request order on a connection and finishes later.
-Starter = Callable[["RequestContext", "Request"], Awaitable["asyncio.Future[Any]"]]
-ErrorBody = Callable[["Request", ErrorCode, "str | None", "BrokerOptions"], Any]
+Starter = Callable[["RequestContext", "Request[Req]"], Awaitable["asyncio.Future[Resp]"]]
+ErrorBody = Callable[["Request[Req]", ErrorCode, "str | None", "BrokerOptions"], Resp]
 
 
 @dataclass(frozen=True, slots=True)
-class Api:
+class Api(Generic[Req, Resp]):
     """One Kafka API as KFS serves it: messages, versions, handler and error body.
 
+    ``Req`` and ``Resp`` are the body types its handler takes and gives.
     ``versions`` is (min, max): a client uses min(its max, our max), so the
     comment beside each registration says which clients send what.
     ``start`` replaces ``handle`` for the one API whose work must begin in
@@ -100,9 +106,9 @@ class Api:
     request: Any
     response: Any
     versions: tuple[int, int]
-    handle: Handler | None
-    error_body: ErrorBody
-    start: Starter | None = None
+    handle: Handler[Req, Resp] | None
+    error_body: ErrorBody[Req, Resp]
+    start: Starter[Req, Resp] | None = None
     authorize: Rule | None = None
     filter_response: ResponseFilter | None = None
 

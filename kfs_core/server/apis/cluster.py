@@ -58,7 +58,7 @@ ENDPOINT_CONTROLLERS: Final = 2
 # --- DescribeCluster ----------------------------------------------------------------
 
 
-async def _describe_cluster(context: RequestContext, request: Request) -> Any:
+async def _describe_cluster(context: RequestContext, request: Request[Any]) -> Any:
     endpoint = getattr(request.body, "endpoint_type", ENDPOINT_BROKERS)
     if endpoint != ENDPOINT_BROKERS:
         # Clients ask controllers only with bootstrap.controllers, which name
@@ -93,7 +93,7 @@ async def _describe_cluster(context: RequestContext, request: Request) -> Any:
 
 
 def _describe_cluster_error(
-    request: Request, code: ErrorCode, message: str | None, options: BrokerOptions
+    request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
 ) -> Any:
     return request.response(
         throttle_time_ms=0,
@@ -109,7 +109,7 @@ def _describe_cluster_error(
 # --- DescribeLogDirs ----------------------------------------------------------------
 
 
-async def _describe_log_dirs(context: RequestContext, request: Request) -> Any:
+async def _describe_log_dirs(context: RequestContext, request: Request[Any]) -> Any:
     requested = request.body.topics
     if requested is None:
         wanted = [(info.name, list(range(info.partitions))) for info in await context.topics.all()]
@@ -157,7 +157,7 @@ def _log_dir(context: RequestContext) -> str:
 
 
 def _describe_log_dirs_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
 ) -> Any:
     # v1 and v2 have no top-level error code: the one result carries it.
     return request.response(
@@ -170,7 +170,7 @@ def _describe_log_dirs_error(
 # --- DeleteRecords --------------------------------------------------------------------
 
 
-async def _delete_records(context: RequestContext, request: Request) -> Any:
+async def _delete_records(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     topic_result = DeleteRecordsResponse.DeleteRecordsTopicResult
     topics = []
@@ -259,4 +259,4 @@ DELETE_RECORDS = Api(
     authorize=topics_rule("topics", Operation.DELETE, "topics"),
 )
 
-APIS: Final[tuple[Api, ...]] = (DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DELETE_RECORDS)
+APIS: Final[tuple[Api[Any, Any], ...]] = (DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DELETE_RECORDS)

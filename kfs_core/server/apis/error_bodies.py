@@ -54,10 +54,12 @@ class Mirror:
     shape: Shape = field(default_factory=dict)
 
 
-def schema_error_body(shape: Shape) -> ErrorBody:
+def schema_error_body(shape: Shape) -> ErrorBody[Any, Any]:
     """The `ErrorBody` of an API whose response has this shape."""
 
-    def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
+    def error_body(
+        request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
+    ) -> Any:
         response_class = MESSAGES[request.api_key].response
         values = _fill(
             response_class.fields, request.api_version, request.body, shape, code, message

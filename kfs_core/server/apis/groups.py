@@ -98,7 +98,7 @@ def _code(exc: BaseException, what: str) -> ErrorCode:
 # --- FindCoordinator ------------------------------------------------------------------
 
 
-async def _find_coordinator(context: RequestContext, request: Request) -> Any:
+async def _find_coordinator(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
     key_type = getattr(body, "key_type", COORDINATOR_KEY_GROUP)
@@ -134,7 +134,7 @@ async def _find_coordinator(context: RequestContext, request: Request) -> Any:
 # --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------
 
 
-async def _join_group(context: RequestContext, request: Request) -> Any:
+async def _join_group(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     version = request.api_version
     try:
@@ -174,7 +174,7 @@ async def _join_group(context: RequestContext, request: Request) -> Any:
     )
 
 
-def _join_error(request: Request, code: ErrorCode, member_id: str = "") -> Any:
+def _join_error(request: Request[Any], code: ErrorCode, member_id: str = "") -> Any:
     return request.response(
         throttle_time_ms=0,
         error_code=int(code),
@@ -189,12 +189,12 @@ def _join_error(request: Request, code: ErrorCode, member_id: str = "") -> Any:
 
 
 def _join_group_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
 ) -> Any:
     return _join_error(request, code, request.body.member_id)
 
 
-async def _sync_group(context: RequestContext, request: Request) -> Any:
+async def _sync_group(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     try:
         assignments: dict[str, bytes] = {}
@@ -225,7 +225,7 @@ async def _sync_group(context: RequestContext, request: Request) -> Any:
 _sync_error = schema_error_body({"protocol_type": None, "protocol_name": None, "assignment": b""})
 
 
-async def _heartbeat(context: RequestContext, request: Request) -> Any:
+async def _heartbeat(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     code = ErrorCode.NONE
     try:
@@ -241,7 +241,7 @@ async def _heartbeat(context: RequestContext, request: Request) -> Any:
     return request.response(throttle_time_ms=0, error_code=int(code))
 
 
-async def _leave_group(context: RequestContext, request: Request) -> Any:
+async def _leave_group(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     batched = request.api_version >= 3
     departures: list[tuple[str, str | None]] = (
@@ -277,7 +277,7 @@ _leave_error = schema_error_body({})
 # --- OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------------------
 
 
-async def _offset_commit(context: RequestContext, request: Request) -> Any:
+async def _offset_commit(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     requests = [
         CommitRequest(
@@ -360,7 +360,7 @@ def _fetched_topics(
     return answers
 
 
-async def _offset_fetch(context: RequestContext, request: Request) -> Any:
+async def _offset_fetch(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     if request.api_version >= 8:
         group_class = OffsetFetchResponse.OffsetFetchResponseGroup
@@ -383,7 +383,7 @@ async def _offset_fetch(context: RequestContext, request: Request) -> Any:
     return request.response(throttle_time_ms=0, error_code=0, topics=topics)
 
 
-async def _offset_delete(context: RequestContext, request: Request) -> Any:
+async def _offset_delete(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     try:
@@ -413,7 +413,7 @@ _offset_delete_error = schema_error_body({})
 # --- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------------
 
 
-async def _list_groups(context: RequestContext, request: Request) -> Any:
+async def _list_groups(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     types = getattr(body, "types_filter", None) or []
     if types and not {t.lower() for t in types} & {"classic", "consumer"}:
@@ -434,7 +434,7 @@ async def _list_groups(context: RequestContext, request: Request) -> Any:
 _list_groups_error = schema_error_body({})
 
 
-async def _describe_groups(context: RequestContext, request: Request) -> Any:
+async def _describe_groups(context: RequestContext, request: Request[Any]) -> Any:
     described = DescribeGroupsResponse.DescribedGroup
     member = described.DescribedGroupMember
     groups = []
@@ -501,7 +501,7 @@ _describe_groups_error = schema_error_body(
 )
 
 
-async def _delete_groups(context: RequestContext, request: Request) -> Any:
+async def _delete_groups(context: RequestContext, request: Request[Any]) -> Any:
     result = DeleteGroupsResponse.DeletableGroupResult
     results = []
     for group_id in request.body.groups_names:
@@ -570,7 +570,7 @@ _code_only_error = schema_error_body({})
 # --- authorization -------------------------------------------------------------------
 
 
-def _authorize_find_coordinator(may: Checker, request: Request) -> Plan | None:
+def _authorize_find_coordinator(may: Checker, request: Request[Any]) -> Plan | None:
     """DESCRIBE on each group asked for; a transaction coordinator is refused by the handler."""
     body = request.body
     keys = body.coordinator_keys if request.api_version >= 4 else [body.key]
@@ -583,7 +583,7 @@ def _authorize_find_coordinator(may: Checker, request: Request) -> Plan | None:
 def _group_then_topics(op: Operation) -> Rule:
     """``op`` on the group (else all denied), then READ on each topic."""
 
-    def rule(may: Checker, request: Request) -> Plan | None:
+    def rule(may: Checker, request: Request[Any]) -> Plan | None:
         if not may(op, ResourceType.GROUP, request.body.group_id):
             return Plan(whole=GROUP_DENIED)
         return split(request, "topics", lambda t: may(Operation.READ, ResourceType.TOPIC, t.name),
@@ -592,7 +592,7 @@ def _group_then_topics(op: Operation) -> Rule:
     return rule
 
 
-def _authorize_offset_fetch(may: Checker, request: Request) -> Plan | None:
+def _authorize_offset_fetch(may: Checker, request: Request[Any]) -> Plan | None:
     """DESCRIBE on the group(s) and on each topic named (all of them filtered afterwards)."""
     body = request.body
     if request.api_version >= 8:
@@ -611,7 +611,7 @@ def _authorize_offset_fetch(may: Checker, request: Request) -> Plan | None:
                  TOPIC_DENIED, "topics")  # fmt: skip
 
 
-def _visible_offsets(may: Checker, request: Request, response: Any) -> Any:
+def _visible_offsets(may: Checker, request: Request[Any], response: Any) -> Any:
     """Every topic of a group (v1-v7, no topics named) shows only those it may DESCRIBE."""
     if request.api_version < 8 and request.body.topics is None:
         response.topics = [
@@ -620,7 +620,7 @@ def _visible_offsets(may: Checker, request: Request, response: Any) -> Any:
     return response
 
 
-def _visible_groups(may: Checker, request: Request, response: Any) -> Any:
+def _visible_groups(may: Checker, request: Request[Any], response: Any) -> Any:
     """DESCRIBE on the cluster lists every group; else only the groups it may DESCRIBE."""
     if not may.cluster(Operation.DESCRIBE):
         response.groups = [
@@ -631,12 +631,12 @@ def _visible_groups(may: Checker, request: Request, response: Any) -> Any:
     return response
 
 
-def _authorize_describe_groups(may: Checker, request: Request) -> Plan | None:
+def _authorize_describe_groups(may: Checker, request: Request[Any]) -> Plan | None:
     return split(request, "groups", lambda g: may(Operation.DESCRIBE, ResourceType.GROUP, g),
                  GROUP_DENIED, "groups")  # fmt: skip
 
 
-def _authorize_delete_groups(may: Checker, request: Request) -> Plan | None:
+def _authorize_delete_groups(may: Checker, request: Request[Any]) -> Plan | None:
     return split(request, "groups_names", lambda g: may(Operation.DELETE, ResourceType.GROUP, g),
                  GROUP_DENIED, "results")  # fmt: skip
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["APIS", "METADATA", "broker_entry", "topic_metadata"]
 
 
-async def handle(context: RequestContext, request: Request) -> Any:
+async def handle(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     requested = body.topics
     everything = requested is None or (request.api_version == 0 and not requested)
@@ -117,7 +117,7 @@ def topic_metadata(info: LogTopicInfo) -> Any:
 
 
 def error_body(
-    request: Request, code: ErrorCode, message: str | None, options: BrokerOptions
+    request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
 ) -> Any:
     topic = MetadataResponse.MetadataResponseTopic
     return request.response(
@@ -137,12 +137,12 @@ def error_body(
 # --- authorization -------------------------------------------------------------------
 
 
-def _lists_every_topic(request: Request) -> bool:
+def _lists_every_topic(request: Request[Any]) -> bool:
     topics = request.body.topics
     return topics is None or (request.api_version == 0 and not topics)
 
 
-def _authorize(may: Checker, request: Request) -> Plan | None:
+def _authorize(may: Checker, request: Request[Any]) -> Plan | None:
     """DESCRIBE on each topic named (a listing is filtered afterwards); CREATE to auto-create."""
     if _lists_every_topic(request):
         return None  # every topic: the listing is filtered afterwards
@@ -167,7 +167,7 @@ def _authorize(may: Checker, request: Request) -> Plan | None:
     return plan
 
 
-def _visible_topics(may: Checker, request: Request, response: Any) -> Any:
+def _visible_topics(may: Checker, request: Request[Any], response: Any) -> Any:
     """A listing of every topic shows only those the principal may DESCRIBE."""
     if _lists_every_topic(request):
         response.topics = [

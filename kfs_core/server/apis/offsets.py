@@ -19,13 +19,14 @@ from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest, ListOf
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import ListOffsetsRequestBody
 
 __all__ = ["APIS", "LIST_OFFSETS"]
 
 EARLIEST_TIMESTAMP: Final = -2  # the log start offset (-1 is the high watermark)
 
 
-async def handle(context: RequestContext, request: Request) -> Any:
+async def handle(context: RequestContext, request: Request[ListOffsetsRequestBody]) -> Any:
     answer = ListOffsetsResponse.ListOffsetsTopicResponse
     partition_answer = answer.ListOffsetsPartitionResponse
     topics = []
@@ -79,7 +80,7 @@ error_body = schema_error_body(
 # v0 (offset arrays) is gone from the spec.  librdkafka sends <= 7;
 # kafka-python would send 11, but v8+ only add tiered-storage offset specs
 # (-4, -5, -6) and a timeout, none of which KFS implements.
-LIST_OFFSETS = Api(
+LIST_OFFSETS: Final[Api[ListOffsetsRequestBody, Any]] = Api(
     ApiKey.LIST_OFFSETS,
     ListOffsetsRequest,
     ListOffsetsResponse,

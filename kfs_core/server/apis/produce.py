@@ -30,6 +30,7 @@ from kfs_core.server.protocol.messages import ApiKey, ProduceRequest, ProduceRes
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import ProduceRequestBody
 
 __all__ = ["APIS", "PRODUCE"]
 
@@ -42,7 +43,9 @@ VALID_ACKS: Final = (0, 1, -1)
 _ProducePlan = list[tuple[str, list[tuple[int, ErrorCode | int]]]]
 
 
-async def start(context: RequestContext, request: Request) -> asyncio.Future[Any]:
+async def start(
+    context: RequestContext, request: Request[ProduceRequestBody]
+) -> asyncio.Future[Any]:
     """Resolve the topics (auto-creating) and open the partitions, then start the appends.
 
     Everything that may wait happens here, before the next request on the
@@ -87,7 +90,7 @@ async def start(context: RequestContext, request: Request) -> asyncio.Future[Any
 
 async def _finish(
     context: RequestContext,
-    request: Request,
+    request: Request[ProduceRequestBody],
     plan: _ProducePlan,
     appends: list[tuple[str, int, Buffer]],
     timeout_s: float,
@@ -156,7 +159,7 @@ error_body = schema_error_body(
 # v3 is the first to carry RecordBatch v2, the only format KFS stores.
 # kafka-python sends <= 9, librdkafka <= 10; v10 only adds KIP-951 leader
 # hints, meaningless on a single broker; v13 names topics by id.
-PRODUCE = Api(
+PRODUCE: Final[Api[ProduceRequestBody, Any]] = Api(
     ApiKey.PRODUCE,
     ProduceRequest,
     ProduceResponse,

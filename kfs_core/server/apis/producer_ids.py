@@ -71,7 +71,7 @@ class ProducerIds:
         return next(self._next)
 
 
-async def handle(context: RequestContext, request: Request) -> Any:
+async def handle(context: RequestContext, request: Request[Any]) -> Any:
     if request.body.transactional_id is not None:
         context.count_error(ApiKey.INIT_PRODUCER_ID, _REFUSED)
         return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
@@ -83,7 +83,7 @@ async def handle(context: RequestContext, request: Request) -> Any:
 error_body = schema_error_body({"producer_id": -1, "producer_epoch": -1})
 
 
-def _authorize_init(may: Checker, request: Request) -> Plan | None:
+def _authorize_init(may: Checker, request: Request[Any]) -> Plan | None:
     """IDEMPOTENT_WRITE on the cluster, or WRITE on any topic (KIP-679)."""
     if request.body.transactional_id is not None:
         return None  # transactions are refused by the handler
@@ -107,10 +107,10 @@ INIT_PRODUCER_ID = Api(
 # --- transactions: refused --------------------------------------------------------------
 
 
-def _refusal(error_body: ErrorBody) -> Handler:
+def _refusal(error_body: ErrorBody[Any, Any]) -> Handler[Any, Any]:
     """A handler that refuses every request with ``error_body`` carrying `_REFUSED`."""
 
-    async def refuse(context: RequestContext, request: Request) -> Any:
+    async def refuse(context: RequestContext, request: Request[Any]) -> Any:
         context.count_error(request.api_key, _REFUSED)
         return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol import Request
 
 
-async def _handshake(context: RequestContext, request: Request) -> Any:
+async def _handshake(context: RequestContext, request: Request[Any]) -> Any:
     session = context.session
     authenticator = context.authenticator
     if session is None or authenticator is None:
@@ -42,11 +42,13 @@ async def _handshake(context: RequestContext, request: Request) -> Any:
     )
 
 
-def _handshake_error(request: Request, code: ErrorCode, _: str | None, __: BrokerOptions) -> Any:
+def _handshake_error(
+    request: Request[Any], code: ErrorCode, _: str | None, __: BrokerOptions
+) -> Any:
     return SaslHandshakeResponse(version=request.api_version, error_code=int(code), mechanisms=[])
 
 
-async def _authenticate(context: RequestContext, request: Request) -> Any:
+async def _authenticate(context: RequestContext, request: Request[Any]) -> Any:
     session = context.session
     authenticator = context.authenticator
     if session is None or authenticator is None:
@@ -62,7 +64,7 @@ async def _authenticate(context: RequestContext, request: Request) -> Any:
 
 
 def _authenticate_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
+    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
 ) -> Any:
     # An error body has no context: the connection's session is its context variable's.
     session = SESSION.get()

@@ -103,7 +103,7 @@ _TOPIC_CONFIG_TYPES: Final = {
 }
 
 
-async def _create_topics(context: RequestContext, request: Request) -> Any:
+async def _create_topics(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     validate_only = bool(getattr(body, "validate_only", False))
     result = CreateTopicsResponse.CreatableTopicResult
@@ -182,7 +182,7 @@ def _requested_partitions(context: RequestContext, topic: Any) -> int:
     return int(topic.num_partitions)
 
 
-async def _delete_topics(context: RequestContext, request: Request) -> Any:
+async def _delete_topics(context: RequestContext, request: Request[Any]) -> Any:
     result = DeleteTopicsResponse.DeletableTopicResult
     results = []
     for name in request.body.topic_names:
@@ -212,7 +212,7 @@ async def _forget_committed_offsets(context: RequestContext, name: str) -> None:
             log.info("dropped %d committed offset(s) of deleted topic %r", dropped, name)
 
 
-async def _describe_configs(context: RequestContext, request: Request) -> Any:
+async def _describe_configs(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     synonyms = bool(getattr(body, "include_synonyms", False))
     documentation = bool(getattr(body, "include_documentation", False))
@@ -332,7 +332,7 @@ def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -
     )
 
 
-async def _create_partitions(context: RequestContext, request: Request) -> Any:
+async def _create_partitions(context: RequestContext, request: Request[Any]) -> Any:
     body = request.body
     validate_only = bool(body.validate_only)
     result = CreatePartitionsResponse.CreatePartitionsTopicResult
@@ -383,12 +383,12 @@ def _check_new_assignments(assignments: list[Any], added: int) -> None:
 ConfigEdit = Callable[[Mapping[str, str]], Mapping[str, str]]
 
 
-async def _alter_configs(context: RequestContext, request: Request) -> Any:
+async def _alter_configs(context: RequestContext, request: Request[Any]) -> Any:
     """AlterConfigs: the listed configs become the topic's only overrides, as in Kafka."""
     return await _alter(context, request, ApiKey.ALTER_CONFIGS, _replacement)
 
 
-async def _incremental_alter_configs(context: RequestContext, request: Request) -> Any:
+async def _incremental_alter_configs(context: RequestContext, request: Request[Any]) -> Any:
     """IncrementalAlterConfigs: SET, DELETE (to the default), APPEND / SUBTRACT on lists."""
     return await _alter(context, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, _increments)
 
@@ -404,7 +404,7 @@ _ALTER_RESULTS: Final = {
 
 async def _alter(
     context: RequestContext,
-    request: Request,
+    request: Request[Any],
     key: ApiKey,
     edit_for: Callable[[list[Any]], ConfigEdit],
 ) -> Any:
@@ -553,7 +553,7 @@ _alter_configs_error = schema_error_body(
 # --- authorization -------------------------------------------------------------------
 
 
-def _authorize_create_topics(may: Checker, request: Request) -> Plan | None:
+def _authorize_create_topics(may: Checker, request: Request[Any]) -> Plan | None:
     """CREATE on the cluster, else CREATE on each topic."""
     if may.cluster(Operation.CREATE):
         return None
@@ -561,7 +561,7 @@ def _authorize_create_topics(may: Checker, request: Request) -> Plan | None:
                  TOPIC_DENIED, "topics")  # fmt: skip
 
 
-def _authorize_delete_topics(may: Checker, request: Request) -> Plan | None:
+def _authorize_delete_topics(may: Checker, request: Request[Any]) -> Plan | None:
     """DELETE on each topic (v6+ may name topics by id: a list of structs)."""
     attr = "topic_names" if request.api_version < 6 else "topics"
     return split(request, attr, lambda t: may(Operation.DELETE, ResourceType.TOPIC, name_of(t)),
@@ -574,7 +574,7 @@ _CONFIG_RESOURCES: Final = {2: ResourceType.TOPIC, 4: ResourceType.CLUSTER}
 def _configs_rule(op: Operation, response_field: str) -> Rule:
     """``op`` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on each resource: a topic or the cluster."""
 
-    def rule(may: Checker, request: Request) -> Plan | None:
+    def rule(may: Checker, request: Request[Any]) -> Plan | None:
         def allowed(resource: Any) -> bool:
             rtype = _CONFIG_RESOURCES.get(resource.resource_type)
             if rtype is ResourceType.CLUSTER:

@@ -62,7 +62,7 @@ def _describe_sync(
     return out
 
 
-async def _describe(context: RequestContext, request: Request) -> Any:
+async def _describe(context: RequestContext, request: Request[Any]) -> Any:
     users = context.users
     if users is None:
         return _describe_error(
@@ -140,7 +140,7 @@ def _alter_sync(users: UserStore, body: Any) -> dict[str, tuple[int, str | None]
     return results
 
 
-async def _alter(context: RequestContext, request: Request) -> Any:
+async def _alter(context: RequestContext, request: Request[Any]) -> Any:
     users = context.users
     if users is None:
         return _alter_error(request, ErrorCode.SECURITY_DISABLED, "no user store", context.options)
@@ -159,7 +159,9 @@ async def _alter(context: RequestContext, request: Request) -> Any:
     )
 
 
-def _alter_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
+def _alter_error(
+    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
+) -> Any:
     names = dict.fromkeys(
         [d.name for d in request.body.deletions or []]
         + [u.name for u in request.body.upsertions or []]

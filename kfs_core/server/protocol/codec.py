@@ -41,7 +41,7 @@ import logging
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from kfs_core.server.protocol.errors import (
     ErrorCode,
@@ -59,8 +59,9 @@ from kfs_core.server.protocol.wire import I32, READ_ERRORS, read_string, skip_ta
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "VersionTable",
+    "BodyT",
     "Request",
+    "VersionTable",
     "api_versions_body",
     "decode_request",
     "encode_response",
@@ -81,8 +82,13 @@ def is_flexible(api_key: int, api_version: int) -> bool:
     return bool(MESSAGES[ApiKey(api_key)].request.flexible_version_q(api_version))
 
 
+# The body's type: a spec-generated request class, or a `Protocol` listing the
+# fields a handler reads (`kfs_core.server.protocol.bodies`).
+BodyT = TypeVar("BodyT")
+
+
 @dataclass(frozen=True, slots=True)
-class Request:
+class Request(Generic[BodyT]):
     """A decoded request: the header's fields and the body.
 
     ``body`` is an instance of ``MESSAGES[api_key].request`` decoded at
@@ -95,7 +101,7 @@ class Request:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: Any
+    body: BodyT
 
     @property
     def flexible(self) -> bool:
@@ -105,7 +111,8 @@ class Request:
     @property
     def expects_response(self) -> bool:
         """False only for Produce with acks=0, which Kafka never answers."""
-        return not (self.api_key == ApiKey.PRODUCE and self.body.acks == 0)
+        body: Any = self.body
+        return not (self.api_key == ApiKey.PRODUCE and body.acks == 0)
 
     def response(self, **fields: Any) -> Any:
         """A response body of the matching class and version, built from spec field names."""
@@ -115,7 +122,7 @@ class Request:
 # --- decoding --------------------------------------------------------------
 
 
-def decode_request(frame: bytes | bytearray | memoryview, versions: VersionTable) -> Request:
+def decode_request(frame: bytes | bytearray | memoryview, versions: VersionTable) -> Request[Any]:
     """Decode one request frame (without its size prefix).
 
     Raises `UnknownApiKey` or `UnsupportedVersion` for a well-formed header
@@ -296,7 +303,7 @@ def _encode_frame(
     return [SIZE_PREFIX.pack(len(header) + len(payload)) + header, payload]
 
 
-def encode_response_parts(request: Request, body: Any) -> list[bytes | bytearray | memoryview]:
+def encode_response_parts(request: Request[Any], body: Any) -> list[bytes | bytearray | memoryview]:
     """The size-prefixed response frame to ``request`` as buffers for ``writelines``.
 
     Fetch responses keep large ``records`` as the buffers they were given.
@@ -306,7 +313,7 @@ def encode_response_parts(request: Request, body: Any) -> list[bytes | bytearray
     return _encode_frame(request.api_key, request.api_version, request.correlation_id, body)
 
 
-def encode_response(request: Request, body: Any) -> bytes:
+def encode_response(request: Request[Any], body: Any) -> bytes:
     """The size-prefixed response frame to ``request``, as one byte string."""
     return b"".join(encode_response_parts(request, body))
 
