@@ -67,6 +67,13 @@ from kfs_core.server.protocol.messages import (
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        HeartbeatRequestBody,
+        JoinGroupRequestBody,
+        LeaveGroupRequestBody,
+        OffsetCommitRequestBody,
+        SyncGroupRequestBody,
+    )
 
 __all__ = [
     "APIS",
@@ -134,7 +141,7 @@ async def _find_coordinator(context: RequestContext, request: Request[Any]) -> A
 # --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------
 
 
-async def _join_group(context: RequestContext, request: Request[Any]) -> Any:
+async def _join_group(context: RequestContext, request: Request[JoinGroupRequestBody]) -> Any:
     body = request.body
     version = request.api_version
     try:
@@ -174,7 +181,9 @@ async def _join_group(context: RequestContext, request: Request[Any]) -> Any:
     )
 
 
-def _join_error(request: Request[Any], code: ErrorCode, member_id: str = "") -> Any:
+def _join_error(
+    request: Request[JoinGroupRequestBody], code: ErrorCode, member_id: str = ""
+) -> Any:
     return request.response(
         throttle_time_ms=0,
         error_code=int(code),
@@ -189,12 +198,12 @@ def _join_error(request: Request[Any], code: ErrorCode, member_id: str = "") -> 
 
 
 def _join_group_error(
-    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
+    request: Request[JoinGroupRequestBody], code: ErrorCode, message: str | None, _: BrokerOptions
 ) -> Any:
     return _join_error(request, code, request.body.member_id)
 
 
-async def _sync_group(context: RequestContext, request: Request[Any]) -> Any:
+async def _sync_group(context: RequestContext, request: Request[SyncGroupRequestBody]) -> Any:
     body = request.body
     try:
         assignments: dict[str, bytes] = {}
@@ -225,7 +234,7 @@ async def _sync_group(context: RequestContext, request: Request[Any]) -> Any:
 _sync_error = schema_error_body({"protocol_type": None, "protocol_name": None, "assignment": b""})
 
 
-async def _heartbeat(context: RequestContext, request: Request[Any]) -> Any:
+async def _heartbeat(context: RequestContext, request: Request[HeartbeatRequestBody]) -> Any:
     body = request.body
     code = ErrorCode.NONE
     try:
@@ -241,7 +250,7 @@ async def _heartbeat(context: RequestContext, request: Request[Any]) -> Any:
     return request.response(throttle_time_ms=0, error_code=int(code))
 
 
-async def _leave_group(context: RequestContext, request: Request[Any]) -> Any:
+async def _leave_group(context: RequestContext, request: Request[LeaveGroupRequestBody]) -> Any:
     body = request.body
     batched = request.api_version >= 3
     departures: list[tuple[str, str | None]] = (
@@ -277,7 +286,7 @@ _leave_error = schema_error_body({})
 # --- OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------------------
 
 
-async def _offset_commit(context: RequestContext, request: Request[Any]) -> Any:
+async def _offset_commit(context: RequestContext, request: Request[OffsetCommitRequestBody]) -> Any:
     body = request.body
     requests = [
         CommitRequest(
@@ -652,7 +661,7 @@ FIND_COORDINATOR = Api(
 )
 # kafka-python sends <= 7, librdkafka <= 5; v8/v9 are KIP-800 reasons and
 # KIP-814 skipped assignments.
-JOIN_GROUP = Api(
+JOIN_GROUP: Final[Api[JoinGroupRequestBody, Any]] = Api(
     ApiKey.JOIN_GROUP,
     JoinGroupRequest,
     JoinGroupResponse,
@@ -661,7 +670,7 @@ JOIN_GROUP = Api(
     _join_group_error,
     authorize=group_rule(Operation.READ),
 )
-HEARTBEAT = Api(
+HEARTBEAT: Final[Api[HeartbeatRequestBody, Any]] = Api(
     ApiKey.HEARTBEAT,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -670,7 +679,7 @@ HEARTBEAT = Api(
     _code_only_error,
     authorize=group_rule(Operation.READ),
 )
-LEAVE_GROUP = Api(
+LEAVE_GROUP: Final[Api[LeaveGroupRequestBody, Any]] = Api(
     ApiKey.LEAVE_GROUP,
     LeaveGroupRequest,
     LeaveGroupResponse,
@@ -679,7 +688,7 @@ LEAVE_GROUP = Api(
     _leave_error,
     authorize=group_rule(Operation.READ),
 )
-SYNC_GROUP = Api(
+SYNC_GROUP: Final[Api[SyncGroupRequestBody, Any]] = Api(
     ApiKey.SYNC_GROUP,
     SyncGroupRequest,
     SyncGroupResponse,
@@ -690,7 +699,7 @@ SYNC_GROUP = Api(
 )
 # v9 is v8 plus KIP-848 member epochs (librdkafka 9, kafka-python 8); v10
 # names topics by id.
-OFFSET_COMMIT = Api(
+OFFSET_COMMIT: Final[Api[OffsetCommitRequestBody, Any]] = Api(
     ApiKey.OFFSET_COMMIT,
     OffsetCommitRequest,
     OffsetCommitResponse,

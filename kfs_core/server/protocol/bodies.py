@@ -13,6 +13,11 @@ the handlers read them with a default.
     ProduceRequestBody     ProduceRequest v3-v9
     FetchRequestBody       FetchRequest v4-v12
     ListOffsetsRequestBody ListOffsetsRequest v1-v7
+    JoinGroupRequestBody   JoinGroupRequest v0-v7
+    SyncGroupRequestBody   SyncGroupRequest v0-v5
+    HeartbeatRequestBody   HeartbeatRequest v0-v4
+    LeaveGroupRequestBody  LeaveGroupRequest v0-v5
+    OffsetCommitRequestBody OffsetCommitRequest v2-v9
 """
 
 from __future__ import annotations
@@ -21,15 +26,25 @@ from collections.abc import Sequence
 from typing import Protocol
 
 __all__ = [
+    "CommitPartition",
+    "CommitTopic",
     "FetchPartition",
     "FetchRequestBody",
     "FetchTopic",
+    "GroupProtocol",
+    "HeartbeatRequestBody",
+    "JoinGroupRequestBody",
+    "LeaveGroupRequestBody",
+    "LeavingMember",
+    "MemberAssignment",
+    "OffsetCommitRequestBody",
     "ListOffsetsPartition",
     "ListOffsetsRequestBody",
     "ListOffsetsTopic",
     "ProducePartitionData",
     "ProduceRequestBody",
     "ProduceTopicData",
+    "SyncGroupRequestBody",
 ]
 
 
@@ -99,3 +114,88 @@ class ListOffsetsRequestBody(Protocol):
     """ListOffsetsRequest."""
 
     topics: Sequence[ListOffsetsTopic]
+
+
+# --- consumer groups ---------------------------------------------------------
+# Fields only later versions carry (group_instance_id, rebalance_timeout_ms,
+# SyncGroup's protocol_type and protocol_name) are read with a default.
+
+
+class GroupProtocol(Protocol):
+    """JoinGroupRequest.JoinGroupRequestProtocol: one assignor the member offers."""
+
+    name: str
+    metadata: bytes
+
+
+class JoinGroupRequestBody(Protocol):
+    """JoinGroupRequest."""
+
+    group_id: str
+    session_timeout_ms: int
+    member_id: str
+    protocol_type: str
+    protocols: Sequence[GroupProtocol]
+
+
+class MemberAssignment(Protocol):
+    """SyncGroupRequest.SyncGroupRequestAssignment: the leader's assignment for one member."""
+
+    member_id: str
+    assignment: bytes
+
+
+class SyncGroupRequestBody(Protocol):
+    """SyncGroupRequest."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    assignments: Sequence[MemberAssignment]
+
+
+class HeartbeatRequestBody(Protocol):
+    """HeartbeatRequest."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+
+
+class LeavingMember(Protocol):
+    """LeaveGroupRequest.MemberIdentity (v3+: a batch of members leaves)."""
+
+    member_id: str
+    group_instance_id: str | None
+
+
+class LeaveGroupRequestBody(Protocol):
+    """LeaveGroupRequest: ``member_id`` up to v2, ``members`` from v3."""
+
+    group_id: str
+    member_id: str
+    members: Sequence[LeavingMember]
+
+
+class CommitPartition(Protocol):
+    """OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition."""
+
+    partition_index: int
+    committed_offset: int
+    committed_metadata: str | None
+
+
+class CommitTopic(Protocol):
+    """OffsetCommitRequest.OffsetCommitRequestTopic."""
+
+    name: str
+    partitions: Sequence[CommitPartition]
+
+
+class OffsetCommitRequestBody(Protocol):
+    """OffsetCommitRequest."""
+
+    group_id: str
+    generation_id_or_member_epoch: int
+    member_id: str
+    topics: Sequence[CommitTopic]
