@@ -68,10 +68,15 @@ if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
     from kfs_core.server.protocol.bodies import (
+        DeleteGroupsRequestBody,
+        DescribeGroupsRequestBody,
         HeartbeatRequestBody,
         JoinGroupRequestBody,
         LeaveGroupRequestBody,
         OffsetCommitRequestBody,
+        OffsetDeleteRequestBody,
+        OffsetFetchRequestBody,
+        OffsetFetchTopic,
         SyncGroupRequestBody,
     )
 
@@ -327,7 +332,10 @@ async def _offset_commit(context: RequestContext, request: Request[OffsetCommitR
 
 
 def _fetched_topics(
-    context: RequestContext, group_id: str, topics: Any, flexible_groups: bool
+    context: RequestContext,
+    group_id: str,
+    topics: Sequence[OffsetFetchTopic] | None,
+    flexible_groups: bool,
 ) -> Any:
     """The committed offsets of ``topics`` (None: every committed one) as response topics."""
     response = OffsetFetchResponse
@@ -369,7 +377,7 @@ def _fetched_topics(
     return answers
 
 
-async def _offset_fetch(context: RequestContext, request: Request[Any]) -> Any:
+async def _offset_fetch(context: RequestContext, request: Request[OffsetFetchRequestBody]) -> Any:
     body = request.body
     if request.api_version >= 8:
         group_class = OffsetFetchResponse.OffsetFetchResponseGroup
@@ -392,7 +400,7 @@ async def _offset_fetch(context: RequestContext, request: Request[Any]) -> Any:
     return request.response(throttle_time_ms=0, error_code=0, topics=topics)
 
 
-async def _offset_delete(context: RequestContext, request: Request[Any]) -> Any:
+async def _offset_delete(context: RequestContext, request: Request[OffsetDeleteRequestBody]) -> Any:
     body = request.body
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     try:
@@ -443,7 +451,9 @@ async def _list_groups(context: RequestContext, request: Request[Any]) -> Any:
 _list_groups_error = schema_error_body({})
 
 
-async def _describe_groups(context: RequestContext, request: Request[Any]) -> Any:
+async def _describe_groups(
+    context: RequestContext, request: Request[DescribeGroupsRequestBody]
+) -> Any:
     described = DescribeGroupsResponse.DescribedGroup
     member = described.DescribedGroupMember
     groups = []
@@ -510,7 +520,7 @@ _describe_groups_error = schema_error_body(
 )
 
 
-async def _delete_groups(context: RequestContext, request: Request[Any]) -> Any:
+async def _delete_groups(context: RequestContext, request: Request[DeleteGroupsRequestBody]) -> Any:
     result = DeleteGroupsResponse.DeletableGroupResult
     results = []
     for group_id in request.body.groups_names:
@@ -708,7 +718,7 @@ OFFSET_COMMIT: Final[Api[OffsetCommitRequestBody, Any]] = Api(
     _offset_commit_error,
     authorize=_group_then_topics(Operation.READ),
 )
-OFFSET_FETCH = Api(
+OFFSET_FETCH: Final[Api[OffsetFetchRequestBody, Any]] = Api(
     ApiKey.OFFSET_FETCH,
     OffsetFetchRequest,
     OffsetFetchResponse,
@@ -729,7 +739,7 @@ LIST_GROUPS = Api(
     filter_response=_visible_groups,
 )
 # v6 adds per-group error messages; KFS answers authorized operations as "not requested".
-DESCRIBE_GROUPS = Api(
+DESCRIBE_GROUPS: Final[Api[DescribeGroupsRequestBody, Any]] = Api(
     ApiKey.DESCRIBE_GROUPS,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -738,7 +748,7 @@ DESCRIBE_GROUPS = Api(
     _describe_groups_error,
     authorize=_authorize_describe_groups,
 )
-DELETE_GROUPS = Api(
+DELETE_GROUPS: Final[Api[DeleteGroupsRequestBody, Any]] = Api(
     ApiKey.DELETE_GROUPS,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -747,7 +757,7 @@ DELETE_GROUPS = Api(
     _delete_groups_error,
     authorize=_authorize_delete_groups,
 )
-OFFSET_DELETE = Api(
+OFFSET_DELETE: Final[Api[OffsetDeleteRequestBody, Any]] = Api(
     ApiKey.OFFSET_DELETE,
     OffsetDeleteRequest,
     OffsetDeleteResponse,

@@ -28,19 +28,19 @@ from kfs_core.server.protocol.messages import ApiKey, MetadataRequest, MetadataR
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import MetadataRequestBody, MetadataTopic
 
 __all__ = ["APIS", "METADATA", "broker_entry", "topic_metadata"]
 
 
-async def handle(context: RequestContext, request: Request[Any]) -> Any:
+async def handle(context: RequestContext, request: Request[MetadataRequestBody]) -> Any:
     body = request.body
     requested = body.topics
-    everything = requested is None or (request.api_version == 0 and not requested)
     options = context.options
     allow_create = options.auto_create_topics and bool(
         getattr(body, "allow_auto_topic_creation", True)
     )
-    if everything:
+    if requested is None or (request.api_version == 0 and not requested):  # every topic
         topics = [topic_metadata(info) for info in await context.topics.all()]
     else:
         topics = [await _one_topic(context, entry, allow_create) for entry in requested]
@@ -55,7 +55,7 @@ async def handle(context: RequestContext, request: Request[Any]) -> Any:
     )
 
 
-async def _one_topic(context: RequestContext, entry: Any, allow_create: bool) -> Any:
+async def _one_topic(context: RequestContext, entry: MetadataTopic, allow_create: bool) -> Any:
     name = entry.name
     topic = MetadataResponse.MetadataResponseTopic
     if name is None:  # named by id only (v10+): KFS does not look topics up by id
@@ -178,7 +178,7 @@ def _visible_topics(may: Checker, request: Request[Any], response: Any) -> Any:
     return response
 
 
-METADATA = Api(
+METADATA: Final[Api[MetadataRequestBody, Any]] = Api(
     ApiKey.METADATA,
     MetadataRequest,
     MetadataResponse,

@@ -18,6 +18,10 @@ the handlers read them with a default.
     HeartbeatRequestBody   HeartbeatRequest v0-v4
     LeaveGroupRequestBody  LeaveGroupRequest v0-v5
     OffsetCommitRequestBody OffsetCommitRequest v2-v9
+    OffsetFetchRequestBody OffsetFetchRequest v1-v9
+    OffsetDeleteRequestBody OffsetDeleteRequest v0
+    DescribeGroupsRequestBody, DeleteGroupsRequestBody
+    MetadataRequestBody    MetadataRequest v0-v12
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from typing import Protocol
 __all__ = [
     "CommitPartition",
     "CommitTopic",
+    "DeleteGroupsRequestBody",
+    "DescribeGroupsRequestBody",
     "FetchPartition",
     "FetchRequestBody",
     "FetchTopic",
@@ -36,11 +42,19 @@ __all__ = [
     "JoinGroupRequestBody",
     "LeaveGroupRequestBody",
     "LeavingMember",
-    "MemberAssignment",
-    "OffsetCommitRequestBody",
     "ListOffsetsPartition",
     "ListOffsetsRequestBody",
     "ListOffsetsTopic",
+    "MemberAssignment",
+    "MetadataRequestBody",
+    "MetadataTopic",
+    "OffsetCommitRequestBody",
+    "OffsetDeletePartition",
+    "OffsetDeleteRequestBody",
+    "OffsetDeleteTopic",
+    "OffsetFetchGroup",
+    "OffsetFetchRequestBody",
+    "OffsetFetchTopic",
     "ProducePartitionData",
     "ProduceRequestBody",
     "ProduceTopicData",
@@ -199,3 +213,72 @@ class OffsetCommitRequestBody(Protocol):
     generation_id_or_member_epoch: int
     member_id: str
     topics: Sequence[CommitTopic]
+
+
+class OffsetFetchTopic(Protocol):
+    """OffsetFetchRequest's topic (and, v8+, a group's topic): the partitions asked for."""
+
+    name: str
+    partition_indexes: Sequence[int]
+
+
+class OffsetFetchGroup(Protocol):
+    """OffsetFetchRequest.OffsetFetchRequestGroup (v8+); ``topics`` None: every committed one."""
+
+    group_id: str
+    topics: Sequence[OffsetFetchTopic] | None
+
+
+class OffsetFetchRequestBody(Protocol):
+    """OffsetFetchRequest: ``group_id`` and ``topics`` up to v7, ``groups`` from v8."""
+
+    group_id: str
+    topics: Sequence[OffsetFetchTopic] | None
+    groups: Sequence[OffsetFetchGroup]
+
+
+class OffsetDeletePartition(Protocol):
+    """OffsetDeleteRequest.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition."""
+
+    partition_index: int
+
+
+class OffsetDeleteTopic(Protocol):
+    """OffsetDeleteRequest.OffsetDeleteRequestTopic."""
+
+    name: str
+    partitions: Sequence[OffsetDeletePartition]
+
+
+class OffsetDeleteRequestBody(Protocol):
+    """OffsetDeleteRequest."""
+
+    group_id: str
+    topics: Sequence[OffsetDeleteTopic]
+
+
+class DescribeGroupsRequestBody(Protocol):
+    """DescribeGroupsRequest."""
+
+    groups: Sequence[str]
+
+
+class DeleteGroupsRequestBody(Protocol):
+    """DeleteGroupsRequest."""
+
+    groups_names: Sequence[str]
+
+
+# --- metadata ----------------------------------------------------------------
+
+
+class MetadataTopic(Protocol):
+    """MetadataRequest.MetadataRequestTopic; ``name`` None: named by id only (v10+)."""
+
+    name: str | None
+
+
+class MetadataRequestBody(Protocol):
+    """MetadataRequest; ``topics`` None (or empty at v0): every topic."""
+
+    topics: Sequence[MetadataTopic] | None
