@@ -45,6 +45,10 @@ from kfs_core.server.protocol.messages import (
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        DeleteRecordsRequestBody,
+        DescribeLogDirsRequestBody,
+    )
 
 __all__ = ["APIS", "DELETE_RECORDS", "DESCRIBE_CLUSTER", "DESCRIBE_LOG_DIRS"]
 
@@ -109,7 +113,9 @@ def _describe_cluster_error(
 # --- DescribeLogDirs ----------------------------------------------------------------
 
 
-async def _describe_log_dirs(context: RequestContext, request: Request[Any]) -> Any:
+async def _describe_log_dirs(
+    context: RequestContext, request: Request[DescribeLogDirsRequestBody]
+) -> Any:
     requested = request.body.topics
     if requested is None:
         wanted = [(info.name, list(range(info.partitions))) for info in await context.topics.all()]
@@ -170,7 +176,9 @@ def _describe_log_dirs_error(
 # --- DeleteRecords --------------------------------------------------------------------
 
 
-async def _delete_records(context: RequestContext, request: Request[Any]) -> Any:
+async def _delete_records(
+    context: RequestContext, request: Request[DeleteRecordsRequestBody]
+) -> Any:
     body = request.body
     topic_result = DeleteRecordsResponse.DeleteRecordsTopicResult
     topics = []
@@ -239,7 +247,7 @@ DESCRIBE_CLUSTER = Api(
 # only adds is_cordoned): kafka-python takes a broker serving v5 for Kafka
 # 4.3 and gates features on that.  v4 adds the volume's bytes; v0 is not in
 # the specs kafka-python ships.
-DESCRIBE_LOG_DIRS = Api(
+DESCRIBE_LOG_DIRS: Final[Api[DescribeLogDirsRequestBody, Any]] = Api(
     ApiKey.DESCRIBE_LOG_DIRS,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
@@ -249,7 +257,7 @@ DESCRIBE_LOG_DIRS = Api(
     authorize=cluster_rule(Operation.DESCRIBE),
 )
 # librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
-DELETE_RECORDS = Api(
+DELETE_RECORDS: Final[Api[DeleteRecordsRequestBody, Any]] = Api(
     ApiKey.DELETE_RECORDS,
     DeleteRecordsRequest,
     DeleteRecordsResponse,

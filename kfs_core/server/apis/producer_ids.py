@@ -45,6 +45,9 @@ from kfs_core.server.protocol.messages import (
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        InitProducerIdRequestBody,
+    )
 
 __all__ = [
     "ADD_OFFSETS_TO_TXN",
@@ -71,7 +74,7 @@ class ProducerIds:
         return next(self._next)
 
 
-async def handle(context: RequestContext, request: Request[Any]) -> Any:
+async def handle(context: RequestContext, request: Request[InitProducerIdRequestBody]) -> Any:
     if request.body.transactional_id is not None:
         context.count_error(ApiKey.INIT_PRODUCER_ID, _REFUSED)
         return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
@@ -93,7 +96,7 @@ def _authorize_init(may: Checker, request: Request[Any]) -> Plan | None:
 
 
 # Both clients send <= 4; v5 is KIP-890 transactions v2.
-INIT_PRODUCER_ID = Api(
+INIT_PRODUCER_ID: Final[Api[InitProducerIdRequestBody, Any]] = Api(
     ApiKey.INIT_PRODUCER_ID,
     InitProducerIdRequest,
     InitProducerIdResponse,

@@ -17,7 +17,7 @@ Kafka does while a deletion is in progress.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -64,6 +64,16 @@ from kfs_core.server.protocol.messages import (
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        AlterConfigsRequestBody,
+        CreatableTopic,
+        CreatePartitionsRequestBody,
+        CreateTopicsRequestBody,
+        DeleteTopicsRequestBody,
+        DescribeConfigsRequestBody,
+        PartitionsAssignment,
+        TopicConfig,
+    )
 
 __all__ = [
     "ALTER_CONFIGS",
@@ -103,7 +113,7 @@ _TOPIC_CONFIG_TYPES: Final = {
 }
 
 
-async def _create_topics(context: RequestContext, request: Request[Any]) -> Any:
+async def _create_topics(context: RequestContext, request: Request[CreateTopicsRequestBody]) -> Any:
     body = request.body
     validate_only = bool(getattr(body, "validate_only", False))
     result = CreateTopicsResponse.CreatableTopicResult
@@ -151,7 +161,7 @@ async def _create_topics(context: RequestContext, request: Request[Any]) -> Any:
     return request.response(throttle_time_ms=0, topics=results)
 
 
-def _requested_partitions(context: RequestContext, topic: Any) -> int:
+def _requested_partitions(context: RequestContext, topic: CreatableTopic) -> int:
     """The partition count a CreatableTopic asks for, on a one-broker cluster."""
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -182,7 +192,7 @@ def _requested_partitions(context: RequestContext, topic: Any) -> int:
     return int(topic.num_partitions)
 
 
-async def _delete_topics(context: RequestContext, request: Request[Any]) -> Any:
+async def _delete_topics(context: RequestContext, request: Request[DeleteTopicsRequestBody]) -> Any:
     result = DeleteTopicsResponse.DeletableTopicResult
     results = []
     for name in request.body.topic_names:
@@ -212,7 +222,9 @@ async def _forget_committed_offsets(context: RequestContext, name: str) -> None:
             log.info("dropped %d committed offset(s) of deleted topic %r", dropped, name)
 
 
-async def _describe_configs(context: RequestContext, request: Request[Any]) -> Any:
+async def _describe_configs(
+    context: RequestContext, request: Request[DescribeConfigsRequestBody]
+) -> Any:
     body = request.body
     synonyms = bool(getattr(body, "include_synonyms", False))
     documentation = bool(getattr(body, "include_documentation", False))
@@ -290,7 +302,7 @@ async def _configs_of(context: RequestContext, resource_type: int, name: str) ->
     )
 
 
-def _requested_configs(topic: Any) -> dict[str, str]:
+def _requested_configs(topic: CreatableTopic) -> dict[str, str]:
     configs: dict[str, str] = {}
     for config in topic.configs:
         if config.value is None:
@@ -332,7 +344,9 @@ def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -
     )
 
 
-async def _create_partitions(context: RequestContext, request: Request[Any]) -> Any:
+async def _create_partitions(
+    context: RequestContext, request: Request[CreatePartitionsRequestBody]
+) -> Any:
     body = request.body
     validate_only = bool(body.validate_only)
     result = CreatePartitionsResponse.CreatePartitionsTopicResult
@@ -371,7 +385,7 @@ def _check_growth(name: str, current: int, total: int) -> None:
         )
 
 
-def _check_new_assignments(assignments: list[Any], added: int) -> None:
+def _check_new_assignments(assignments: Sequence[PartitionsAssignment], added: int) -> None:
     """Assignments name the brokers of each new partition: here, broker 0 alone."""
     if len(assignments) != added or any(list(a.broker_ids) != [NODE_ID] for a in assignments):
         raise Refused(
@@ -383,12 +397,14 @@ def _check_new_assignments(assignments: list[Any], added: int) -> None:
 ConfigEdit = Callable[[Mapping[str, str]], Mapping[str, str]]
 
 
-async def _alter_configs(context: RequestContext, request: Request[Any]) -> Any:
+async def _alter_configs(context: RequestContext, request: Request[AlterConfigsRequestBody]) -> Any:
     """AlterConfigs: the listed configs become the topic's only overrides, as in Kafka."""
     return await _alter(context, request, ApiKey.ALTER_CONFIGS, _replacement)
 
 
-async def _incremental_alter_configs(context: RequestContext, request: Request[Any]) -> Any:
+async def _incremental_alter_configs(
+    context: RequestContext, request: Request[AlterConfigsRequestBody]
+) -> Any:
     """IncrementalAlterConfigs: SET, DELETE (to the default), APPEND / SUBTRACT on lists."""
     return await _alter(context, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, _increments)
 
@@ -404,9 +420,9 @@ _ALTER_RESULTS: Final = {
 
 async def _alter(
     context: RequestContext,
-    request: Request[Any],
+    request: Request[AlterConfigsRequestBody],
     key: ApiKey,
-    edit_for: Callable[[list[Any]], ConfigEdit],
+    edit_for: Callable[[Sequence[Any]], ConfigEdit],
 ) -> Any:
     body = request.body
     validate_only = bool(body.validate_only)
@@ -458,18 +474,18 @@ def _check_alterable(resource_type: int, name: str) -> None:
         )
 
 
-def _value(config: Any) -> str:
+def _value(config: TopicConfig) -> str:
     if config.value is None:
         raise Refused(ErrorCode.INVALID_REQUEST, f"null value not supported for {config.name!r}")
     return str(config.value)
 
 
-def _replacement(configs: list[Any]) -> ConfigEdit:
+def _replacement(configs: Sequence[TopicConfig]) -> ConfigEdit:
     wanted = {c.name: _value(c) for c in configs}
     return lambda current: wanted
 
 
-def _increments(configs: list[Any]) -> ConfigEdit:
+def _increments(configs: Sequence[Any]) -> ConfigEdit:
     operations = []
     for config in configs:
         if config.config_operation not in (OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT):
@@ -586,7 +602,7 @@ def _configs_rule(op: Operation, response_field: str) -> Rule:
     return rule
 
 
-CREATE_TOPICS = Api(
+CREATE_TOPICS: Final[Api[CreateTopicsRequestBody, Any]] = Api(
     ApiKey.CREATE_TOPICS,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -596,7 +612,7 @@ CREATE_TOPICS = Api(
     authorize=_authorize_create_topics,
 )
 # v6 may delete by topic id; at <= 5 topics are named.
-DELETE_TOPICS = Api(
+DELETE_TOPICS: Final[Api[DeleteTopicsRequestBody, Any]] = Api(
     ApiKey.DELETE_TOPICS,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
@@ -605,7 +621,7 @@ DELETE_TOPICS = Api(
     _delete_topics_error,
     authorize=_authorize_delete_topics,
 )
-DESCRIBE_CONFIGS = Api(
+DESCRIBE_CONFIGS: Final[Api[DescribeConfigsRequestBody, Any]] = Api(
     ApiKey.DESCRIBE_CONFIGS,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
@@ -616,7 +632,7 @@ DESCRIBE_CONFIGS = Api(
 )
 
 # librdkafka sends <= 2, kafka-python 3 (the same fields as 2).
-CREATE_PARTITIONS = Api(
+CREATE_PARTITIONS: Final[Api[CreatePartitionsRequestBody, Any]] = Api(
     ApiKey.CREATE_PARTITIONS,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -626,7 +642,7 @@ CREATE_PARTITIONS = Api(
     authorize=topics_rule("topics", Operation.ALTER, "results"),
 )
 # librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
-ALTER_CONFIGS = Api(
+ALTER_CONFIGS: Final[Api[AlterConfigsRequestBody, Any]] = Api(
     ApiKey.ALTER_CONFIGS,
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -636,7 +652,7 @@ ALTER_CONFIGS = Api(
     authorize=_configs_rule(Operation.ALTER_CONFIGS, "responses"),
 )
 # librdkafka and kafka-python send 1 (flexible), every version there is.
-INCREMENTAL_ALTER_CONFIGS = Api(
+INCREMENTAL_ALTER_CONFIGS: Final[Api[AlterConfigsRequestBody, Any]] = Api(
     ApiKey.INCREMENTAL_ALTER_CONFIGS,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,

@@ -22,6 +22,8 @@ the handlers read them with a default.
     OffsetDeleteRequestBody OffsetDeleteRequest v0
     DescribeGroupsRequestBody, DeleteGroupsRequestBody
     MetadataRequestBody    MetadataRequest v0-v12
+    CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
+    IncrementalAlterConfigs, DescribeLogDirs, DeleteRecords, InitProducerId
 """
 
 from __future__ import annotations
@@ -30,21 +32,36 @@ from collections.abc import Sequence
 from typing import Protocol
 
 __all__ = [
+    "AlterConfigsRequestBody",
+    "AlterConfigsResource",
     "CommitPartition",
     "CommitTopic",
+    "CreatableTopic",
+    "CreatePartitionsRequestBody",
+    "CreatePartitionsTopic",
+    "CreateTopicsRequestBody",
     "DeleteGroupsRequestBody",
+    "DeleteRecordsPartition",
+    "DeleteRecordsRequestBody",
+    "DeleteRecordsTopic",
+    "DeleteTopicsRequestBody",
+    "DescribeConfigsRequestBody",
+    "DescribeConfigsResource",
     "DescribeGroupsRequestBody",
+    "DescribeLogDirsRequestBody",
     "FetchPartition",
     "FetchRequestBody",
     "FetchTopic",
     "GroupProtocol",
     "HeartbeatRequestBody",
+    "InitProducerIdRequestBody",
     "JoinGroupRequestBody",
     "LeaveGroupRequestBody",
     "LeavingMember",
     "ListOffsetsPartition",
     "ListOffsetsRequestBody",
     "ListOffsetsTopic",
+    "LogDirsTopic",
     "MemberAssignment",
     "MetadataRequestBody",
     "MetadataTopic",
@@ -55,10 +72,13 @@ __all__ = [
     "OffsetFetchGroup",
     "OffsetFetchRequestBody",
     "OffsetFetchTopic",
+    "PartitionsAssignment",
     "ProducePartitionData",
     "ProduceRequestBody",
     "ProduceTopicData",
+    "ReplicaAssignment",
     "SyncGroupRequestBody",
+    "TopicConfig",
 ]
 
 
@@ -282,3 +302,135 @@ class MetadataRequestBody(Protocol):
     """MetadataRequest; ``topics`` None (or empty at v0): every topic."""
 
     topics: Sequence[MetadataTopic] | None
+
+
+# --- topics and configs ------------------------------------------------------
+
+
+class ReplicaAssignment(Protocol):
+    """CreateTopicsRequest.CreatableTopic.CreatableReplicaAssignment."""
+
+    partition_index: int
+    broker_ids: Sequence[int]
+
+
+class TopicConfig(Protocol):
+    """A config name and value a request sets (CreateTopics, AlterConfigs)."""
+
+    name: str
+    value: str | None
+
+
+class CreatableTopic(Protocol):
+    """CreateTopicsRequest.CreatableTopic."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    assignments: Sequence[ReplicaAssignment]
+    configs: Sequence[TopicConfig]
+
+
+class CreateTopicsRequestBody(Protocol):
+    """CreateTopicsRequest."""
+
+    topics: Sequence[CreatableTopic]
+
+
+class DeleteTopicsRequestBody(Protocol):
+    """DeleteTopicsRequest (v1-v5: topics by name)."""
+
+    topic_names: Sequence[str]
+
+
+class PartitionsAssignment(Protocol):
+    """CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment."""
+
+    broker_ids: Sequence[int]
+
+
+class CreatePartitionsTopic(Protocol):
+    """CreatePartitionsRequest.CreatePartitionsTopic: ``count`` is the new total."""
+
+    name: str
+    count: int
+    assignments: Sequence[PartitionsAssignment] | None
+
+
+class CreatePartitionsRequestBody(Protocol):
+    """CreatePartitionsRequest."""
+
+    topics: Sequence[CreatePartitionsTopic]
+    validate_only: bool
+
+
+class DescribeConfigsResource(Protocol):
+    """DescribeConfigsRequest.DescribeConfigsResource; ``configuration_keys`` None: all."""
+
+    resource_type: int
+    resource_name: str
+    configuration_keys: Sequence[str] | None
+
+
+class DescribeConfigsRequestBody(Protocol):
+    """DescribeConfigsRequest."""
+
+    resources: Sequence[DescribeConfigsResource]
+
+
+class AlterConfigsResource(Protocol):
+    """AlterConfigs' and IncrementalAlterConfigs' resource (the latter's configs add an operation)."""
+
+    resource_type: int
+    resource_name: str
+    configs: Sequence[TopicConfig]
+
+
+class AlterConfigsRequestBody(Protocol):
+    """AlterConfigsRequest and IncrementalAlterConfigsRequest."""
+
+    resources: Sequence[AlterConfigsResource]
+    validate_only: bool
+
+
+# --- cluster and producer ids ------------------------------------------------
+
+
+class LogDirsTopic(Protocol):
+    """DescribeLogDirsRequest.DescribableLogDirTopic."""
+
+    topic: str
+    partitions: Sequence[int]
+
+
+class DescribeLogDirsRequestBody(Protocol):
+    """DescribeLogDirsRequest; ``topics`` None: every topic."""
+
+    topics: Sequence[LogDirsTopic] | None
+
+
+class DeleteRecordsPartition(Protocol):
+    """DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition: delete below ``offset``."""
+
+    partition_index: int
+    offset: int
+
+
+class DeleteRecordsTopic(Protocol):
+    """DeleteRecordsRequest.DeleteRecordsTopic."""
+
+    name: str
+    partitions: Sequence[DeleteRecordsPartition]
+
+
+class DeleteRecordsRequestBody(Protocol):
+    """DeleteRecordsRequest."""
+
+    topics: Sequence[DeleteRecordsTopic]
+    timeout_ms: int
+
+
+class InitProducerIdRequestBody(Protocol):
+    """InitProducerIdRequest; a transactional id is refused (no transactions)."""
+
+    transactional_id: str | None
