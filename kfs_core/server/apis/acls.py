@@ -46,6 +46,12 @@ from kfs_core.server.protocol.messages import (
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        AclCreation,
+        AclFilterFields,
+        CreateAclsRequestBody,
+        DeleteAclsRequestBody,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,7 @@ def _enum(kind: Any, value: int) -> Any:
         raise InvalidAcl(f"unknown {kind.__name__} {value}") from None
 
 
-def _binding(c: Any) -> AclBinding:
+def _binding(c: AclCreation) -> AclBinding:
     return AclBinding(
         _enum(ResourceType, c.resource_type),
         c.resource_name or "",
@@ -71,7 +77,7 @@ def _binding(c: Any) -> AclBinding:
     ).validate()
 
 
-def _filter(f: Any) -> AclFilter:
+def _filter(f: AclFilterFields) -> AclFilter:
     return AclFilter(
         _enum(ResourceType, f.resource_type_filter),
         f.resource_name_filter,
@@ -103,7 +109,7 @@ async def refresh_forever(store: AclStore, authorizer: Authorizer) -> None:
         await asyncio.sleep(REFRESH_S)
 
 
-async def _create(context: RequestContext, request: Request[Any]) -> Any:
+async def _create(context: RequestContext, request: Request[CreateAclsRequestBody]) -> Any:
     store = context.acl_store
     if store is None:
         return _create_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
@@ -131,7 +137,7 @@ async def _create(context: RequestContext, request: Request[Any]) -> Any:
 _create_error = schema_error_body({"results": Mirror("creations")})
 
 
-async def _describe(context: RequestContext, request: Request[Any]) -> Any:
+async def _describe(context: RequestContext, request: Request[AclFilterFields]) -> Any:
     store = context.acl_store
     if store is None:
         return _describe_error(
@@ -174,14 +180,14 @@ async def _describe(context: RequestContext, request: Request[Any]) -> Any:
 _describe_error = schema_error_body({})
 
 
-async def _delete(context: RequestContext, request: Request[Any]) -> Any:
+async def _delete(context: RequestContext, request: Request[DeleteAclsRequestBody]) -> Any:
     store = context.acl_store
     if store is None:
         return _delete_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
     filters: list[AclFilter | InvalidAcl] = []
-    for f in request.body.filters or []:
+    for spec in request.body.filters or []:
         try:
-            filters.append(_filter(f))
+            filters.append(_filter(spec))
         except InvalidAcl as exc:
             filters.append(exc)
     valid = [f for f in filters if isinstance(f, AclFilter)]

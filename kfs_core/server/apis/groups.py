@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol.bodies import (
         DeleteGroupsRequestBody,
         DescribeGroupsRequestBody,
+        FindCoordinatorRequestBody,
         HeartbeatRequestBody,
         JoinGroupRequestBody,
         LeaveGroupRequestBody,
@@ -110,7 +111,9 @@ def _code(exc: BaseException, what: str) -> ErrorCode:
 # --- FindCoordinator ------------------------------------------------------------------
 
 
-async def _find_coordinator(context: RequestContext, request: Request[Any]) -> Any:
+async def _find_coordinator(
+    context: RequestContext, request: Request[FindCoordinatorRequestBody]
+) -> Any:
     body = request.body
     keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
     key_type = getattr(body, "key_type", COORDINATOR_KEY_GROUP)
@@ -660,7 +663,7 @@ def _authorize_delete_groups(may: Checker, request: Request[Any]) -> Plan | None
                  GROUP_DENIED, "results")  # fmt: skip
 
 
-FIND_COORDINATOR = Api(
+FIND_COORDINATOR: Final[Api[FindCoordinatorRequestBody, Any]] = Api(
     ApiKey.FIND_COORDINATOR,
     FindCoordinatorRequest,
     FindCoordinatorResponse,

@@ -27,9 +27,13 @@ from kfs_core.server.protocol.messages import (
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        SaslAuthenticateRequestBody,
+        SaslHandshakeRequestBody,
+    )
 
 
-async def _handshake(context: RequestContext, request: Request[Any]) -> Any:
+async def _handshake(context: RequestContext, request: Request[SaslHandshakeRequestBody]) -> Any:
     session = context.session
     authenticator = context.authenticator
     if session is None or authenticator is None:
@@ -48,7 +52,9 @@ def _handshake_error(
     return SaslHandshakeResponse(version=request.api_version, error_code=int(code), mechanisms=[])
 
 
-async def _authenticate(context: RequestContext, request: Request[Any]) -> Any:
+async def _authenticate(
+    context: RequestContext, request: Request[SaslAuthenticateRequestBody]
+) -> Any:
     session = context.session
     authenticator = context.authenticator
     if session is None or authenticator is None:

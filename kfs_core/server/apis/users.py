@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from kfs_core.security.users import UserStore
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        AlterUserScramCredentialsRequestBody,
+        DescribeUserScramCredentialsRequestBody,
+    )
 
 #: Kafka's ScramMechanism numbers.
 MECHANISM_NUMBERS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
@@ -62,7 +66,9 @@ def _describe_sync(
     return out
 
 
-async def _describe(context: RequestContext, request: Request[Any]) -> Any:
+async def _describe(
+    context: RequestContext, request: Request[DescribeUserScramCredentialsRequestBody]
+) -> Any:
     users = context.users
     if users is None:
         return _describe_error(
@@ -94,7 +100,9 @@ async def _describe(context: RequestContext, request: Request[Any]) -> Any:
 _describe_error = schema_error_body({})
 
 
-def _alter_sync(users: UserStore, body: Any) -> dict[str, tuple[int, str | None]]:
+def _alter_sync(
+    users: UserStore, body: AlterUserScramCredentialsRequestBody
+) -> dict[str, tuple[int, str | None]]:
     """Apply the deletions and upsertions; per user, the first error (or success)."""
     results: dict[str, tuple[int, str | None]] = {}
     seen = Counter([d.name for d in body.deletions or []] + [u.name for u in body.upsertions or []])
@@ -140,7 +148,9 @@ def _alter_sync(users: UserStore, body: Any) -> dict[str, tuple[int, str | None]
     return results
 
 
-async def _alter(context: RequestContext, request: Request[Any]) -> Any:
+async def _alter(
+    context: RequestContext, request: Request[AlterUserScramCredentialsRequestBody]
+) -> Any:
     users = context.users
     if users is None:
         return _alter_error(request, ErrorCode.SECURITY_DISABLED, "no user store", context.options)

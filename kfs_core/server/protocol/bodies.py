@@ -23,7 +23,10 @@ the handlers read them with a default.
     DescribeGroupsRequestBody, DeleteGroupsRequestBody
     MetadataRequestBody    MetadataRequest v0-v12
     CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
-    IncrementalAlterConfigs, DescribeLogDirs, DeleteRecords, InitProducerId
+    IncrementalAlterConfigs, DescribeLogDirs, DeleteRecords, InitProducerId,
+    FindCoordinator, the SASL pair, the ACL APIs and the SCRAM credential APIs
+    (ApiVersions, DescribeCluster, ListGroups and the refused transaction APIs
+    read no field, or read them with a default: their bodies stay ``Any``)
 """
 
 from __future__ import annotations
@@ -32,14 +35,19 @@ from collections.abc import Sequence
 from typing import Protocol
 
 __all__ = [
+    "AclCreation",
+    "AclFilterFields",
     "AlterConfigsRequestBody",
     "AlterConfigsResource",
+    "AlterUserScramCredentialsRequestBody",
     "CommitPartition",
     "CommitTopic",
     "CreatableTopic",
+    "CreateAclsRequestBody",
     "CreatePartitionsRequestBody",
     "CreatePartitionsTopic",
     "CreateTopicsRequestBody",
+    "DeleteAclsRequestBody",
     "DeleteGroupsRequestBody",
     "DeleteRecordsPartition",
     "DeleteRecordsRequestBody",
@@ -49,9 +57,11 @@ __all__ = [
     "DescribeConfigsResource",
     "DescribeGroupsRequestBody",
     "DescribeLogDirsRequestBody",
+    "DescribeUserScramCredentialsRequestBody",
     "FetchPartition",
     "FetchRequestBody",
     "FetchTopic",
+    "FindCoordinatorRequestBody",
     "GroupProtocol",
     "HeartbeatRequestBody",
     "InitProducerIdRequestBody",
@@ -77,8 +87,13 @@ __all__ = [
     "ProduceRequestBody",
     "ProduceTopicData",
     "ReplicaAssignment",
+    "SaslAuthenticateRequestBody",
+    "SaslHandshakeRequestBody",
+    "ScramDeletion",
+    "ScramUpsertion",
     "SyncGroupRequestBody",
     "TopicConfig",
+    "UserName",
 ]
 
 
@@ -434,3 +449,98 @@ class InitProducerIdRequestBody(Protocol):
     """InitProducerIdRequest; a transactional id is refused (no transactions)."""
 
     transactional_id: str | None
+
+
+# --- coordinator, SASL, ACLs, SCRAM users ------------------------------------
+
+
+class FindCoordinatorRequestBody(Protocol):
+    """FindCoordinatorRequest: ``key`` up to v3, ``coordinator_keys`` from v4."""
+
+    key: str
+    key_type: int
+    coordinator_keys: Sequence[str]
+
+
+class SaslHandshakeRequestBody(Protocol):
+    """SaslHandshakeRequest."""
+
+    mechanism: str | None
+
+
+class SaslAuthenticateRequestBody(Protocol):
+    """SaslAuthenticateRequest."""
+
+    auth_bytes: bytes | None
+
+
+class AclCreation(Protocol):
+    """CreateAclsRequest.AclCreation: one binding to add."""
+
+    resource_type: int
+    resource_name: str | None
+    resource_pattern_type: int
+    principal: str | None
+    host: str | None
+    operation: int
+    permission_type: int
+
+
+class AclFilterFields(Protocol):
+    """The filter DescribeAclsRequest is, and each DeleteAclsRequest.DeleteAclsFilter."""
+
+    resource_type_filter: int
+    resource_name_filter: str | None
+    pattern_type_filter: int
+    principal_filter: str | None
+    host_filter: str | None
+    operation: int
+    permission_type: int
+
+
+class CreateAclsRequestBody(Protocol):
+    """CreateAclsRequest."""
+
+    creations: Sequence[AclCreation] | None
+
+
+class DeleteAclsRequestBody(Protocol):
+    """DeleteAclsRequest."""
+
+    filters: Sequence[AclFilterFields] | None
+
+
+class UserName(Protocol):
+    """DescribeUserScramCredentialsRequest.UserName."""
+
+    name: str | None
+
+
+class DescribeUserScramCredentialsRequestBody(Protocol):
+    """DescribeUserScramCredentialsRequest; ``users`` None: every user."""
+
+    users: Sequence[UserName] | None
+
+
+class ScramDeletion(Protocol):
+    """AlterUserScramCredentialsRequest.ScramCredentialDeletion."""
+
+    name: str
+    mechanism: int
+
+
+class ScramUpsertion(Protocol):
+    """AlterUserScramCredentialsRequest.ScramCredentialUpsertion."""
+
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+class AlterUserScramCredentialsRequestBody(Protocol):
+    """AlterUserScramCredentialsRequest."""
+
+    deletions: Sequence[ScramDeletion] | None
+    upsertions: Sequence[ScramUpsertion] | None
