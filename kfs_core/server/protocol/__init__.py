@@ -10,6 +10,7 @@ the decoder as an argument.
     framing     the 4-byte size prefix; `FrameStream`, the server connection's reader
     wire        primitive types (ints, strings, bytes, varints, tagged fields)
     messages    `ApiKey` and the spec-generated message classes of each API (`MESSAGES`)
+    bodies      Protocols of the request fields the handlers read (typed views of them)
     codec       `Request`; request headers and bodies decoded, responses encoded
     fastpath    zero-copy Produce request decoding and Fetch response encoding
     errors      `ErrorCode` and the errors raised for frames that cannot be requests
