@@ -19,6 +19,7 @@ from kfs_core.server.apis.access import AuditLog, Checker, Plan
 
 if TYPE_CHECKING:
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import ResponseBody
 
 __all__ = ["AuditLog", "Plan", "check", "filter_response"]
 
@@ -38,10 +39,13 @@ def filter_response(
     session: Session,
     audit_log: AuditLog,
     request: Request[Any],
-    response: Any,
-) -> Any:
+    response: ResponseBody,
+) -> ResponseBody:
     """Drop what a listing response shows that the principal may not DESCRIBE."""
     keep_visible = REGISTRY[request.api_key].filter_response
     if keep_visible is None:
         return response
-    return keep_visible(Checker(authorizer, session, audit_log, request.api_key), request, response)
+    shown: ResponseBody = keep_visible(
+        Checker(authorizer, session, audit_log, request.api_key), request, response
+    )
+    return shown

@@ -35,6 +35,7 @@ from kfs_core.server.directory import TopicDirectory
 from kfs_core.server.metrics import ServerMetrics
 from kfs_core.server.notifier import AppendNotifier
 from kfs_core.server.protocol import ErrorCode, Request
+from kfs_core.server.protocol.bodies import ResponseBody
 
 __all__ = ["CLIENT_HOST", "Broker", "cluster_id_for", "error_response"]
 
@@ -47,7 +48,7 @@ def cluster_id_for(store_url: str, namespace: str) -> str:
 
 def error_response(
     request: Request[Any], code: ErrorCode, options: BrokerOptions, message: str | None = None
-) -> Any:
+) -> ResponseBody:
     """A response to ``request`` carrying ``code`` everywhere it can hold one.
 
     What the daemon answers when a handler raised (UNKNOWN_SERVER_ERROR).
@@ -102,7 +103,7 @@ class Broker:
         """Shutdown has begun: long polls answer now."""
         self.notifier.stop()
 
-    async def begin(self, request: Request[Any]) -> asyncio.Future[Any]:
+    async def begin(self, request: Request[Any]) -> asyncio.Future[ResponseBody]:
         """Start serving ``request``; the future gives its response body.
 
         Called in request order on a connection.  Exceptions, here or in the
@@ -122,7 +123,7 @@ class Broker:
         else:
             future = await self._dispatch(plan.request or request)
 
-        async def finish() -> Any:
+        async def finish() -> ResponseBody:
             response = await future
             if plan is not None:
                 response = plan.merge(response, self.error_response)
@@ -149,7 +150,7 @@ class Broker:
             client_host=CLIENT_HOST.get(),
         )
 
-    async def _dispatch(self, request: Request[Any]) -> asyncio.Future[Any]:
+    async def _dispatch(self, request: Request[Any]) -> asyncio.Future[ResponseBody]:
         api = REGISTRY[request.api_key]
         context = self.context()
         if api.start is not None:
@@ -159,6 +160,6 @@ class Broker:
 
     def error_response(
         self, request: Request[Any], code: ErrorCode, message: str | None = None
-    ) -> Any:
+    ) -> ResponseBody:
         """`error_response` with this broker's options."""
         return error_response(request, code, self.options, message)

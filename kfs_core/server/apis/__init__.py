@@ -53,6 +53,7 @@ from kfs_core.server.protocol.messages import ApiKey, ApiVersionsRequest, ApiVer
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import ResponseBody
 
 __all__ = ["REGISTRY", "SUPPORTED_VERSIONS", "Api", "api_versions_body"]
 
@@ -61,20 +62,20 @@ def api_versions_body(
     api_version: int,
     error_code: ErrorCode = ErrorCode.NONE,
     table: VersionTable | None = None,
-) -> Any:
+) -> ResponseBody:
     """The ApiVersions response body listing ``table`` (by default every registered API)."""
     return _api_versions_body(
         api_version, SUPPORTED_VERSIONS if table is None else table, error_code
     )
 
 
-async def _api_versions(context: RequestContext, request: Request[Any]) -> Any:
+async def _api_versions(context: RequestContext, request: Request[Any]) -> ResponseBody:
     return api_versions_body(request.api_version)
 
 
 def _api_versions_error(
     request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
+) -> ResponseBody:
     return api_versions_body(request.api_version, code)
 
 
@@ -89,8 +90,10 @@ API_VERSIONS = Api(
 )
 
 
-def _collect(*families: tuple[Api[Any, Any], ...]) -> dict[ApiKey, Api[Any, Any]]:
-    table: dict[ApiKey, Api[Any, Any]] = {}
+def _collect(
+    *families: tuple[Api[Any, ResponseBody], ...],
+) -> dict[ApiKey, Api[Any, ResponseBody]]:
+    table: dict[ApiKey, Api[Any, ResponseBody]] = {}
     for api in (*(api for family in families for api in family), API_VERSIONS):
         if api.key in table:
             raise ValueError(f"{api.key.name} is registered twice")
@@ -100,7 +103,7 @@ def _collect(*families: tuple[Api[Any, Any], ...]) -> dict[ApiKey, Api[Any, Any]
     return table
 
 
-REGISTRY: Final[Mapping[ApiKey, Api[Any, Any]]] = MappingProxyType(
+REGISTRY: Final[Mapping[ApiKey, Api[Any, ResponseBody]]] = MappingProxyType(
     _collect(
         produce.APIS,
         fetch.APIS,

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         AclFilterFields,
         CreateAclsRequestBody,
         DeleteAclsRequestBody,
+        ResponseBody,
     )
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ async def refresh_forever(store: AclStore, authorizer: Authorizer) -> None:
         await asyncio.sleep(REFRESH_S)
 
 
-async def _create(context: RequestContext, request: Request[CreateAclsRequestBody]) -> Any:
+async def _create(context: RequestContext, request: Request[CreateAclsRequestBody]) -> ResponseBody:
     store = context.acl_store
     if store is None:
         return _create_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
@@ -124,8 +125,7 @@ async def _create(context: RequestContext, request: Request[CreateAclsRequestBod
     if valid:
         await asyncio.to_thread(store.add, valid)
         await refresh(context.acl_store, context.authorizer)
-    return CreateAclsResponse(
-        version=request.api_version,
+    return request.response(
         throttle_time_ms=0,
         results=[
             CreateAclsResponse.AclCreationResult(error_code=int(code), error_message=message)
@@ -137,7 +137,7 @@ async def _create(context: RequestContext, request: Request[CreateAclsRequestBod
 _create_error = schema_error_body({"results": Mirror("creations")})
 
 
-async def _describe(context: RequestContext, request: Request[AclFilterFields]) -> Any:
+async def _describe(context: RequestContext, request: Request[AclFilterFields]) -> ResponseBody:
     store = context.acl_store
     if store is None:
         return _describe_error(
@@ -152,8 +152,7 @@ async def _describe(context: RequestContext, request: Request[AclFilterFields]) 
     for b in bindings:
         grouped.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(b)
     resource = DescribeAclsResponse.DescribeAclsResource
-    return DescribeAclsResponse(
-        version=request.api_version,
+    return request.response(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
@@ -180,7 +179,7 @@ async def _describe(context: RequestContext, request: Request[AclFilterFields]) 
 _describe_error = schema_error_body({})
 
 
-async def _delete(context: RequestContext, request: Request[DeleteAclsRequestBody]) -> Any:
+async def _delete(context: RequestContext, request: Request[DeleteAclsRequestBody]) -> ResponseBody:
     store = context.acl_store
     if store is None:
         return _delete_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
@@ -221,7 +220,7 @@ async def _delete(context: RequestContext, request: Request[DeleteAclsRequestBod
                 ],
             )
         )
-    return DeleteAclsResponse(version=request.api_version, throttle_time_ms=0, filter_results=out)
+    return request.response(throttle_time_ms=0, filter_results=out)
 
 
 _delete_error = schema_error_body({"filter_results": Mirror("filters")})

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol.bodies import (
         DeleteRecordsRequestBody,
         DescribeLogDirsRequestBody,
+        ResponseBody,
     )
 
 __all__ = ["APIS", "DELETE_RECORDS", "DESCRIBE_CLUSTER", "DESCRIBE_LOG_DIRS"]
@@ -62,7 +63,7 @@ ENDPOINT_CONTROLLERS: Final = 2
 # --- DescribeCluster ----------------------------------------------------------------
 
 
-async def _describe_cluster(context: RequestContext, request: Request[Any]) -> Any:
+async def _describe_cluster(context: RequestContext, request: Request[Any]) -> ResponseBody:
     endpoint = getattr(request.body, "endpoint_type", ENDPOINT_BROKERS)
     if endpoint != ENDPOINT_BROKERS:
         # Clients ask controllers only with bootstrap.controllers, which name
@@ -98,7 +99,7 @@ async def _describe_cluster(context: RequestContext, request: Request[Any]) -> A
 
 def _describe_cluster_error(
     request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
-) -> Any:
+) -> ResponseBody:
     return request.response(
         throttle_time_ms=0,
         error_code=int(code),
@@ -115,7 +116,7 @@ def _describe_cluster_error(
 
 async def _describe_log_dirs(
     context: RequestContext, request: Request[DescribeLogDirsRequestBody]
-) -> Any:
+) -> ResponseBody:
     requested = request.body.topics
     if requested is None:
         wanted = [(info.name, list(range(info.partitions))) for info in await context.topics.all()]
@@ -164,7 +165,7 @@ def _log_dir(context: RequestContext) -> str:
 
 def _describe_log_dirs_error(
     request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
+) -> ResponseBody:
     # v1 and v2 have no top-level error code: the one result carries it.
     return request.response(
         throttle_time_ms=0,
@@ -178,7 +179,7 @@ def _describe_log_dirs_error(
 
 async def _delete_records(
     context: RequestContext, request: Request[DeleteRecordsRequestBody]
-) -> Any:
+) -> ResponseBody:
     body = request.body
     topic_result = DeleteRecordsResponse.DeleteRecordsTopicResult
     topics = []
@@ -193,9 +194,10 @@ async def _delete_records(
     except TimeoutError:
         # What is done stays done; the rest answers REQUEST_TIMED_OUT, as Kafka does.
         answered = {t.name: {p.partition_index: p for p in t.partitions} for t in topics}
-        timed_out = _delete_records_error(
+        every: Any = _delete_records_error(
             request, ErrorCode.REQUEST_TIMED_OUT, None, context.options
-        ).topics
+        )
+        timed_out = every.topics
         for entry in timed_out:
             done = answered.get(entry.name, {})
             entry.partitions = [done.get(p.partition_index, p) for p in entry.partitions]
@@ -247,7 +249,7 @@ DESCRIBE_CLUSTER = Api(
 # only adds is_cordoned): kafka-python takes a broker serving v5 for Kafka
 # 4.3 and gates features on that.  v4 adds the volume's bytes; v0 is not in
 # the specs kafka-python ships.
-DESCRIBE_LOG_DIRS: Final[Api[DescribeLogDirsRequestBody, Any]] = Api(
+DESCRIBE_LOG_DIRS: Final[Api[DescribeLogDirsRequestBody, ResponseBody]] = Api(
     ApiKey.DESCRIBE_LOG_DIRS,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
@@ -257,7 +259,7 @@ DESCRIBE_LOG_DIRS: Final[Api[DescribeLogDirsRequestBody, Any]] = Api(
     authorize=cluster_rule(Operation.DESCRIBE),
 )
 # librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
-DELETE_RECORDS: Final[Api[DeleteRecordsRequestBody, Any]] = Api(
+DELETE_RECORDS: Final[Api[DeleteRecordsRequestBody, ResponseBody]] = Api(
     ApiKey.DELETE_RECORDS,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
@@ -267,4 +269,8 @@ DELETE_RECORDS: Final[Api[DeleteRecordsRequestBody, Any]] = Api(
     authorize=topics_rule("topics", Operation.DELETE, "topics"),
 )
 
-APIS: Final[tuple[Api[Any, Any], ...]] = (DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DELETE_RECORDS)
+APIS: Final[tuple[Api[Any, ResponseBody], ...]] = (
+    DESCRIBE_CLUSTER,
+    DESCRIBE_LOG_DIRS,
+    DELETE_RECORDS,
+)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kfs_core.server.apis.base import ErrorBody
     from kfs_core.server.apis.context import BrokerOptions
     from kfs_core.server.protocol import ErrorCode, Request
+    from kfs_core.server.protocol.bodies import ResponseBody
 
 __all__ = ["Mirror", "Shape", "schema_error_body"]
 
@@ -54,12 +55,12 @@ class Mirror:
     shape: Shape = field(default_factory=dict)
 
 
-def schema_error_body(shape: Shape) -> ErrorBody[Any, Any]:
+def schema_error_body(shape: Shape) -> ErrorBody[Any, ResponseBody]:
     """The `ErrorBody` of an API whose response has this shape."""
 
     def error_body(
         request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
-    ) -> Any:
+    ) -> ResponseBody:
         response_class = MESSAGES[request.api_key].response
         values = _fill(
             response_class.fields, request.api_version, request.body, shape, code, message

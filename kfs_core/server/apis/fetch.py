@@ -28,7 +28,7 @@ from kfs_core.server.protocol.messages import ApiKey, FetchRequest, FetchRespons
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
-    from kfs_core.server.protocol.bodies import FetchRequestBody
+    from kfs_core.server.protocol.bodies import FetchRequestBody, ResponseBody
 
 __all__ = ["APIS", "FETCH", "trim_to_batches"]
 
@@ -61,7 +61,7 @@ def trim_to_batches(records: Buffer, limit: int) -> Buffer:
     return records if end == total else view[:end]
 
 
-async def handle(context: RequestContext, request: Request[FetchRequestBody]) -> Any:
+async def handle(context: RequestContext, request: Request[FetchRequestBody]) -> ResponseBody:
     body = request.body
     if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
         # We never hand out a session id, so nobody can hold one of ours.
@@ -195,7 +195,7 @@ error_body = schema_error_body(
 
 # v4 is the first whose responses carry RecordBatch v2 unconverted.
 # kafka-python sends <= 12, librdkafka <= 16; v13+ names topics by id.
-FETCH: Final[Api[FetchRequestBody, Any]] = Api(
+FETCH: Final[Api[FetchRequestBody, ResponseBody]] = Api(
     ApiKey.FETCH,
     FetchRequest,
     FetchResponse,

@@ -78,6 +78,7 @@ if TYPE_CHECKING:
         OffsetDeleteRequestBody,
         OffsetFetchRequestBody,
         OffsetFetchTopic,
+        ResponseBody,
         SyncGroupRequestBody,
     )
 
@@ -113,7 +114,7 @@ def _code(exc: BaseException, what: str) -> ErrorCode:
 
 async def _find_coordinator(
     context: RequestContext, request: Request[FindCoordinatorRequestBody]
-) -> Any:
+) -> ResponseBody:
     body = request.body
     keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
     key_type = getattr(body, "key_type", COORDINATOR_KEY_GROUP)
@@ -149,7 +150,9 @@ async def _find_coordinator(
 # --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------
 
 
-async def _join_group(context: RequestContext, request: Request[JoinGroupRequestBody]) -> Any:
+async def _join_group(
+    context: RequestContext, request: Request[JoinGroupRequestBody]
+) -> ResponseBody:
     body = request.body
     version = request.api_version
     try:
@@ -191,7 +194,7 @@ async def _join_group(context: RequestContext, request: Request[JoinGroupRequest
 
 def _join_error(
     request: Request[JoinGroupRequestBody], code: ErrorCode, member_id: str = ""
-) -> Any:
+) -> ResponseBody:
     return request.response(
         throttle_time_ms=0,
         error_code=int(code),
@@ -207,11 +210,13 @@ def _join_error(
 
 def _join_group_error(
     request: Request[JoinGroupRequestBody], code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
+) -> ResponseBody:
     return _join_error(request, code, request.body.member_id)
 
 
-async def _sync_group(context: RequestContext, request: Request[SyncGroupRequestBody]) -> Any:
+async def _sync_group(
+    context: RequestContext, request: Request[SyncGroupRequestBody]
+) -> ResponseBody:
     body = request.body
     try:
         assignments: dict[str, bytes] = {}
@@ -242,7 +247,9 @@ async def _sync_group(context: RequestContext, request: Request[SyncGroupRequest
 _sync_error = schema_error_body({"protocol_type": None, "protocol_name": None, "assignment": b""})
 
 
-async def _heartbeat(context: RequestContext, request: Request[HeartbeatRequestBody]) -> Any:
+async def _heartbeat(
+    context: RequestContext, request: Request[HeartbeatRequestBody]
+) -> ResponseBody:
     body = request.body
     code = ErrorCode.NONE
     try:
@@ -258,7 +265,9 @@ async def _heartbeat(context: RequestContext, request: Request[HeartbeatRequestB
     return request.response(throttle_time_ms=0, error_code=int(code))
 
 
-async def _leave_group(context: RequestContext, request: Request[LeaveGroupRequestBody]) -> Any:
+async def _leave_group(
+    context: RequestContext, request: Request[LeaveGroupRequestBody]
+) -> ResponseBody:
     body = request.body
     batched = request.api_version >= 3
     departures: list[tuple[str, str | None]] = (
@@ -294,7 +303,9 @@ _leave_error = schema_error_body({})
 # --- OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------------------
 
 
-async def _offset_commit(context: RequestContext, request: Request[OffsetCommitRequestBody]) -> Any:
+async def _offset_commit(
+    context: RequestContext, request: Request[OffsetCommitRequestBody]
+) -> ResponseBody:
     body = request.body
     requests = [
         CommitRequest(
@@ -380,7 +391,9 @@ def _fetched_topics(
     return answers
 
 
-async def _offset_fetch(context: RequestContext, request: Request[OffsetFetchRequestBody]) -> Any:
+async def _offset_fetch(
+    context: RequestContext, request: Request[OffsetFetchRequestBody]
+) -> ResponseBody:
     body = request.body
     if request.api_version >= 8:
         group_class = OffsetFetchResponse.OffsetFetchResponseGroup
@@ -403,7 +416,9 @@ async def _offset_fetch(context: RequestContext, request: Request[OffsetFetchReq
     return request.response(throttle_time_ms=0, error_code=0, topics=topics)
 
 
-async def _offset_delete(context: RequestContext, request: Request[OffsetDeleteRequestBody]) -> Any:
+async def _offset_delete(
+    context: RequestContext, request: Request[OffsetDeleteRequestBody]
+) -> ResponseBody:
     body = request.body
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     try:
@@ -433,7 +448,7 @@ _offset_delete_error = schema_error_body({})
 # --- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------------
 
 
-async def _list_groups(context: RequestContext, request: Request[Any]) -> Any:
+async def _list_groups(context: RequestContext, request: Request[Any]) -> ResponseBody:
     body = request.body
     types = getattr(body, "types_filter", None) or []
     if types and not {t.lower() for t in types} & {"classic", "consumer"}:
@@ -456,7 +471,7 @@ _list_groups_error = schema_error_body({})
 
 async def _describe_groups(
     context: RequestContext, request: Request[DescribeGroupsRequestBody]
-) -> Any:
+) -> ResponseBody:
     described = DescribeGroupsResponse.DescribedGroup
     member = described.DescribedGroupMember
     groups = []
@@ -523,7 +538,9 @@ _describe_groups_error = schema_error_body(
 )
 
 
-async def _delete_groups(context: RequestContext, request: Request[DeleteGroupsRequestBody]) -> Any:
+async def _delete_groups(
+    context: RequestContext, request: Request[DeleteGroupsRequestBody]
+) -> ResponseBody:
     result = DeleteGroupsResponse.DeletableGroupResult
     results = []
     for group_id in request.body.groups_names:
@@ -663,7 +680,7 @@ def _authorize_delete_groups(may: Checker, request: Request[Any]) -> Plan | None
                  GROUP_DENIED, "results")  # fmt: skip
 
 
-FIND_COORDINATOR: Final[Api[FindCoordinatorRequestBody, Any]] = Api(
+FIND_COORDINATOR: Final[Api[FindCoordinatorRequestBody, ResponseBody]] = Api(
     ApiKey.FIND_COORDINATOR,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -674,7 +691,7 @@ FIND_COORDINATOR: Final[Api[FindCoordinatorRequestBody, Any]] = Api(
 )
 # kafka-python sends <= 7, librdkafka <= 5; v8/v9 are KIP-800 reasons and
 # KIP-814 skipped assignments.
-JOIN_GROUP: Final[Api[JoinGroupRequestBody, Any]] = Api(
+JOIN_GROUP: Final[Api[JoinGroupRequestBody, ResponseBody]] = Api(
     ApiKey.JOIN_GROUP,
     JoinGroupRequest,
     JoinGroupResponse,
@@ -683,7 +700,7 @@ JOIN_GROUP: Final[Api[JoinGroupRequestBody, Any]] = Api(
     _join_group_error,
     authorize=group_rule(Operation.READ),
 )
-HEARTBEAT: Final[Api[HeartbeatRequestBody, Any]] = Api(
+HEARTBEAT: Final[Api[HeartbeatRequestBody, ResponseBody]] = Api(
     ApiKey.HEARTBEAT,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -692,7 +709,7 @@ HEARTBEAT: Final[Api[HeartbeatRequestBody, Any]] = Api(
     _code_only_error,
     authorize=group_rule(Operation.READ),
 )
-LEAVE_GROUP: Final[Api[LeaveGroupRequestBody, Any]] = Api(
+LEAVE_GROUP: Final[Api[LeaveGroupRequestBody, ResponseBody]] = Api(
     ApiKey.LEAVE_GROUP,
     LeaveGroupRequest,
     LeaveGroupResponse,
@@ -701,7 +718,7 @@ LEAVE_GROUP: Final[Api[LeaveGroupRequestBody, Any]] = Api(
     _leave_error,
     authorize=group_rule(Operation.READ),
 )
-SYNC_GROUP: Final[Api[SyncGroupRequestBody, Any]] = Api(
+SYNC_GROUP: Final[Api[SyncGroupRequestBody, ResponseBody]] = Api(
     ApiKey.SYNC_GROUP,
     SyncGroupRequest,
     SyncGroupResponse,
@@ -712,7 +729,7 @@ SYNC_GROUP: Final[Api[SyncGroupRequestBody, Any]] = Api(
 )
 # v9 is v8 plus KIP-848 member epochs (librdkafka 9, kafka-python 8); v10
 # names topics by id.
-OFFSET_COMMIT: Final[Api[OffsetCommitRequestBody, Any]] = Api(
+OFFSET_COMMIT: Final[Api[OffsetCommitRequestBody, ResponseBody]] = Api(
     ApiKey.OFFSET_COMMIT,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -721,7 +738,7 @@ OFFSET_COMMIT: Final[Api[OffsetCommitRequestBody, Any]] = Api(
     _offset_commit_error,
     authorize=_group_then_topics(Operation.READ),
 )
-OFFSET_FETCH: Final[Api[OffsetFetchRequestBody, Any]] = Api(
+OFFSET_FETCH: Final[Api[OffsetFetchRequestBody, ResponseBody]] = Api(
     ApiKey.OFFSET_FETCH,
     OffsetFetchRequest,
     OffsetFetchResponse,
@@ -742,7 +759,7 @@ LIST_GROUPS = Api(
     filter_response=_visible_groups,
 )
 # v6 adds per-group error messages; KFS answers authorized operations as "not requested".
-DESCRIBE_GROUPS: Final[Api[DescribeGroupsRequestBody, Any]] = Api(
+DESCRIBE_GROUPS: Final[Api[DescribeGroupsRequestBody, ResponseBody]] = Api(
     ApiKey.DESCRIBE_GROUPS,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -751,7 +768,7 @@ DESCRIBE_GROUPS: Final[Api[DescribeGroupsRequestBody, Any]] = Api(
     _describe_groups_error,
     authorize=_authorize_describe_groups,
 )
-DELETE_GROUPS: Final[Api[DeleteGroupsRequestBody, Any]] = Api(
+DELETE_GROUPS: Final[Api[DeleteGroupsRequestBody, ResponseBody]] = Api(
     ApiKey.DELETE_GROUPS,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -760,7 +777,7 @@ DELETE_GROUPS: Final[Api[DeleteGroupsRequestBody, Any]] = Api(
     _delete_groups_error,
     authorize=_authorize_delete_groups,
 )
-OFFSET_DELETE: Final[Api[OffsetDeleteRequestBody, Any]] = Api(
+OFFSET_DELETE: Final[Api[OffsetDeleteRequestBody, ResponseBody]] = Api(
     ApiKey.OFFSET_DELETE,
     OffsetDeleteRequest,
     OffsetDeleteResponse,

@@ -28,12 +28,12 @@ from kfs_core.server.protocol.messages import ApiKey, MetadataRequest, MetadataR
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
-    from kfs_core.server.protocol.bodies import MetadataRequestBody, MetadataTopic
+    from kfs_core.server.protocol.bodies import MetadataRequestBody, MetadataTopic, ResponseBody
 
 __all__ = ["APIS", "METADATA", "broker_entry", "topic_metadata"]
 
 
-async def handle(context: RequestContext, request: Request[MetadataRequestBody]) -> Any:
+async def handle(context: RequestContext, request: Request[MetadataRequestBody]) -> ResponseBody:
     body = request.body
     requested = body.topics
     options = context.options
@@ -118,7 +118,7 @@ def topic_metadata(info: LogTopicInfo) -> Any:
 
 def error_body(
     request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
-) -> Any:
+) -> ResponseBody:
     topic = MetadataResponse.MetadataResponseTopic
     return request.response(
         throttle_time_ms=0,
@@ -178,7 +178,7 @@ def _visible_topics(may: Checker, request: Request[Any], response: Any) -> Any:
     return response
 
 
-METADATA: Final[Api[MetadataRequestBody, Any]] = Api(
+METADATA: Final[Api[MetadataRequestBody, ResponseBody]] = Api(
     ApiKey.METADATA,
     MetadataRequest,
     MetadataResponse,

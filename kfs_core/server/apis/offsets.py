@@ -7,7 +7,7 @@ INVALID_REQUEST.  (Committed consumer offsets are the groups' business:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from kfs_core.security.acls import Operation
 from kfs_core.server.apis.access import topics_rule
@@ -19,14 +19,14 @@ from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest, ListOf
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
-    from kfs_core.server.protocol.bodies import ListOffsetsRequestBody
+    from kfs_core.server.protocol.bodies import ListOffsetsRequestBody, ResponseBody
 
 __all__ = ["APIS", "LIST_OFFSETS"]
 
 EARLIEST_TIMESTAMP: Final = -2  # the log start offset (-1 is the high watermark)
 
 
-async def handle(context: RequestContext, request: Request[ListOffsetsRequestBody]) -> Any:
+async def handle(context: RequestContext, request: Request[ListOffsetsRequestBody]) -> ResponseBody:
     answer = ListOffsetsResponse.ListOffsetsTopicResponse
     partition_answer = answer.ListOffsetsPartitionResponse
     topics = []
@@ -80,7 +80,7 @@ error_body = schema_error_body(
 # v0 (offset arrays) is gone from the spec.  librdkafka sends <= 7;
 # kafka-python would send 11, but v8+ only add tiered-storage offset specs
 # (-4, -5, -6) and a timeout, none of which KFS implements.
-LIST_OFFSETS: Final[Api[ListOffsetsRequestBody, Any]] = Api(
+LIST_OFFSETS: Final[Api[ListOffsetsRequestBody, ResponseBody]] = Api(
     ApiKey.LIST_OFFSETS,
     ListOffsetsRequest,
     ListOffsetsResponse,

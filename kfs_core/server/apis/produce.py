@@ -16,7 +16,7 @@ it, no copies.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from kfs_core.errors import LogError
 from kfs_core.log.log_manager import AppendResult
@@ -30,7 +30,7 @@ from kfs_core.server.protocol.messages import ApiKey, ProduceRequest, ProduceRes
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
-    from kfs_core.server.protocol.bodies import ProduceRequestBody
+    from kfs_core.server.protocol.bodies import ProduceRequestBody, ResponseBody
 
 __all__ = ["APIS", "PRODUCE"]
 
@@ -45,7 +45,7 @@ _ProducePlan = list[tuple[str, list[tuple[int, ErrorCode | int]]]]
 
 async def start(
     context: RequestContext, request: Request[ProduceRequestBody]
-) -> asyncio.Future[Any]:
+) -> asyncio.Future[ResponseBody]:
     """Resolve the topics (auto-creating) and open the partitions, then start the appends.
 
     Everything that may wait happens here, before the next request on the
@@ -94,7 +94,7 @@ async def _finish(
     plan: _ProducePlan,
     appends: list[tuple[str, int, Buffer]],
     timeout_s: float,
-) -> Any:
+) -> ResponseBody:
     results: list[AppendResult | Exception] = []
     if appends:
         # The request frame is ours: offsets are assigned in it, no copy.
@@ -159,7 +159,7 @@ error_body = schema_error_body(
 # v3 is the first to carry RecordBatch v2, the only format KFS stores.
 # kafka-python sends <= 9, librdkafka <= 10; v10 only adds KIP-951 leader
 # hints, meaningless on a single broker; v13 names topics by id.
-PRODUCE: Final[Api[ProduceRequestBody, Any]] = Api(
+PRODUCE: Final[Api[ProduceRequestBody, ResponseBody]] = Api(
     ApiKey.PRODUCE,
     ProduceRequest,
     ProduceResponse,

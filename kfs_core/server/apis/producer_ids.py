@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol import Request
     from kfs_core.server.protocol.bodies import (
         InitProducerIdRequestBody,
+        ResponseBody,
     )
 
 __all__ = [
@@ -74,7 +75,9 @@ class ProducerIds:
         return next(self._next)
 
 
-async def handle(context: RequestContext, request: Request[InitProducerIdRequestBody]) -> Any:
+async def handle(
+    context: RequestContext, request: Request[InitProducerIdRequestBody]
+) -> ResponseBody:
     if request.body.transactional_id is not None:
         context.count_error(ApiKey.INIT_PRODUCER_ID, _REFUSED)
         return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
@@ -96,7 +99,7 @@ def _authorize_init(may: Checker, request: Request[Any]) -> Plan | None:
 
 
 # Both clients send <= 4; v5 is KIP-890 transactions v2.
-INIT_PRODUCER_ID: Final[Api[InitProducerIdRequestBody, Any]] = Api(
+INIT_PRODUCER_ID: Final[Api[InitProducerIdRequestBody, ResponseBody]] = Api(
     ApiKey.INIT_PRODUCER_ID,
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -110,10 +113,10 @@ INIT_PRODUCER_ID: Final[Api[InitProducerIdRequestBody, Any]] = Api(
 # --- transactions: refused --------------------------------------------------------------
 
 
-def _refusal(error_body: ErrorBody[Any, Any]) -> Handler[Any, Any]:
+def _refusal(error_body: ErrorBody[Any, ResponseBody]) -> Handler[Any, ResponseBody]:
     """A handler that refuses every request with ``error_body`` carrying `_REFUSED`."""
 
-    async def refuse(context: RequestContext, request: Request[Any]) -> Any:
+    async def refuse(context: RequestContext, request: Request[Any]) -> ResponseBody:
         context.count_error(request.api_key, _REFUSED)
         return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
 

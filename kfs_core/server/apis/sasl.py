@@ -28,12 +28,15 @@ if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
     from kfs_core.server.protocol.bodies import (
+        ResponseBody,
         SaslAuthenticateRequestBody,
         SaslHandshakeRequestBody,
     )
 
 
-async def _handshake(context: RequestContext, request: Request[SaslHandshakeRequestBody]) -> Any:
+async def _handshake(
+    context: RequestContext, request: Request[SaslHandshakeRequestBody]
+) -> ResponseBody:
     session = context.session
     authenticator = context.authenticator
     if session is None or authenticator is None:
@@ -41,27 +44,24 @@ async def _handshake(context: RequestContext, request: Request[SaslHandshakeRequ
     code, mechanisms = authenticator.handshake(session, request.body.mechanism or "")
     if code == ErrorCode.NONE and request.api_version == 0:
         session.raw_tokens = True  # the connection reads the tokens as bare frames now
-    return SaslHandshakeResponse(
-        version=request.api_version, error_code=code, mechanisms=mechanisms
-    )
+    return request.response(error_code=code, mechanisms=mechanisms)
 
 
 def _handshake_error(
     request: Request[Any], code: ErrorCode, _: str | None, __: BrokerOptions
-) -> Any:
-    return SaslHandshakeResponse(version=request.api_version, error_code=int(code), mechanisms=[])
+) -> ResponseBody:
+    return request.response(error_code=int(code), mechanisms=[])
 
 
 async def _authenticate(
     context: RequestContext, request: Request[SaslAuthenticateRequestBody]
-) -> Any:
+) -> ResponseBody:
     session = context.session
     authenticator = context.authenticator
     if session is None or authenticator is None:
         return _authenticate_error(request, ErrorCode.ILLEGAL_SASL_STATE, None, context.options)
     result = await authenticator.authenticate(session, bytes(request.body.auth_bytes or b""))
-    return SaslAuthenticateResponse(
-        version=request.api_version,
+    return request.response(
         error_code=result.error_code,
         error_message=result.message,
         auth_bytes=result.auth_bytes,
@@ -71,13 +71,12 @@ async def _authenticate(
 
 def _authenticate_error(
     request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
+) -> ResponseBody:
     # An error body has no context: the connection's session is its context variable's.
     session = SESSION.get()
     if session is not None:
         session.failed = True
-    return SaslAuthenticateResponse(
-        version=request.api_version,
+    return request.response(
         error_code=int(code),
         error_message=message,
         auth_bytes=b"",

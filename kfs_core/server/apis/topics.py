@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         DeleteTopicsRequestBody,
         DescribeConfigsRequestBody,
         PartitionsAssignment,
+        ResponseBody,
         TopicConfig,
     )
 
@@ -113,7 +114,9 @@ _TOPIC_CONFIG_TYPES: Final = {
 }
 
 
-async def _create_topics(context: RequestContext, request: Request[CreateTopicsRequestBody]) -> Any:
+async def _create_topics(
+    context: RequestContext, request: Request[CreateTopicsRequestBody]
+) -> ResponseBody:
     body = request.body
     validate_only = bool(getattr(body, "validate_only", False))
     result = CreateTopicsResponse.CreatableTopicResult
@@ -192,7 +195,9 @@ def _requested_partitions(context: RequestContext, topic: CreatableTopic) -> int
     return int(topic.num_partitions)
 
 
-async def _delete_topics(context: RequestContext, request: Request[DeleteTopicsRequestBody]) -> Any:
+async def _delete_topics(
+    context: RequestContext, request: Request[DeleteTopicsRequestBody]
+) -> ResponseBody:
     result = DeleteTopicsResponse.DeletableTopicResult
     results = []
     for name in request.body.topic_names:
@@ -224,7 +229,7 @@ async def _forget_committed_offsets(context: RequestContext, name: str) -> None:
 
 async def _describe_configs(
     context: RequestContext, request: Request[DescribeConfigsRequestBody]
-) -> Any:
+) -> ResponseBody:
     body = request.body
     synonyms = bool(getattr(body, "include_synonyms", False))
     documentation = bool(getattr(body, "include_documentation", False))
@@ -346,7 +351,7 @@ def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -
 
 async def _create_partitions(
     context: RequestContext, request: Request[CreatePartitionsRequestBody]
-) -> Any:
+) -> ResponseBody:
     body = request.body
     validate_only = bool(body.validate_only)
     result = CreatePartitionsResponse.CreatePartitionsTopicResult
@@ -397,14 +402,16 @@ def _check_new_assignments(assignments: Sequence[PartitionsAssignment], added: i
 ConfigEdit = Callable[[Mapping[str, str]], Mapping[str, str]]
 
 
-async def _alter_configs(context: RequestContext, request: Request[AlterConfigsRequestBody]) -> Any:
+async def _alter_configs(
+    context: RequestContext, request: Request[AlterConfigsRequestBody]
+) -> ResponseBody:
     """AlterConfigs: the listed configs become the topic's only overrides, as in Kafka."""
     return await _alter(context, request, ApiKey.ALTER_CONFIGS, _replacement)
 
 
 async def _incremental_alter_configs(
     context: RequestContext, request: Request[AlterConfigsRequestBody]
-) -> Any:
+) -> ResponseBody:
     """IncrementalAlterConfigs: SET, DELETE (to the default), APPEND / SUBTRACT on lists."""
     return await _alter(context, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, _increments)
 
@@ -423,7 +430,7 @@ async def _alter(
     request: Request[AlterConfigsRequestBody],
     key: ApiKey,
     edit_for: Callable[[Sequence[Any]], ConfigEdit],
-) -> Any:
+) -> ResponseBody:
     body = request.body
     validate_only = bool(body.validate_only)
     result = _ALTER_RESULTS[key]
@@ -602,7 +609,7 @@ def _configs_rule(op: Operation, response_field: str) -> Rule:
     return rule
 
 
-CREATE_TOPICS: Final[Api[CreateTopicsRequestBody, Any]] = Api(
+CREATE_TOPICS: Final[Api[CreateTopicsRequestBody, ResponseBody]] = Api(
     ApiKey.CREATE_TOPICS,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -612,7 +619,7 @@ CREATE_TOPICS: Final[Api[CreateTopicsRequestBody, Any]] = Api(
     authorize=_authorize_create_topics,
 )
 # v6 may delete by topic id; at <= 5 topics are named.
-DELETE_TOPICS: Final[Api[DeleteTopicsRequestBody, Any]] = Api(
+DELETE_TOPICS: Final[Api[DeleteTopicsRequestBody, ResponseBody]] = Api(
     ApiKey.DELETE_TOPICS,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
@@ -621,7 +628,7 @@ DELETE_TOPICS: Final[Api[DeleteTopicsRequestBody, Any]] = Api(
     _delete_topics_error,
     authorize=_authorize_delete_topics,
 )
-DESCRIBE_CONFIGS: Final[Api[DescribeConfigsRequestBody, Any]] = Api(
+DESCRIBE_CONFIGS: Final[Api[DescribeConfigsRequestBody, ResponseBody]] = Api(
     ApiKey.DESCRIBE_CONFIGS,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
@@ -632,7 +639,7 @@ DESCRIBE_CONFIGS: Final[Api[DescribeConfigsRequestBody, Any]] = Api(
 )
 
 # librdkafka sends <= 2, kafka-python 3 (the same fields as 2).
-CREATE_PARTITIONS: Final[Api[CreatePartitionsRequestBody, Any]] = Api(
+CREATE_PARTITIONS: Final[Api[CreatePartitionsRequestBody, ResponseBody]] = Api(
     ApiKey.CREATE_PARTITIONS,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -642,7 +649,7 @@ CREATE_PARTITIONS: Final[Api[CreatePartitionsRequestBody, Any]] = Api(
     authorize=topics_rule("topics", Operation.ALTER, "results"),
 )
 # librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
-ALTER_CONFIGS: Final[Api[AlterConfigsRequestBody, Any]] = Api(
+ALTER_CONFIGS: Final[Api[AlterConfigsRequestBody, ResponseBody]] = Api(
     ApiKey.ALTER_CONFIGS,
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -652,7 +659,7 @@ ALTER_CONFIGS: Final[Api[AlterConfigsRequestBody, Any]] = Api(
     authorize=_configs_rule(Operation.ALTER_CONFIGS, "responses"),
 )
 # librdkafka and kafka-python send 1 (flexible), every version there is.
-INCREMENTAL_ALTER_CONFIGS: Final[Api[AlterConfigsRequestBody, Any]] = Api(
+INCREMENTAL_ALTER_CONFIGS: Final[Api[AlterConfigsRequestBody, ResponseBody]] = Api(
     ApiKey.INCREMENTAL_ALTER_CONFIGS,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,

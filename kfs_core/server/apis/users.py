@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol.bodies import (
         AlterUserScramCredentialsRequestBody,
         DescribeUserScramCredentialsRequestBody,
+        ResponseBody,
     )
 
 #: Kafka's ScramMechanism numbers.
@@ -68,7 +69,7 @@ def _describe_sync(
 
 async def _describe(
     context: RequestContext, request: Request[DescribeUserScramCredentialsRequestBody]
-) -> Any:
+) -> ResponseBody:
     users = context.users
     if users is None:
         return _describe_error(
@@ -78,8 +79,7 @@ async def _describe(
     names = None if asked is None else [u.name or "" for u in asked]
     rows = await asyncio.to_thread(_describe_sync, users, names)
     result = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
-    return DescribeUserScramCredentialsResponse(
-        version=request.api_version,
+    return request.response(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
@@ -150,7 +150,7 @@ def _alter_sync(
 
 async def _alter(
     context: RequestContext, request: Request[AlterUserScramCredentialsRequestBody]
-) -> Any:
+) -> ResponseBody:
     users = context.users
     if users is None:
         return _alter_error(request, ErrorCode.SECURITY_DISABLED, "no user store", context.options)
@@ -159,8 +159,7 @@ async def _alter(
         for name in results:
             context.authenticator.users.forget(name)
     result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-    return AlterUserScramCredentialsResponse(
-        version=request.api_version,
+    return request.response(
         throttle_time_ms=0,
         results=[
             result(user=name, error_code=code, error_message=message)
@@ -171,14 +170,13 @@ async def _alter(
 
 def _alter_error(
     request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
+) -> ResponseBody:
     names = dict.fromkeys(
         [d.name for d in request.body.deletions or []]
         + [u.name for u in request.body.upsertions or []]
     )
     result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-    return AlterUserScramCredentialsResponse(
-        version=request.api_version,
+    return request.response(
         throttle_time_ms=0,
         results=[result(user=n, error_code=int(code), error_message=message) for n in names],
     )

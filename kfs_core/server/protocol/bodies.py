@@ -1,4 +1,4 @@
-"""Typed views of the request bodies the data path reads: Protocols of the spec's fields.
+"""Typed views of request bodies: Protocols of the spec's fields the handlers read.
 
 kafka-python generates its message classes at import time, so to a type
 checker they are ``Any``.  These Protocols name the fields a handler reads,
@@ -32,7 +32,7 @@ the handlers read them with a default.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
     "AclCreation",
@@ -87,6 +87,7 @@ __all__ = [
     "ProduceRequestBody",
     "ProduceTopicData",
     "ReplicaAssignment",
+    "ResponseBody",
     "SaslAuthenticateRequestBody",
     "SaslHandshakeRequestBody",
     "ScramDeletion",
@@ -95,6 +96,19 @@ __all__ = [
     "TopicConfig",
     "UserName",
 ]
+
+
+class ResponseBody(Protocol):
+    """Any response body: a spec-generated response message, at the request's version.
+
+    Handlers and error bodies return it; `kfs_core.server.protocol.codec`
+    encodes it (after checking it is the request's response class).
+    """
+
+    @property
+    def version(self) -> int | None: ...
+
+    def encode(self, *args: Any, **kwargs: Any) -> bytes: ...
 
 
 class ProducePartitionData(Protocol):

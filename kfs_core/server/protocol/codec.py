@@ -41,7 +41,7 @@ import logging
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from kfs_core.server.protocol.errors import (
     ErrorCode,
@@ -54,6 +54,9 @@ from kfs_core.server.protocol.errors import (
 from kfs_core.server.protocol.fastpath import decode_produce_request, encode_fetch_response
 from kfs_core.server.protocol.framing import SIZE_PREFIX
 from kfs_core.server.protocol.messages import MESSAGES, ApiKey, ApiVersionsResponse
+
+if TYPE_CHECKING:
+    from kfs_core.server.protocol.bodies import ResponseBody
 from kfs_core.server.protocol.wire import I32, READ_ERRORS, read_string, skip_tagged_fields
 
 log = logging.getLogger(__name__)
@@ -114,9 +117,11 @@ class Request(Generic[BodyT]):
         body: Any = self.body
         return not (self.api_key == ApiKey.PRODUCE and body.acks == 0)
 
-    def response(self, **fields: Any) -> Any:
+    def response(self, **fields: Any) -> ResponseBody:
         """A response body of the matching class and version, built from spec field names."""
-        return MESSAGES[self.api_key].response(version=self.api_version, **fields)
+        return cast(
+            "ResponseBody", MESSAGES[self.api_key].response(version=self.api_version, **fields)
+        )
 
 
 # --- decoding --------------------------------------------------------------
@@ -320,9 +325,9 @@ def encode_response(request: Request[Any], body: Any) -> bytes:
 
 def api_versions_body(
     api_version: int, versions: VersionTable, error_code: ErrorCode = ErrorCode.NONE
-) -> Any:
+) -> ResponseBody:
     """The ApiVersions response body listing ``versions``."""
-    return ApiVersionsResponse(
+    body = ApiVersionsResponse(
         version=api_version,
         error_code=int(error_code),
         api_keys=[
@@ -331,6 +336,7 @@ def api_versions_body(
         ],
         throttle_time_ms=0,
     )
+    return cast("ResponseBody", body)
 
 
 def error_response_frame(error: ProtocolError, versions: VersionTable) -> bytes | None:
