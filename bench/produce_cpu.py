@@ -92,7 +92,7 @@ from bench.produce_fetch import (
 )
 from kfs_core.catalog import PartitionCatalog
 from kfs_core.records.batch import Record, encode_batch
-from kfs_core.server.protocol_messages import ProduceRequest
+from kfs_core.server.protocol.messages import ProduceRequest
 from kfs_core.storage.local import LocalObjectStore
 from testkit.metrics import series_delta
 from testkit.raw_client import RawClient

@@ -33,7 +33,7 @@ from kfs_core.security.scram import make_credential
 from kfs_core.security.users import UserStore
 from kfs_core.server.authz import AuditLog, check
 from kfs_core.server.protocol import Request
-from kfs_core.server.protocol_messages import ApiKey
+from kfs_core.server.protocol.messages import ApiKey
 from kfs_core.storage import open_store
 from testkit.pki import make_pki
 from testkit.ports import free_port

@@ -1,5 +1,13 @@
 """The KFS exception hierarchy: one root, `KfsError`, with a `retriable` flag.
 
+Each error the Kafka server can answer with names its Kafka error code in the
+class attribute ``kafka_error_code`` (``None``: no Kafka meaning, the server
+answers UNKNOWN_SERVER_ERROR).  That attribute is the one exception-to-code
+mapping: the server reads it (`kfs_core.server.apis.base.error_code_for`),
+and a subclass inherits its parent's code.  Codes are plain ints here, so
+no contract module imports the protocol layer; the names in the comments
+are those of `kfs_core.server.protocol.ErrorCode`.
+
 Every exception that carries fields keeps them in ``self.fields`` and rebuilds
 itself from them when unpickled, so errors cross Spark executor and Airflow
 task boundaries intact.  Keep "commit failed, retry" (`CatalogCommitConflict`)
@@ -15,6 +23,7 @@ class KfsError(Exception):
     """Root of every error KFS raises on purpose."""
 
     retriable: bool = False
+    kafka_error_code: ClassVar[int | None] = None
 
     def __init__(self, message: str = "", **fields: Any) -> None:
         super().__init__(message)
@@ -59,6 +68,8 @@ class CorruptionError(KfsError):
 class CorruptRecordBatch(CorruptionError):
     """A Kafka RecordBatch failed its CRC, magic or length checks."""
 
+    kafka_error_code = 2  # CORRUPT_MESSAGE
+
 
 class CorruptSegment(CorruptionError):
     """A `.kfs` segment file is truncated, bit-flipped or has the wrong magic."""
@@ -75,12 +86,16 @@ class CorruptWal(CorruptionError):
 class UnsupportedCodec(KfsError):
     """A batch names a compression codec this build cannot handle."""
 
+    kafka_error_code = 76  # UNSUPPORTED_COMPRESSION_TYPE
+
 
 # --- object stores ---------------------------------------------------------
 
 
 class ObjectStoreError(KfsError):
     """An object store request failed."""
+
+    kafka_error_code = 56  # KAFKA_STORAGE_ERROR
 
 
 class ObjectNotFound(ObjectStoreError):
@@ -129,17 +144,25 @@ class CorruptCatalog(CorruptionError, CatalogError):
 class UnknownTopic(CatalogError):
     """The topic does not exist in the catalog."""
 
+    kafka_error_code = 3  # UNKNOWN_TOPIC_OR_PARTITION
+
 
 class TopicAlreadyExists(CatalogError):
     """A topic of that name already exists."""
+
+    kafka_error_code = 36  # TOPIC_ALREADY_EXISTS
 
 
 class InvalidTopicName(CatalogError):
     """The topic name breaks Kafka's rules."""
 
+    kafka_error_code = 17  # INVALID_TOPIC_EXCEPTION
+
 
 class InvalidConfig(CatalogError):
     """A topic config name is unknown or its value is out of range."""
+
+    kafka_error_code = 40  # INVALID_CONFIG
 
 
 class RemoveConflict(ReplaceConflict):
@@ -174,12 +197,16 @@ class CatalogVersionNotFound(CatalogError):
 class InvalidPartitions(CatalogError):
     """A partition count is out of range (Kafka's INVALID_PARTITIONS)."""
 
+    kafka_error_code = 37  # INVALID_PARTITIONS
+
 
 # --- write-ahead log manager -----------------------------------------------
 
 
 class WalError(KfsError):
     """The WAL refused or could not perform an operation."""
+
+    kafka_error_code = 56  # KAFKA_STORAGE_ERROR
 
 
 class WalNotRecovered(WalError):
@@ -202,9 +229,7 @@ class WalWriteFailed(WalError):
 
 # --- partition log (produce, fetch, list offsets) ---------------------------
 #
-# What `kfs_core.log.LogManager` refuses.  Each class names the Kafka error the
-# server answers with in ``kafka_error_code`` (a class attribute, so the
-# mapping needs no instance and no import of the protocol layer).
+# What `kfs_core.log.LogManager` refuses.
 
 
 class LogError(KfsError):
@@ -263,3 +288,95 @@ class LogClosed(LogError):
 
     kafka_error_code = 6  # NOT_LEADER_OR_FOLLOWER
     retriable = True
+
+
+# --- consumer groups -------------------------------------------------------
+#
+# What the group coordinator (`kfs_core.groups`) refuses.
+
+
+class GroupError(KfsError):
+    """A group request the coordinator refused; ``kafka_error_code`` says how."""
+
+    kafka_error_code: ClassVar[int] = -1  # UNKNOWN_SERVER_ERROR
+
+
+class OffsetMetadataTooLarge(GroupError):
+    """A commit's metadata string is longer than ``offset.metadata.max.bytes``."""
+
+    kafka_error_code = 12  # OFFSET_METADATA_TOO_LARGE
+
+
+class CoordinatorNotAvailable(GroupError):
+    """The coordinator is still loading or has stopped."""
+
+    kafka_error_code = 15  # COORDINATOR_NOT_AVAILABLE
+    retriable = True
+
+
+class IllegalGeneration(GroupError):
+    """The request names a generation other than the group's current one."""
+
+    kafka_error_code = 22  # ILLEGAL_GENERATION
+
+
+class InconsistentGroupProtocol(GroupError):
+    """No protocol (or protocol type) in common with the group, or unreadable protocol bytes."""
+
+    kafka_error_code = 23  # INCONSISTENT_GROUP_PROTOCOL
+
+
+class InvalidGroupId(GroupError):
+    """The group id is empty or longer than the limit."""
+
+    kafka_error_code = 24  # INVALID_GROUP_ID
+
+
+class UnknownMemberId(GroupError):
+    """The member id is not (or no longer) a member of the group."""
+
+    kafka_error_code = 25  # UNKNOWN_MEMBER_ID
+
+
+class InvalidSessionTimeout(GroupError):
+    """The session timeout lies outside the broker's min and max."""
+
+    kafka_error_code = 26  # INVALID_SESSION_TIMEOUT
+
+
+class RebalanceInProgress(GroupError):
+    """The group is rebalancing: the member must rejoin."""
+
+    kafka_error_code = 27  # REBALANCE_IN_PROGRESS
+
+
+class NonEmptyGroup(GroupError):
+    """The group still has members."""
+
+    kafka_error_code = 68  # NON_EMPTY_GROUP
+
+
+class GroupIdNotFound(GroupError):
+    """No group of that id exists."""
+
+    kafka_error_code = 69  # GROUP_ID_NOT_FOUND
+
+
+class MemberIdRequired(GroupError):
+    """KIP-394: rejoin with the member id this error carries (``member_id``)."""
+
+    kafka_error_code = 79  # MEMBER_ID_REQUIRED
+
+    member_id: str
+
+
+class FencedInstanceId(GroupError):
+    """Another member has taken over this static member's ``group.instance.id``."""
+
+    kafka_error_code = 82  # FENCED_INSTANCE_ID
+
+
+class GroupSubscribedToTopic(GroupError):
+    """The group's live members subscribe to the topic whose offsets are being deleted."""
+
+    kafka_error_code = 86  # GROUP_SUBSCRIBED_TO_TOPIC

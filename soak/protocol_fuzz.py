@@ -43,8 +43,9 @@ import confluent_kafka.admin
 import psutil
 from confluent_kafka.cimpl import NewTopic
 
-from kfs_core.server.protocol import MESSAGES, SUPPORTED_VERSIONS, ApiKey
-from kfs_core.server.protocol_framing import MAX_REQUEST_BYTES
+from kfs_core.server.apis import SUPPORTED_VERSIONS
+from kfs_core.server.protocol import MESSAGES, ApiKey
+from kfs_core.server.protocol.framing import MAX_REQUEST_BYTES
 from soak.load import (
     QUIET,
     Findings,

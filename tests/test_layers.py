@@ -34,6 +34,8 @@ DAEMON = ("kfs_core.log", "kfs_core.groups", "kfs_core.server")
 #: The kfs_core modules that drive Kafka clients: the `kfs` command and the admin wrapper
 #: it shares with the Airflow plugin (which imports it, so it takes neither click nor the daemon).
 KAFKA_CLIENTS = ("kfs_core.cli", "kfs_core.kafka_admin")
+#: The Kafka protocol layer is a leaf of the daemon: frames, types, messages, error codes.
+PROTOCOL = "kfs_core.server.protocol"
 
 
 def _module_name(path: Path) -> str:
@@ -130,6 +132,17 @@ def test_contract_modules_never_import_the_daemon() -> None:
     assert found == []
 
 
+def test_the_protocol_package_imports_nothing_of_the_daemon_above_it() -> None:
+    # The broker, the APIs and the app use it; it takes the served versions as an argument.
+    above = ("kfs_core.server", "kfs_core.log", "kfs_core.groups", "kfs_core.catalog")
+    found = [
+        v
+        for v in _violations(PROTOCOL, (*above, "kfs_core.security", "kfs_core.storage"))
+        if not _within(v.split(" imports ")[1], (PROTOCOL,))
+    ]
+    assert found == []
+
+
 @pytest.mark.parametrize("level", range(len(ENGINE_LAYERS) - 1))
 def test_no_engine_layer_imports_a_later_one(level: int) -> None:
     later = tuple(p for layer in ENGINE_LAYERS[level + 1 :] for p in layer)
@@ -138,7 +151,8 @@ def test_no_engine_layer_imports_a_later_one(level: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "package", ["kfs_core.records", "kfs_core.formats", "kfs_core.storage", "kfs_core.log"]
+    "package",
+    ["kfs_core.records", "kfs_core.formats", "kfs_core.storage", "kfs_core.log", PROTOCOL],
 )
 def test_no_import_cycle_inside_an_engine_package(package: str) -> None:
     modules = _modules(package)

@@ -72,15 +72,11 @@ from kfs_core.security.sasl import Authenticator, Session
 from kfs_core.security.tls import ServerTls, TlsFiles, principal_of
 from kfs_core.security.users import UserCache, UserStore
 from kfs_core.server.allocator import tune_allocator
+from kfs_core.server.apis import SUPPORTED_VERSIONS
 from kfs_core.server.apis import acls as acl_api
 from kfs_core.server.apis.base import ADVERTISED, SESSION
-from kfs_core.server.broker import (
-    CLIENT_HOST,
-    Broker,
-    BrokerOptions,
-    cluster_id_for,
-    error_response,
-)
+from kfs_core.server.apis.context import BrokerOptions
+from kfs_core.server.broker import CLIENT_HOST, Broker, cluster_id_for, error_response
 from kfs_core.server.metrics import (
     CountersCollector,
     InstrumentedStore,
@@ -100,7 +96,7 @@ from kfs_core.server.protocol import (
     encode_response_parts,
     error_response_frame,
 )
-from kfs_core.server.protocol_framing import FrameStream
+from kfs_core.server.protocol.framing import FrameStream
 from kfs_core.storage import open_store
 
 __all__ = ["KfsServer", "check_addresses", "parse_host_port", "serve"]
@@ -502,13 +498,16 @@ class KfsServer:
             )
         if s.authorizer == "acl":
             assert self._store is not None
-            self.broker.acl_store = AclStore(self._store, s.namespace)
-            self.broker.authorizer = Authorizer(
+            store = AclStore(self._store, s.namespace)
+            authorizer = Authorizer(
                 super_users=s.super_user_principals(),
                 allow_if_no_acl=s.allow_everyone_if_no_acl_found,
             )
-            await acl_api.refresh(self.broker)  # the ACLs are in force before the first client
-            self._acl_refresh = asyncio.ensure_future(acl_api.refresh_forever(self.broker))
+            self.broker.acl_store, self.broker.authorizer = store, authorizer
+            await acl_api.refresh(
+                store, authorizer
+            )  # the ACLs are in force before the first client
+            self._acl_refresh = asyncio.ensure_future(acl_api.refresh_forever(store, authorizer))
         await self.broker.start()
         for listener, server in self._kafka_servers:
             await server.start_serving()
@@ -606,7 +605,7 @@ _SASL_OPEN_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.
 class _Pending:
     """A request read and started, waiting for its turn to be answered."""
 
-    request: Request | None  # None: ``raw`` is a pre-encoded answer
+    request: Request[Any] | None  # None: ``raw`` is a pre-encoded answer
     future: asyncio.Future[Any] | None
     raw: bytes | None
     started: float
@@ -724,10 +723,10 @@ class _Connection:
                     continue
             started = time.perf_counter()
             try:
-                request = decode_request(payload)
+                request = decode_request(payload, SUPPORTED_VERSIONS)
             except RequestError as error:
                 self._metrics.refused_frames.labels(type(error).__name__).inc()
-                answer = error_response_frame(error)
+                answer = error_response_frame(error, SUPPORTED_VERSIONS)
                 log.info(
                     "%s %s (client %r): %s",
                     "answering" if answer else "closing",

@@ -2,8 +2,10 @@
 
 `Broker` is a single node (id 0) that leads every partition; it holds what
 the handlers share - options, the partition log, the topic directory, the
-fetch notifier, the group coordinator, producer ids, metrics - and turns a `Request` into a future
-of its response body through `REGISTRY`.
+fetch notifier, the group coordinator, producer ids, metrics - and turns a
+`Request` into a future of its response body through `REGISTRY`.  A handler
+never sees the broker: each request gets a `RequestContext` with the
+services and the connection's session, listener and client host.
 
 Ordering: `Broker.begin` runs in request order on a connection.  Produce's
 ``start`` does its lookups there and starts its appends in order (see
@@ -15,33 +17,27 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from kfs_core.errors import UnknownTopicOrPartition
-from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
-from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OffsetLog
+from kfs_core.groups.coordinator import GroupCoordinator
+from kfs_core.groups.offset_log import OffsetLog
 from kfs_core.log.log_manager import LogManager
-from kfs_core.security.acls import (
-    CLUSTER_NAME,
-    AclStore,
-    Authorizer,
-    Operation,
-    ResourceType,
-)
+from kfs_core.security.acls import AclStore, Authorizer
 from kfs_core.security.sasl import Authenticator
 from kfs_core.security.users import UserStore
 from kfs_core.server.apis import REGISTRY
-from kfs_core.server.apis.base import CLIENT_HOST, SESSION
+from kfs_core.server.apis.base import CLIENT_HOST, SESSION, advertised_address
+from kfs_core.server.apis.context import BrokerOptions, RequestContext
 from kfs_core.server.apis.producer_ids import ProducerIds
 from kfs_core.server.authz import AuditLog, check, filter_response
 from kfs_core.server.directory import TopicDirectory
 from kfs_core.server.metrics import ServerMetrics
 from kfs_core.server.notifier import AppendNotifier
-from kfs_core.server.protocol import ApiKey, ErrorCode, Request
+from kfs_core.server.protocol import ErrorCode, Request
+from kfs_core.server.protocol.bodies import ResponseBody
 
-__all__ = ["CLIENT_HOST", "Broker", "BrokerOptions", "cluster_id_for", "error_response"]
+__all__ = ["CLIENT_HOST", "Broker", "cluster_id_for", "error_response"]
 
 
 def cluster_id_for(store_url: str, namespace: str) -> str:
@@ -50,23 +46,9 @@ def cluster_id_for(store_url: str, namespace: str) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-@dataclass
-class BrokerOptions:
-    """What the broker tells clients about itself and how it treats unknown topics."""
-
-    advertised_host: str
-    advertised_port: int
-    cluster_id: str
-    auto_create_topics: bool = True
-    default_partitions: int = 1
-    broker_configs: Mapping[str, str] = field(default_factory=dict)
-    groups: GroupSettings = field(default_factory=GroupSettings)
-    offsets_topic_partitions: int = DEFAULT_PARTITIONS  # offsets.topic.num.partitions
-
-
 def error_response(
-    request: Request, code: ErrorCode, options: BrokerOptions, message: str | None = None
-) -> Any:
+    request: Request[Any], code: ErrorCode, options: BrokerOptions, message: str | None = None
+) -> ResponseBody:
     """A response to ``request`` carrying ``code`` everywhere it can hold one.
 
     What the daemon answers when a handler raised (UNKNOWN_SERVER_ERROR).
@@ -121,7 +103,7 @@ class Broker:
         """Shutdown has begun: long polls answer now."""
         self.notifier.stop()
 
-    async def begin(self, request: Request) -> asyncio.Future[Any]:
+    async def begin(self, request: Request[Any]) -> asyncio.Future[ResponseBody]:
         """Start serving ``request``; the future gives its response body.
 
         Called in request order on a connection.  Exceptions, here or in the
@@ -141,7 +123,7 @@ class Broker:
         else:
             future = await self._dispatch(plan.request or request)
 
-        async def finish() -> Any:
+        async def finish() -> ResponseBody:
             response = await future
             if plan is not None:
                 response = plan.merge(response, self.error_response)
@@ -149,32 +131,35 @@ class Broker:
 
         return asyncio.ensure_future(finish())
 
-    def may_create_topic(self, name: str) -> bool:
-        """Whether this connection's principal may auto-create ``name`` (CREATE, as Kafka asks)."""
-        session, authorizer = SESSION.get(), self.authorizer
-        if authorizer is None or session is None:
-            return True
-        return any(
-            authorizer.authorize(session.principal, session.host, Operation.CREATE, rtype, res)
-            for rtype, res in ((ResourceType.CLUSTER, CLUSTER_NAME), (ResourceType.TOPIC, name))
+    def context(self) -> RequestContext:
+        """What a handler of a request on the current connection may use."""
+        return RequestContext(
+            options=self.options,
+            log=self.log,
+            topics=self.topics,
+            groups=self.groups,
+            notifier=self.notifier,
+            metrics=self.metrics,
+            new_producer_id=self.producer_ids.new,
+            authenticator=self.authenticator,
+            authorizer=self.authorizer,
+            acl_store=self.acl_store,
+            users=self.users,
+            session=SESSION.get(),
+            advertised=advertised_address(self.options),
+            client_host=CLIENT_HOST.get(),
         )
 
-    async def _dispatch(self, request: Request) -> asyncio.Future[Any]:
+    async def _dispatch(self, request: Request[Any]) -> asyncio.Future[ResponseBody]:
         api = REGISTRY[request.api_key]
+        context = self.context()
         if api.start is not None:
-            return await api.start(self, request)
+            return await api.start(context, request)
         assert api.handle is not None
-        return asyncio.ensure_future(api.handle(self, request))
+        return asyncio.ensure_future(api.handle(context, request))
 
-    def error_response(self, request: Request, code: ErrorCode, message: str | None = None) -> Any:
+    def error_response(
+        self, request: Request[Any], code: ErrorCode, message: str | None = None
+    ) -> ResponseBody:
         """`error_response` with this broker's options."""
         return error_response(request, code, self.options, message)
-
-    def count_error(self, api: ApiKey, code: int) -> None:
-        """Count a non-zero error code a response carries, by API and error name."""
-        if code != ErrorCode.NONE:
-            try:
-                name = ErrorCode(code).name
-            except ValueError:
-                name = str(code)
-            self.metrics.partition_errors.labels(api.name, name).inc()

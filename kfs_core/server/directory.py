@@ -29,7 +29,7 @@ from kfs_core.log.topic_cache import TopicInfo as LogTopicInfo
 
 __all__ = ["TopicDirectory", "topic_uuid"]
 
-log = logging.getLogger("kfs_core.server.broker")
+log = logging.getLogger(__name__)
 
 
 class TopicDirectory:

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 import uvloop
 
-from kfs_core.server import protocol_framing
-from kfs_core.server.protocol_errors import FrameTooLarge, TruncatedFrame
-from kfs_core.server.protocol_framing import FrameStream
+from kfs_core.server.protocol import framing as protocol_framing
+from kfs_core.server.protocol.errors import FrameTooLarge, TruncatedFrame
+from kfs_core.server.protocol.framing import FrameStream
 
 pytestmark = pytest.mark.unit
 

@@ -28,10 +28,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kfs_core.server import protocol
+from kfs_core.server.apis import SUPPORTED_VERSIONS, api_versions_body
 from kfs_core.server.protocol import (
     MAX_REQUEST_BYTES,
     MESSAGES,
-    SUPPORTED_VERSIONS,
     ApiKey,
     ErrorCode,
     FrameTooLarge,
@@ -49,13 +49,13 @@ from kfs_core.server.protocol import (
     error_response_frame,
     read_frame,
 )
-from kfs_core.server.protocol_fastpath import (
+from kfs_core.server.protocol.fastpath import (
     FETCH_FAST_VERSIONS,
     INLINE_RECORDS_BYTES,
     PRODUCE_FAST_VERSIONS,
     encode_fetch_response,
 )
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     FetchResponse,
@@ -247,11 +247,11 @@ GOLDEN_API_VERSIONS_FALLBACK_RESPONSE = bytes.fromhex(
 
 def test_golden_api_versions_v0() -> None:
     assert client_frame(ApiVersionsRequest(version=0)) == GOLDEN_API_VERSIONS_V0_REQUEST
-    request = decode_request(GOLDEN_API_VERSIONS_V0_REQUEST[4:])
+    request = decode_request(GOLDEN_API_VERSIONS_V0_REQUEST[4:], SUPPORTED_VERSIONS)
     assert (request.api_key, request.api_version) == (ApiKey.API_VERSIONS, 0)
     assert (request.correlation_id, request.client_id) == (1, "kfs-test")
     assert not request.flexible
-    response = encode_response(request, protocol.api_versions_body(0))
+    response = encode_response(request, api_versions_body(0))
     assert response == GOLDEN_API_VERSIONS_V0_RESPONSE
 
 
@@ -260,23 +260,23 @@ def test_golden_api_versions_v3() -> None:
         version=3, client_software_name="kfs-test", client_software_version="1.0"
     )
     assert client_frame(message, correlation_id=2) == GOLDEN_API_VERSIONS_V3_REQUEST
-    request = decode_request(GOLDEN_API_VERSIONS_V3_REQUEST[4:])
+    request = decode_request(GOLDEN_API_VERSIONS_V3_REQUEST[4:], SUPPORTED_VERSIONS)
     assert (request.api_key, request.api_version, request.correlation_id) == (18, 3, 2)
     assert request.flexible
     assert request.body.client_software_name == "kfs-test"
     assert request.body.client_software_version == "1.0"
-    response = encode_response(request, protocol.api_versions_body(3))
+    response = encode_response(request, api_versions_body(3))
     assert response == GOLDEN_API_VERSIONS_V3_RESPONSE
 
 
 def test_unsupported_api_versions_gets_the_v0_fallback() -> None:
     with pytest.raises(UnsupportedVersion) as caught:
-        decode_request(GOLDEN_API_VERSIONS_V5_REQUEST[4:])
+        decode_request(GOLDEN_API_VERSIONS_V5_REQUEST[4:], SUPPORTED_VERSIONS)
     error = caught.value
     assert (error.api_key, error.api_version, error.correlation_id) == (18, 5, 5)
     assert error.client_id == "kfs-test"
     assert error.error_code == ErrorCode.UNSUPPORTED_VERSION == 35
-    assert error_response_frame(error) == GOLDEN_API_VERSIONS_FALLBACK_RESPONSE
+    assert error_response_frame(error, SUPPORTED_VERSIONS) == GOLDEN_API_VERSIONS_FALLBACK_RESPONSE
     # kafka-python reads it the way its connection does: error, then the table.
     decoded = ApiVersionsResponse.decode(
         GOLDEN_API_VERSIONS_FALLBACK_RESPONSE, version=3, header=True, framed=True
@@ -290,9 +290,9 @@ def test_unsupported_api_versions_gets_the_v0_fallback() -> None:
 def test_other_unsupported_versions_close_the_connection() -> None:
     frame = client_frame(ProduceRequest(version=2, acks=1, timeout_ms=1000, topic_data=[]))
     with pytest.raises(UnsupportedVersion) as caught:
-        decode_request(frame[4:])
+        decode_request(frame[4:], SUPPORTED_VERSIONS)
     assert (caught.value.api_key, caught.value.api_version) == (0, 2)
-    assert error_response_frame(caught.value) is None
+    assert error_response_frame(caught.value, SUPPORTED_VERSIONS) is None
 
 
 # --- every supported version, against kafka-python's generated classes ------
@@ -306,7 +306,7 @@ def test_request_round_trip(key: ApiKey, version: int, seed: int) -> None:
     message = sample_message(request_class, version, rng)
     frame = client_frame(message, correlation_id=seed, client_id=rng.choice([None, "", "kfs-ü"]))
 
-    request = decode_request(frame[4:])
+    request = decode_request(frame[4:], SUPPORTED_VERSIONS)
 
     assert (request.api_key, request.api_version) == (key, version)
     assert (request.correlation_id, request.client_id) == (seed, message.header.client_id)
@@ -336,7 +336,7 @@ def test_response_round_trip(key: ApiKey, version: int, seed: int) -> None:
 
 def test_request_response_builds_the_matching_class() -> None:
     frame = client_frame(MetadataRequest(version=12, topics=None))
-    request = decode_request(frame[4:])
+    request = decode_request(frame[4:], SUPPORTED_VERSIONS)
     body = request.response(throttle_time_ms=0, brokers=[], cluster_id="kfs", topics=[])
     assert isinstance(body, MESSAGES[ApiKey.METADATA].response)
     assert body.version == 12
@@ -347,7 +347,7 @@ def test_request_response_builds_the_matching_class() -> None:
 def test_produce_with_acks_zero_expects_no_response() -> None:
     for acks, expected in ((0, False), (1, True), (-1, True)):
         frame = client_frame(ProduceRequest(version=9, acks=acks, timeout_ms=1, topic_data=[]))
-        assert decode_request(frame[4:]).expects_response is expected
+        assert decode_request(frame[4:], SUPPORTED_VERSIONS).expects_response is expected
 
 
 # --- fast paths --------------------------------------------------------------
@@ -388,7 +388,7 @@ def produce_requests(draw: st.DrawFn) -> Any:
 @given(produce_requests())
 def test_produce_fast_path_matches_the_generated_decoder(message: Any) -> None:
     payload = client_frame(message)[4:]
-    request = decode_request(payload)
+    request = decode_request(payload, SUPPORTED_VERSIONS)
     theirs = ProduceRequest.decode(payload, version=message.version, header=True)
     assert request.body.to_dict(json=False) == theirs.to_dict(json=False)
     for topic in request.body.topic_data:
@@ -408,7 +408,7 @@ def test_produce_records_are_views_of_a_bytes_frame() -> None:
         topic_data=[topic(name="t", partition_data=[topic.PartitionProduceData(index=0, records=records)])],
     )  # fmt: skip
     payload = client_frame(message)[4:]
-    partition = decode_request(payload).body.topic_data[0].partition_data[0]
+    partition = decode_request(payload, SUPPORTED_VERSIONS).body.topic_data[0].partition_data[0]
     assert partition.records.obj is payload
     assert partition.records == records
 
@@ -527,18 +527,18 @@ SAMPLE_FRAMES = {
 @pytest.mark.parametrize("name", SAMPLE_FRAMES)
 def test_every_truncation_is_malformed(name: str) -> None:
     payload = SAMPLE_FRAMES[name][4:]
-    correlation_id = decode_request(payload).correlation_id  # whole: fine
+    correlation_id = decode_request(payload, SUPPORTED_VERSIONS).correlation_id  # whole: fine
     for cut in range(len(payload)):
         with pytest.raises(MalformedRequest) as caught:
-            decode_request(payload[:cut])
+            decode_request(payload[:cut], SUPPORTED_VERSIONS)
         if cut >= 8:
             assert caught.value.correlation_id == correlation_id
 
 
 @pytest.mark.parametrize("name", SAMPLE_FRAMES)
 def test_trailing_bytes_after_a_complete_body_are_ignored_as_kafka_does(name: str) -> None:
-    whole = decode_request(SAMPLE_FRAMES[name][4:])
-    padded = decode_request(SAMPLE_FRAMES[name][4:] + b"\x00\x01\x00\x00")
+    whole = decode_request(SAMPLE_FRAMES[name][4:], SUPPORTED_VERSIONS)
+    padded = decode_request(SAMPLE_FRAMES[name][4:] + b"\x00\x01\x00\x00", SUPPORTED_VERSIONS)
     assert (padded.api_key, padded.api_version, padded.correlation_id) == (
         whole.api_key,
         whole.api_version,
@@ -550,7 +550,7 @@ def test_trailing_bytes_after_a_complete_body_are_ignored_as_kafka_does(name: st
 def test_librdkafkas_all_topics_metadata_v12_decodes() -> None:
     # confluent-kafka 2.16's AdminClient.list_topics(), as captured on the wire.
     frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
-    request = decode_request(frame)
+    request = decode_request(frame, SUPPORTED_VERSIONS)
     assert (request.api_key, request.api_version, request.client_id) == (3, 12, "rdkafka")
     assert request.body.topics is None
 
@@ -558,7 +558,7 @@ def test_librdkafkas_all_topics_metadata_v12_decodes() -> None:
 def test_unknown_api_key_is_reported_with_its_header() -> None:
     frame = I16(57) + I16(1) + I32(42) + I16(3) + b"cli" + b"\x00\x05bytes"  # UpdateFeatures
     with pytest.raises(UnknownApiKey) as caught:
-        decode_request(frame)
+        decode_request(frame, SUPPORTED_VERSIONS)
     error = caught.value
     assert (error.api_key, error.api_version, error.correlation_id, error.client_id) == (
         57,
@@ -566,9 +566,9 @@ def test_unknown_api_key_is_reported_with_its_header() -> None:
         42,
         "cli",
     )
-    assert error_response_frame(error) is None
+    assert error_response_frame(error, SUPPORTED_VERSIONS) is None
     with pytest.raises(UnknownApiKey):
-        decode_request(I16(-1) + I16(0) + I32(1))
+        decode_request(I16(-1) + I16(0) + I32(1), SUPPORTED_VERSIONS)
 
 
 @pytest.mark.parametrize(
@@ -593,14 +593,14 @@ def test_unknown_api_key_is_reported_with_its_header() -> None:
 )  # fmt: skip
 def test_malformed_frames(payload: bytes) -> None:
     with pytest.raises(MalformedRequest):
-        decode_request(payload)
+        decode_request(payload, SUPPORTED_VERSIONS)
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=120))
 def test_garbage_never_escapes_the_typed_errors(payload: bytes) -> None:
     with contextlib.suppress(RequestError):
-        decode_request(payload)
+        decode_request(payload, SUPPORTED_VERSIONS)
 
 
 SERVED = [(key, version) for key, (low, high) in SUPPORTED_VERSIONS.items() for version in range(low, high + 1)]  # fmt: skip
@@ -616,7 +616,7 @@ def test_garbage_bodies_behind_valid_headers_are_malformed(
     if protocol.is_flexible(key, version):
         header += b"\x00"
     try:
-        request = decode_request(header + body)
+        request = decode_request(header + body, SUPPORTED_VERSIONS)
     except MalformedRequest as error:
         assert (error.api_key, error.api_version, error.correlation_id) == (key, version, 77)
     else:
@@ -630,7 +630,7 @@ def test_bit_flips_never_escape_the_typed_errors(name: str, data: st.DataObject)
     position = data.draw(st.integers(0, len(payload) - 1))
     payload[position] ^= data.draw(st.integers(1, 255))
     with contextlib.suppress(RequestError):
-        decode_request(bytes(payload))
+        decode_request(bytes(payload), SUPPORTED_VERSIONS)
 
 
 def test_bad_response_bodies_raise_invalid_response() -> None:
@@ -684,7 +684,10 @@ def test_read_frame_splits_a_stream() -> None:
     first, second = GOLDEN_API_VERSIONS_V0_REQUEST, GOLDEN_API_VERSIONS_V3_REQUEST
     frames = read_all_frames(first + second)
     assert frames == [first[4:], second[4:], None]
-    assert [decode_request(f).api_version for f in frames if f is not None] == [0, 3]
+    assert [decode_request(f, SUPPORTED_VERSIONS).api_version for f in frames if f is not None] == [
+        0,
+        3,
+    ]
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kfs_core.records.batch import assign_offsets_into, iter_batch_headers
-from kfs_core.server import protocol
+from kfs_core.server.apis import SUPPORTED_VERSIONS
 from kfs_core.server.protocol import (
     ApiKey,
     ErrorCode,
@@ -29,13 +29,14 @@ from kfs_core.server.protocol import (
     Request,
     RequestError,
     UnsupportedVersion,
+    VersionTable,
     api_versions_body,
     decode_request,
     encode_response_parts,
     error_response_frame,
     read_frame,
 )
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.messages import (
     FetchResponse,
     FindCoordinatorResponse,
     ListOffsetsResponse,
@@ -66,12 +67,15 @@ class StubBroker:
         self.seen: list[tuple[str | None, str, int]] = []  # (client id, API, version)
         self.refused: list[RequestError | FrameError] = []
         self.unhandled: list[Request] = []
+        self.versions: VersionTable = SUPPORTED_VERSIONS  # what it serves
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stub-broker", daemon=True)
         self._handlers: dict[ApiKey, Callable[[Request], Any]] = {
-            ApiKey.API_VERSIONS: lambda request: api_versions_body(request.api_version),
+            ApiKey.API_VERSIONS: lambda request: api_versions_body(
+                request.api_version, self.versions
+            ),
             ApiKey.METADATA: self._metadata,
             ApiKey.PRODUCE: self._produce,
             ApiKey.FETCH: self._fetch,
@@ -134,11 +138,11 @@ class StubBroker:
                 if payload is None:
                     return
                 try:
-                    request = decode_request(payload)
+                    request = decode_request(payload, self.versions)
                 except RequestError as error:
                     self.refused.append(error)
                     self.seen.append((error.client_id, "refused", error.api_version or -1))
-                    answer = error_response_frame(error)
+                    answer = error_response_frame(error, self.versions)
                     if answer is None:
                         return
                     writer.write(answer)
@@ -413,9 +417,9 @@ def test_clients_recover_from_the_api_versions_fallback(
     librdkafka parses the error body as the version it sent, fails to, and
     retries with v0 - exactly what it does against a real Kafka broker.
     """
-    table = dict(protocol.SUPPORTED_VERSIONS)
+    table = dict(SUPPORTED_VERSIONS)
     table[ApiKey.API_VERSIONS] = (0, 2)
-    monkeypatch.setattr(protocol, "SUPPORTED_VERSIONS", MappingProxyType(table))
+    monkeypatch.setattr(broker, "versions", MappingProxyType(table))
 
     assert produce_with_librdkafka(broker, [b"after-fallback"]) == [0]
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, client_id="kafka-python-producer")

@@ -18,21 +18,20 @@ from typing import Any
 import pytest
 
 from kfs_core.records.batch import decode_batch
+from kfs_core.server.apis import SUPPORTED_VERSIONS, api_versions_body
 from kfs_core.server.protocol import (
     MESSAGES,
-    SUPPORTED_VERSIONS,
     ApiKey,
     ErrorCode,
     Request,
     UnsupportedVersion,
-    api_versions_body,
     decode_request,
     encode_response,
     encode_response_parts,
     error_response_frame,
     read_frame,
 )
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.messages import (
     ApiVersionsRequest,
     FetchRequest,
     FetchResponse,
@@ -95,7 +94,7 @@ def exchange(parser: KafkaProtocol, message: Any, respond: Any) -> tuple[Request
 
     payload = asyncio.run(read())
     assert payload is not None
-    request = decode_request(payload)
+    request = decode_request(payload, SUPPORTED_VERSIONS)
     assert (request.correlation_id, request.client_id) == (correlation_id, CLIENT_ID)
     assert request.api_version == message.API_VERSION
     response_frame = encode_response(request, respond(request))
@@ -191,8 +190,8 @@ def test_api_versions_fallback_through_the_client_parser(parser: KafkaProtocol) 
     wire = bytearray(parser.send_bytes())
     wire[6:8] = b"\x00\x07"  # api_version 7: a client newer than kafka-python
     with pytest.raises(UnsupportedVersion) as caught:
-        decode_request(bytes(wire[4:]))
-    frame = error_response_frame(caught.value)
+        decode_request(bytes(wire[4:]), SUPPORTED_VERSIONS)
+    frame = error_response_frame(caught.value, SUPPORTED_VERSIONS)
     assert frame is not None
     [(_, response)] = parser.receive_bytes(frame)
     assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
@@ -320,7 +319,7 @@ def test_produce_with_acks_zero_has_no_response(parser: KafkaProtocol) -> None:
     message = ProduceRequest(version=9, acks=0, timeout_ms=1000, topic_data=[])
     parser.send_request(message)
     assert not parser.in_flight_requests  # kafka-python will not wait for one...
-    request = decode_request(bytes(parser.send_bytes())[4:])
+    request = decode_request(bytes(parser.send_bytes())[4:], SUPPORTED_VERSIONS)
     assert not request.expects_response  # ...and we will not send one
 
 

@@ -23,9 +23,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server import broker as broker_module
+from kfs_core.server.apis import SUPPORTED_VERSIONS
+from kfs_core.server.apis.context import BrokerOptions
 from kfs_core.server.apis.fetch import trim_to_batches
 from kfs_core.server.app import parse_host_port
-from kfs_core.server.broker import BrokerOptions, cluster_id_for, error_response
+from kfs_core.server.broker import cluster_id_for, error_response
 from kfs_core.server.metrics import CountersCollector
 from kfs_core.server.protocol import MESSAGES, ApiKey, ErrorCode, decode_request, encode_response
 from tests.server.conftest import RawClient, ThreadedServer, produce_request
@@ -168,7 +170,7 @@ def test_error_responses_encode_for_every_served_version(
     """What a failing handler (or a group API) answers decodes in kafka-python, at every version."""
     rng = random.Random(f"error-{key}-{version}-{seed}")
     message = sample_message(MESSAGES[key].request, version, rng)
-    request = decode_request(client_frame(message, correlation_id=seed)[4:])
+    request = decode_request(client_frame(message, correlation_id=seed)[4:], SUPPORTED_VERSIONS)
     options = BrokerOptions("localhost", 9092, cluster_id_for("file:///x", "default"))
     body = error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR, options, "boom")
     frame = encode_response(request, body)

@@ -1,8 +1,8 @@
 """Every Kafka API the daemon serves, one module per API family, registered once here.
 
 `REGISTRY` maps each API key to its `Api`: request and response classes,
-the version range KFS speaks, the handler and the error body.  The protocol
-layer derives its version table and message classes from it, ApiVersions
+the version range KFS speaks, the handler and the error body.  The server
+decodes requests against its version table (`SUPPORTED_VERSIONS`), ApiVersions
 answers from it, and the broker dispatches through it.  Each family module
 lists its `Api` declarations in ``APIS``; adding an API to a family is one
 declaration there, a new family is one line below.
@@ -46,12 +46,14 @@ from kfs_core.server.apis import (
     users,
 )
 from kfs_core.server.apis.base import Api
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import ApiKey, ApiVersionsRequest, ApiVersionsResponse
+from kfs_core.server.protocol import MESSAGES, ErrorCode, VersionTable
+from kfs_core.server.protocol import api_versions_body as _api_versions_body
+from kfs_core.server.protocol.messages import ApiKey, ApiVersionsRequest, ApiVersionsResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import ResponseBody
 
 __all__ = ["REGISTRY", "SUPPORTED_VERSIONS", "Api", "api_versions_body"]
 
@@ -59,28 +61,21 @@ __all__ = ["REGISTRY", "SUPPORTED_VERSIONS", "Api", "api_versions_body"]
 def api_versions_body(
     api_version: int,
     error_code: ErrorCode = ErrorCode.NONE,
-    table: Mapping[int, tuple[int, int]] | None = None,
-) -> Any:
+    table: VersionTable | None = None,
+) -> ResponseBody:
     """The ApiVersions response body listing ``table`` (by default every registered API)."""
-    versions = SUPPORTED_VERSIONS if table is None else table
-    return ApiVersionsResponse(
-        version=api_version,
-        error_code=int(error_code),
-        api_keys=[
-            ApiVersionsResponse.ApiVersion(api_key=int(key), min_version=low, max_version=high)
-            for key, (low, high) in sorted(versions.items())
-        ],
-        throttle_time_ms=0,
+    return _api_versions_body(
+        api_version, SUPPORTED_VERSIONS if table is None else table, error_code
     )
 
 
-async def _api_versions(broker: Broker, request: Request) -> Any:
+async def _api_versions(context: RequestContext, request: Request[Any]) -> ResponseBody:
     return api_versions_body(request.api_version)
 
 
 def _api_versions_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
+    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
+) -> ResponseBody:
     return api_versions_body(request.api_version, code)
 
 
@@ -95,16 +90,20 @@ API_VERSIONS = Api(
 )
 
 
-def _collect(*families: tuple[Api, ...]) -> dict[ApiKey, Api]:
-    table: dict[ApiKey, Api] = {}
+def _collect(
+    *families: tuple[Api[Any, ResponseBody], ...],
+) -> dict[ApiKey, Api[Any, ResponseBody]]:
+    table: dict[ApiKey, Api[Any, ResponseBody]] = {}
     for api in (*(api for family in families for api in family), API_VERSIONS):
         if api.key in table:
             raise ValueError(f"{api.key.name} is registered twice")
+        if api.messages != MESSAGES[api.key]:
+            raise ValueError(f"{api.key.name} is registered with another API's messages")
         table[api.key] = api
     return table
 
 
-REGISTRY: Final[Mapping[ApiKey, Api]] = MappingProxyType(
+REGISTRY: Final[Mapping[ApiKey, Api[Any, ResponseBody]]] = MappingProxyType(
     _collect(
         produce.APIS,
         fetch.APIS,
@@ -120,7 +119,15 @@ REGISTRY: Final[Mapping[ApiKey, Api]] = MappingProxyType(
     )
 )
 
-# The versions KFS serves, per API: (min, max).
-SUPPORTED_VERSIONS: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
+# The versions KFS serves, per API: (min, max), what requests are decoded
+# against.  A client uses min(its max, our max), so each max is the highest
+# version either client sends - librdkafka 2.16 (confluent-kafka;
+# INTRODUCTION.md and its rd_kafka_broker_ApiVersion_supported() calls) or
+# kafka-python 3.0 (its max_version= arguments, else its spec's maximum) -
+# unless a higher version means something KFS does not implement; each
+# registration says why.  Each min is the lowest version the spec still
+# defines (Kafka 4.0 dropped older ones) that can carry what KFS stores.
+# tests/server/test_protocol_clients.py checks what both clients pick.
+SUPPORTED_VERSIONS: Final[VersionTable] = MappingProxyType(
     {key: api.versions for key, api in REGISTRY.items()}
 )

@@ -21,15 +21,19 @@ from typing import TYPE_CHECKING, Any
 from kfs_core.security.acls import (
     AclBinding,
     AclFilter,
+    AclStore,
+    Authorizer,
     InvalidAcl,
     Operation,
     PatternType,
     Permission,
     ResourceType,
 )
+from kfs_core.server.apis.access import cluster_rule
 from kfs_core.server.apis.base import Api
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     ApiKey,
     CreateAclsRequest,
     CreateAclsResponse,
@@ -40,8 +44,15 @@ from kfs_core.server.protocol_messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        AclCreation,
+        AclFilterFields,
+        CreateAclsRequestBody,
+        DeleteAclsRequestBody,
+        ResponseBody,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +66,7 @@ def _enum(kind: Any, value: int) -> Any:
         raise InvalidAcl(f"unknown {kind.__name__} {value}") from None
 
 
-def _binding(c: Any) -> AclBinding:
+def _binding(c: AclCreation) -> AclBinding:
     return AclBinding(
         _enum(ResourceType, c.resource_type),
         c.resource_name or "",
@@ -67,7 +78,7 @@ def _binding(c: Any) -> AclBinding:
     ).validate()
 
 
-def _filter(f: Any) -> AclFilter:
+def _filter(f: AclFilterFields) -> AclFilter:
     return AclFilter(
         _enum(ResourceType, f.resource_type_filter),
         f.resource_name_filter,
@@ -79,9 +90,8 @@ def _filter(f: Any) -> AclFilter:
     ).validate()
 
 
-async def refresh(broker: Broker) -> None:
-    """Load the newest ACLs into the broker's authorizer (if they changed)."""
-    store, authorizer = broker.acl_store, broker.authorizer
+async def refresh(store: AclStore | None, authorizer: Authorizer | None) -> None:
+    """Load the newest ACLs in ``store`` into ``authorizer`` (if they changed)."""
     if store is None or authorizer is None:
         return
     version, bindings = await asyncio.to_thread(store.load)
@@ -90,20 +100,20 @@ async def refresh(broker: Broker) -> None:
         log.info("ACLs version %d: %d binding(s)", version, len(bindings))
 
 
-async def refresh_forever(broker: Broker) -> None:
+async def refresh_forever(store: AclStore, authorizer: Authorizer) -> None:
     """The background task every daemon with an authorizer runs."""
     while True:
         try:
-            await refresh(broker)
+            await refresh(store, authorizer)
         except Exception as exc:  # noqa: BLE001 - the store may be down; keep the old set
             log.warning("reading the ACLs failed (the last set stays in force): %s", exc)
         await asyncio.sleep(REFRESH_S)
 
 
-async def _create(broker: Broker, request: Request) -> Any:
-    store = broker.acl_store
+async def _create(context: RequestContext, request: Request[CreateAclsRequestBody]) -> ResponseBody:
+    store = context.acl_store
     if store is None:
-        return _create_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", broker.options)
+        return _create_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
     results: list[tuple[ErrorCode, str | None]] = []
     valid: list[AclBinding] = []
     for creation in request.body.creations or []:
@@ -114,9 +124,8 @@ async def _create(broker: Broker, request: Request) -> Any:
             results.append((ErrorCode.INVALID_REQUEST, str(exc)))
     if valid:
         await asyncio.to_thread(store.add, valid)
-        await refresh(broker)
-    return CreateAclsResponse(
-        version=request.api_version,
+        await refresh(context.acl_store, context.authorizer)
+    return request.response(
         throttle_time_ms=0,
         results=[
             CreateAclsResponse.AclCreationResult(error_code=int(code), error_message=message)
@@ -125,34 +134,25 @@ async def _create(broker: Broker, request: Request) -> Any:
     )
 
 
-def _create_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    return CreateAclsResponse(
-        version=request.api_version,
-        throttle_time_ms=0,
-        results=[
-            CreateAclsResponse.AclCreationResult(error_code=int(code), error_message=message)
-            for _ in request.body.creations or []
-        ],
-    )
+_create_error = schema_error_body({"results": Mirror("creations")})
 
 
-async def _describe(broker: Broker, request: Request) -> Any:
-    store = broker.acl_store
+async def _describe(context: RequestContext, request: Request[AclFilterFields]) -> ResponseBody:
+    store = context.acl_store
     if store is None:
         return _describe_error(
-            request, ErrorCode.SECURITY_DISABLED, "no authorizer", broker.options
+            request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options
         )
     try:
         acl_filter = _filter(request.body)
     except InvalidAcl as exc:
-        return _describe_error(request, ErrorCode.INVALID_REQUEST, str(exc), broker.options)
+        return _describe_error(request, ErrorCode.INVALID_REQUEST, str(exc), context.options)
     bindings = await asyncio.to_thread(store.describe, acl_filter)
     grouped: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in bindings:
         grouped.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(b)
     resource = DescribeAclsResponse.DescribeAclsResource
-    return DescribeAclsResponse(
-        version=request.api_version,
+    return request.response(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
@@ -176,31 +176,22 @@ async def _describe(broker: Broker, request: Request) -> Any:
     )
 
 
-def _describe_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return DescribeAclsResponse(
-        version=request.api_version,
-        throttle_time_ms=0,
-        error_code=int(code),
-        error_message=message,
-        resources=[],
-    )
+_describe_error = schema_error_body({})
 
 
-async def _delete(broker: Broker, request: Request) -> Any:
-    store = broker.acl_store
+async def _delete(context: RequestContext, request: Request[DeleteAclsRequestBody]) -> ResponseBody:
+    store = context.acl_store
     if store is None:
-        return _delete_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", broker.options)
+        return _delete_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
     filters: list[AclFilter | InvalidAcl] = []
-    for f in request.body.filters or []:
+    for spec in request.body.filters or []:
         try:
-            filters.append(_filter(f))
+            filters.append(_filter(spec))
         except InvalidAcl as exc:
             filters.append(exc)
     valid = [f for f in filters if isinstance(f, AclFilter)]
     removed = await asyncio.to_thread(store.remove, valid) if valid else []
-    await refresh(broker)
+    await refresh(context.acl_store, context.authorizer)
     result = DeleteAclsResponse.DeleteAclsFilterResult
     out = []
     for f in filters:
@@ -229,24 +220,17 @@ async def _delete(broker: Broker, request: Request) -> Any:
                 ],
             )
         )
-    return DeleteAclsResponse(version=request.api_version, throttle_time_ms=0, filter_results=out)
+    return request.response(throttle_time_ms=0, filter_results=out)
 
 
-def _delete_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    result = DeleteAclsResponse.DeleteAclsFilterResult
-    return DeleteAclsResponse(
-        version=request.api_version,
-        throttle_time_ms=0,
-        filter_results=[
-            result(error_code=int(code), error_message=message, matching_acls=[])
-            for _ in request.body.filters or []
-        ],
-    )
+_delete_error = schema_error_body({"filter_results": Mirror("filters")})
 
 
 APIS = (
     Api(ApiKey.DESCRIBE_ACLS, DescribeAclsRequest, DescribeAclsResponse, (1, 2), _describe,
-        _describe_error),
-    Api(ApiKey.CREATE_ACLS, CreateAclsRequest, CreateAclsResponse, (1, 2), _create, _create_error),
-    Api(ApiKey.DELETE_ACLS, DeleteAclsRequest, DeleteAclsResponse, (1, 2), _delete, _delete_error),
+        _describe_error, authorize=cluster_rule(Operation.DESCRIBE)),
+    Api(ApiKey.CREATE_ACLS, CreateAclsRequest, CreateAclsResponse, (1, 2), _create, _create_error,
+        authorize=cluster_rule(Operation.ALTER)),
+    Api(ApiKey.DELETE_ACLS, DeleteAclsRequest, DeleteAclsResponse, (1, 2), _delete, _delete_error,
+        authorize=cluster_rule(Operation.ALTER)),
 )  # fmt: skip

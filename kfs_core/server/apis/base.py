@@ -3,12 +3,19 @@
 An API module declares one `Api` per Kafka API it serves: the spec-generated
 request and response classes, the version range KFS speaks, the handler, and
 the error body - what the response looks like when every place that can hold
-an error code holds the same one.  `kfs_core.server.apis.REGISTRY` collects
+an error code holds the same one (most are `schema_error_body` shapes, derived
+from the response schema: `kfs_core.server.apis.error_bodies`).  `kfs_core.server.apis.REGISTRY` collects
 them; nothing else lists APIs.
 
-Handlers are ``async def handle(broker, request) -> response body``; the
-broker (`kfs_core.server.broker.Broker`) is their context: options, the
-partition log, the topic directory, the group coordinator, metrics.
+Handlers are ``async def handle(context, request) -> response body``; the
+context (`kfs_core.server.apis.context.RequestContext`, built by the broker
+for each request) holds what they may use: options, the partition log, the
+topic directory, the group coordinator, metrics, the principal's session.
+
+The connection's state lives in context variables the connection sets
+(``CLIENT_HOST``, ``SESSION``, ``ADVERTISED``); the broker reads them into
+each request's context, and error bodies, which have no context, read them
+directly.
 """
 
 from __future__ import annotations
@@ -18,28 +25,18 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-from kfs_core.errors import (
-    CorruptRecordBatch,
-    InvalidConfig,
-    InvalidPartitions,
-    InvalidTopicName,
-    KfsError,
-    ObjectStoreError,
-    TopicAlreadyExists,
-    UnknownTopic,
-    UnsupportedCodec,
-    WalError,
-)
+from kfs_core.errors import KfsError
 from kfs_core.security.sasl import Session
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import ApiKey, MessagePair
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import ApiKey, MessagePair
 
 if TYPE_CHECKING:
     import asyncio
 
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.access import ResponseFilter, Rule
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
 
 __all__ = [
@@ -56,7 +53,7 @@ __all__ = [
     "message_of",
 ]
 
-log = logging.getLogger("kfs_core.server.broker")
+log = logging.getLogger(__name__)
 
 NODE_ID: Final = 0
 LEADER_EPOCH: Final = 0
@@ -80,29 +77,40 @@ def advertised_address(options: BrokerOptions) -> tuple[str, int]:
     return ADVERTISED.get() or (options.advertised_host, options.advertised_port)
 
 
-Handler = Callable[["Broker", "Request"], Awaitable[Any]]
+# An API's request body and response body types: the spec-generated classes, or
+# Protocols of the fields handlers use (`kfs_core.server.protocol.bodies`).
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+Handler = Callable[["RequestContext", "Request[Req]"], Awaitable[Resp]]
 # Produce starts in request order on a connection and finishes later.
-Starter = Callable[["Broker", "Request"], Awaitable["asyncio.Future[Any]"]]
-ErrorBody = Callable[["Request", ErrorCode, "str | None", "BrokerOptions"], Any]
+Starter = Callable[["RequestContext", "Request[Req]"], Awaitable["asyncio.Future[Resp]"]]
+ErrorBody = Callable[["Request[Req]", ErrorCode, "str | None", "BrokerOptions"], Resp]
 
 
 @dataclass(frozen=True, slots=True)
-class Api:
+class Api(Generic[Req, Resp]):
     """One Kafka API as KFS serves it: messages, versions, handler and error body.
 
+    ``Req`` and ``Resp`` are the body types its handler takes and gives.
     ``versions`` is (min, max): a client uses min(its max, our max), so the
     comment beside each registration says which clients send what.
     ``start`` replaces ``handle`` for the one API whose work must begin in
-    request order (Produce); everything else runs as a task.
+    request order (Produce); everything else runs as a task.  ``authorize``
+    is what the ACLs must allow before the handler runs and
+    ``filter_response`` what a listing may show afterwards
+    (`kfs_core.server.apis.access`); None: nothing to check.
     """
 
     key: ApiKey
     request: Any
     response: Any
     versions: tuple[int, int]
-    handle: Handler | None
-    error_body: ErrorBody
-    start: Starter | None = None
+    handle: Handler[Req, Resp] | None
+    error_body: ErrorBody[Req, Resp]
+    start: Starter[Req, Resp] | None = None
+    authorize: Rule | None = None
+    filter_response: ResponseFilter | None = None
 
     @property
     def messages(self) -> MessagePair:
@@ -122,7 +130,13 @@ def message_of(exc: BaseException) -> str:
 
 
 def error_code_for(exc: BaseException) -> ErrorCode:
-    """The Kafka error code that stands for ``exc`` in a response."""
+    """The Kafka error code that stands for ``exc`` in a response.
+
+    The mapping is the exception's own: ``kafka_error_code`` on the
+    `kfs_core.errors` classes (and on `Refused`), ``error_code`` on the
+    protocol layer's errors.  A timeout outside KFS's own errors is
+    REQUEST_TIMED_OUT; anything else is UNKNOWN_SERVER_ERROR.
+    """
     code = getattr(exc, "kafka_error_code", None)
     if code is not None:
         with contextlib.suppress(ValueError, TypeError):
@@ -130,24 +144,10 @@ def error_code_for(exc: BaseException) -> ErrorCode:
     error_code = getattr(exc, "error_code", None)
     if isinstance(error_code, ErrorCode):
         return error_code
-    for kind, mapped in _ERROR_CODES:
-        if isinstance(exc, kind):
-            return mapped
+    if isinstance(exc, TimeoutError):
+        return ErrorCode.REQUEST_TIMED_OUT
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
-
-_ERROR_CODES: Final[tuple[tuple[type[BaseException], ErrorCode], ...]] = (
-    (UnknownTopic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-    (InvalidTopicName, ErrorCode.INVALID_TOPIC_EXCEPTION),
-    (TopicAlreadyExists, ErrorCode.TOPIC_ALREADY_EXISTS),
-    (InvalidPartitions, ErrorCode.INVALID_PARTITIONS),
-    (InvalidConfig, ErrorCode.INVALID_CONFIG),
-    (CorruptRecordBatch, ErrorCode.CORRUPT_MESSAGE),
-    (UnsupportedCodec, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
-    (WalError, ErrorCode.KAFKA_STORAGE_ERROR),
-    (ObjectStoreError, ErrorCode.KAFKA_STORAGE_ERROR),
-    (TimeoutError, ErrorCode.REQUEST_TIMED_OUT),
-)
 
 _OPERATOR_ERRORS: Final = frozenset({ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REQUEST_TIMED_OUT})
 

@@ -21,16 +21,18 @@ import logging
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.errors import UnknownTopicOrPartition
+from kfs_core.security.acls import Operation
+from kfs_core.server.apis.access import cluster_rule, topics_rule
 from kfs_core.server.apis.base import (
     NODE_ID,
     Api,
-    advertised_address,
     error_code_for,
     log_failure,
     message_of,
 )
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     ApiKey,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
@@ -41,12 +43,17 @@ from kfs_core.server.protocol_messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        DeleteRecordsRequestBody,
+        DescribeLogDirsRequestBody,
+        ResponseBody,
+    )
 
 __all__ = ["APIS", "DELETE_RECORDS", "DESCRIBE_CLUSTER", "DESCRIBE_LOG_DIRS"]
 
-log = logging.getLogger("kfs_core.server.broker")
+log = logging.getLogger(__name__)
 
 # DescribeCluster endpoint types (KIP-919).
 ENDPOINT_BROKERS: Final = 1
@@ -56,7 +63,7 @@ ENDPOINT_CONTROLLERS: Final = 2
 # --- DescribeCluster ----------------------------------------------------------------
 
 
-async def _describe_cluster(broker: Broker, request: Request) -> Any:
+async def _describe_cluster(context: RequestContext, request: Request[Any]) -> ResponseBody:
     endpoint = getattr(request.body, "endpoint_type", ENDPOINT_BROKERS)
     if endpoint != ENDPOINT_BROKERS:
         # Clients ask controllers only with bootstrap.controllers, which name
@@ -66,11 +73,11 @@ async def _describe_cluster(broker: Broker, request: Request) -> Any:
             if endpoint == ENDPOINT_CONTROLLERS
             else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
         )
-        broker.count_error(ApiKey.DESCRIBE_CLUSTER, code)
+        context.count_error(ApiKey.DESCRIBE_CLUSTER, code)
         return _describe_cluster_error(
-            request, code, f"endpoint type {endpoint}: this is a broker", broker.options
+            request, code, f"endpoint type {endpoint}: this is a broker", context.options
         )
-    options = broker.options
+    options = context.options
     return request.response(
         throttle_time_ms=0,
         error_code=0,
@@ -81,8 +88,8 @@ async def _describe_cluster(broker: Broker, request: Request) -> Any:
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
                 broker_id=NODE_ID,
-                host=advertised_address(options)[0],
-                port=advertised_address(options)[1],
+                host=context.advertised[0],
+                port=context.advertised[1],
                 rack=None,
                 is_fenced=False,
             )
@@ -91,8 +98,8 @@ async def _describe_cluster(broker: Broker, request: Request) -> Any:
 
 
 def _describe_cluster_error(
-    request: Request, code: ErrorCode, message: str | None, options: BrokerOptions
-) -> Any:
+    request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
+) -> ResponseBody:
     return request.response(
         throttle_time_ms=0,
         error_code=int(code),
@@ -107,10 +114,12 @@ def _describe_cluster_error(
 # --- DescribeLogDirs ----------------------------------------------------------------
 
 
-async def _describe_log_dirs(broker: Broker, request: Request) -> Any:
+async def _describe_log_dirs(
+    context: RequestContext, request: Request[DescribeLogDirsRequestBody]
+) -> ResponseBody:
     requested = request.body.topics
     if requested is None:
-        wanted = [(info.name, list(range(info.partitions))) for info in await broker.topics.all()]
+        wanted = [(info.name, list(range(info.partitions))) for info in await context.topics.all()]
     else:
         wanted = [(t.topic, list(t.partitions)) for t in requested]
     result = DescribeLogDirsResponse.DescribeLogDirsResult
@@ -121,13 +130,13 @@ async def _describe_log_dirs(broker: Broker, request: Request) -> Any:
         partitions = []
         for index in indexes:
             try:
-                size = await broker.log.partition_size(name, index)
+                size = await context.log.partition_size(name, index)
             except UnknownTopicOrPartition:
                 continue  # not hosted here: Kafka leaves it out
             except Exception as exc:
                 code = error_code_for(exc)
                 log_failure(f"describe log dir of {name}-{index}", exc, code)
-                return _describe_log_dirs_error(request, code, message_of(exc), broker.options)
+                return _describe_log_dirs_error(request, code, message_of(exc), context.options)
             partitions.append(
                 partition_entry(
                     partition_index=index, partition_size=size, offset_lag=0, is_future_key=False
@@ -141,7 +150,7 @@ async def _describe_log_dirs(broker: Broker, request: Request) -> Any:
         results=[
             result(
                 error_code=0,
-                log_dir=_log_dir(broker),
+                log_dir=_log_dir(context),
                 topics=topics,
                 total_bytes=-1,
                 usable_bytes=-1,
@@ -150,13 +159,13 @@ async def _describe_log_dirs(broker: Broker, request: Request) -> Any:
     )
 
 
-def _log_dir(broker: Broker) -> str:
-    return f"{broker.log.store.url.rstrip('/')}/{broker.log.namespace}"
+def _log_dir(context: RequestContext) -> str:
+    return f"{context.log.store.url.rstrip('/')}/{context.log.namespace}"
 
 
 def _describe_log_dirs_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
+    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
+) -> ResponseBody:
     # v1 and v2 have no top-level error code: the one result carries it.
     return request.response(
         throttle_time_ms=0,
@@ -168,7 +177,9 @@ def _describe_log_dirs_error(
 # --- DeleteRecords --------------------------------------------------------------------
 
 
-async def _delete_records(broker: Broker, request: Request) -> Any:
+async def _delete_records(
+    context: RequestContext, request: Request[DeleteRecordsRequestBody]
+) -> ResponseBody:
     body = request.body
     topic_result = DeleteRecordsResponse.DeleteRecordsTopicResult
     topics = []
@@ -176,57 +187,51 @@ async def _delete_records(broker: Broker, request: Request) -> Any:
         async with asyncio.timeout(body.timeout_ms / 1000 if body.timeout_ms > 0 else None):
             for topic in body.topics:
                 partitions = [
-                    await _delete_below(broker, topic.name, p.partition_index, p.offset)
+                    await _delete_below(context, topic.name, p.partition_index, p.offset)
                     for p in topic.partitions
                 ]
                 topics.append(topic_result(name=topic.name, partitions=partitions))
     except TimeoutError:
         # What is done stays done; the rest answers REQUEST_TIMED_OUT, as Kafka does.
         answered = {t.name: {p.partition_index: p for p in t.partitions} for t in topics}
-        timed_out = _delete_records_error(
-            request, ErrorCode.REQUEST_TIMED_OUT, None, broker.options
-        ).topics
+        every: Any = _delete_records_error(
+            request, ErrorCode.REQUEST_TIMED_OUT, None, context.options
+        )
+        timed_out = every.topics
         for entry in timed_out:
             done = answered.get(entry.name, {})
             entry.partitions = [done.get(p.partition_index, p) for p in entry.partitions]
             for p in entry.partitions:
-                broker.count_error(ApiKey.DELETE_RECORDS, p.error_code)
+                context.count_error(ApiKey.DELETE_RECORDS, p.error_code)
         return request.response(throttle_time_ms=0, topics=timed_out)
     return request.response(throttle_time_ms=0, topics=topics)
 
 
-async def _delete_below(broker: Broker, topic: str, partition: int, offset: int) -> Any:
+async def _delete_below(context: RequestContext, topic: str, partition: int, offset: int) -> Any:
     result = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
     try:
-        low_watermark = await broker.log.delete_records(topic, partition, offset)
+        low_watermark = await context.log.delete_records(topic, partition, offset)
     except Exception as exc:
         code = error_code_for(exc)
         log_failure(f"delete records of {topic}-{partition} below {offset}", exc, code)
-        broker.count_error(ApiKey.DELETE_RECORDS, code)
+        context.count_error(ApiKey.DELETE_RECORDS, code)
         return result(partition_index=partition, low_watermark=-1, error_code=code)
     return result(partition_index=partition, low_watermark=low_watermark, error_code=0)
 
 
-def _delete_records_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    topic_result = DeleteRecordsResponse.DeleteRecordsTopicResult
-    partition_result = topic_result.DeleteRecordsPartitionResult
-    return request.response(
-        throttle_time_ms=0,
-        topics=[
-            topic_result(
-                name=t.name,
-                partitions=[
-                    partition_result(
-                        partition_index=p.partition_index, low_watermark=-1, error_code=int(code)
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.body.topics
-        ],
-    )
+_delete_records_error = schema_error_body(
+    {
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {
+                "partitions": Mirror(
+                    "partitions", {"partition_index": "partition_index"}, {"low_watermark": -1}
+                )
+            },
+        )
+    }
+)
 
 
 # librdkafka has no DescribeCluster request (its describe_cluster reads
@@ -238,27 +243,34 @@ DESCRIBE_CLUSTER = Api(
     (0, 2),
     _describe_cluster,
     _describe_cluster_error,
+    authorize=cluster_rule(Operation.DESCRIBE),
 )
 # librdkafka has no DescribeLogDirs; kafka-python sends up to 5.  Not 5 (it
 # only adds is_cordoned): kafka-python takes a broker serving v5 for Kafka
 # 4.3 and gates features on that.  v4 adds the volume's bytes; v0 is not in
 # the specs kafka-python ships.
-DESCRIBE_LOG_DIRS = Api(
+DESCRIBE_LOG_DIRS: Final[Api[DescribeLogDirsRequestBody, ResponseBody]] = Api(
     ApiKey.DESCRIBE_LOG_DIRS,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
     (1, 4),
     _describe_log_dirs,
     _describe_log_dirs_error,
+    authorize=cluster_rule(Operation.DESCRIBE),
 )
 # librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
-DELETE_RECORDS = Api(
+DELETE_RECORDS: Final[Api[DeleteRecordsRequestBody, ResponseBody]] = Api(
     ApiKey.DELETE_RECORDS,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     (0, 2),
     _delete_records,
     _delete_records_error,
+    authorize=topics_rule("topics", Operation.DELETE, "topics"),
 )
 
-APIS: Final[tuple[Api, ...]] = (DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DELETE_RECORDS)
+APIS: Final[tuple[Api[Any, ResponseBody], ...]] = (
+    DESCRIBE_CLUSTER,
+    DESCRIBE_LOG_DIRS,
+    DELETE_RECORDS,
+)

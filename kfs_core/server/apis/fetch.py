@@ -17,14 +17,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from kfs_core.security.acls import Operation
+from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import Api, error_code_for, log_failure
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_framing import MAX_REQUEST_BYTES
-from kfs_core.server.protocol_messages import ApiKey, FetchRequest, FetchResponse
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.framing import MAX_REQUEST_BYTES
+from kfs_core.server.protocol.messages import ApiKey, FetchRequest, FetchResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import FetchRequestBody, ResponseBody
 
 __all__ = ["APIS", "FETCH", "trim_to_batches"]
 
@@ -57,7 +61,7 @@ def trim_to_batches(records: Buffer, limit: int) -> Buffer:
     return records if end == total else view[:end]
 
 
-async def handle(broker: Broker, request: Request) -> Any:
+async def handle(context: RequestContext, request: Request[FetchRequestBody]) -> ResponseBody:
     body = request.body
     if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
         # We never hand out a session id, so nobody can hold one of ours.
@@ -82,12 +86,12 @@ async def handle(broker: Broker, request: Request) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
     keys = [(t.topic, t.partition) for t in targets]
-    metrics, notifier = broker.metrics, broker.notifier
+    metrics, notifier = context.metrics, context.notifier
     with notifier.watch(keys) as woken:
         while True:
             # Cleared before reading: an append during the read wakes the wait below.
             woken.clear()
-            answers, total, failed = await _read_once(broker, targets, max_bytes, read_committed)
+            answers, total, failed = await _read_once(context, targets, max_bytes, read_committed)
             remaining = deadline - loop.time()
             enough = total >= body.min_bytes or failed or not targets
             if enough or remaining <= 0 or notifier.stopping:
@@ -103,7 +107,7 @@ async def handle(broker: Broker, request: Request) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for target, partition_answer in zip(targets, answers, strict=True):
         by_topic.setdefault(target.topic, []).append(partition_answer)
-        broker.count_error(ApiKey.FETCH, partition_answer.error_code)
+        context.count_error(ApiKey.FETCH, partition_answer.error_code)
     topic_answer = FetchResponse.FetchableTopicResponse
     return request.response(
         throttle_time_ms=0,
@@ -116,7 +120,7 @@ async def handle(broker: Broker, request: Request) -> Any:
 
 
 async def _read_once(
-    broker: Broker, targets: Sequence[_FetchTarget], max_bytes: int, read_committed: bool
+    context: RequestContext, targets: Sequence[_FetchTarget], max_bytes: int, read_committed: bool
 ) -> tuple[list[Any], int, bool]:
     """Read every partition in parallel, then apply the byte budget in request order.
 
@@ -124,7 +128,7 @@ async def _read_once(
     whether any partition failed (a failure ends the long poll).
     """
     reads = [
-        asyncio.ensure_future(broker.log.read(t.topic, t.partition, t.offset, t.max_bytes))
+        asyncio.ensure_future(context.log.read(t.topic, t.partition, t.offset, t.max_bytes))
         for t in targets
     ]
     if reads:
@@ -164,36 +168,41 @@ async def _read_once(
     return answers, total, failed
 
 
-def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    data = FetchResponse.FetchableTopicResponse
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code) if request.api_version >= 7 else 0,
-        session_id=0,
-        responses=[
-            data(
-                topic=t.topic,
-                partitions=[
-                    data.PartitionData(
-                        partition_index=p.partition,
-                        error_code=int(code),
-                        high_watermark=-1,
-                        last_stable_offset=-1,
-                        log_start_offset=-1,
-                        aborted_transactions=None,
-                        preferred_read_replica=-1,
-                        records=b"",
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.body.topics
-        ],
-    )
+error_body = schema_error_body(
+    {
+        "session_id": 0,
+        "responses": Mirror(
+            "topics",
+            {"topic": "topic"},
+            {
+                "partitions": Mirror(
+                    "partitions",
+                    {"partition_index": "partition"},
+                    {
+                        "high_watermark": -1,
+                        "last_stable_offset": -1,
+                        "log_start_offset": -1,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        "records": b"",
+                    },
+                )
+            },
+        ),
+    }
+)
 
 
 # v4 is the first whose responses carry RecordBatch v2 unconverted.
 # kafka-python sends <= 12, librdkafka <= 16; v13+ names topics by id.
-FETCH = Api(ApiKey.FETCH, FetchRequest, FetchResponse, (4, 12), handle, error_body)
+FETCH: Final[Api[FetchRequestBody, ResponseBody]] = Api(
+    ApiKey.FETCH,
+    FetchRequest,
+    FetchResponse,
+    (4, 12),
+    handle,
+    error_body,
+    authorize=topics_rule("topics", Operation.READ, "responses"),
+)
 
 APIS: Final = (FETCH,)

@@ -17,19 +17,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from kfs_core.errors import MemberIdRequired
 from kfs_core.groups.coordinator import CommitRequest
-from kfs_core.groups.errors import MemberIdRequired
+from kfs_core.security.acls import Operation, ResourceType
+from kfs_core.server.apis.access import (
+    GROUP_DENIED,
+    TOPIC_DENIED,
+    Checker,
+    Plan,
+    Rule,
+    group_rule,
+    split,
+)
 from kfs_core.server.apis.base import (
-    CLIENT_HOST,
     NODE_ID,
     Api,
-    advertised_address,
     error_code_for,
     log_failure,
     message_of,
 )
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     ApiKey,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -56,8 +65,22 @@ from kfs_core.server.protocol_messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        DeleteGroupsRequestBody,
+        DescribeGroupsRequestBody,
+        FindCoordinatorRequestBody,
+        HeartbeatRequestBody,
+        JoinGroupRequestBody,
+        LeaveGroupRequestBody,
+        OffsetCommitRequestBody,
+        OffsetDeleteRequestBody,
+        OffsetFetchRequestBody,
+        OffsetFetchTopic,
+        ResponseBody,
+        SyncGroupRequestBody,
+    )
 
 __all__ = [
     "APIS",
@@ -89,9 +112,10 @@ def _code(exc: BaseException, what: str) -> ErrorCode:
 # --- FindCoordinator ------------------------------------------------------------------
 
 
-async def _find_coordinator(broker: Broker, request: Request) -> Any:
+async def _find_coordinator(
+    context: RequestContext, request: Request[FindCoordinatorRequestBody]
+) -> ResponseBody:
     body = request.body
-    options = broker.options
     keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
     key_type = getattr(body, "key_type", COORDINATOR_KEY_GROUP)
     answers = []
@@ -101,14 +125,14 @@ async def _find_coordinator(broker: Broker, request: Request) -> Any:
             code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         elif key_type == COORDINATOR_KEY_GROUP and not key:
             code, message = ErrorCode.INVALID_GROUP_ID, "the group id is empty"
-        broker.count_error(ApiKey.FIND_COORDINATOR, code)
+        context.count_error(ApiKey.FIND_COORDINATOR, code)
         ok = code == ErrorCode.NONE
         answers.append(
             dict(
                 key=key,
                 node_id=NODE_ID if ok else -1,
-                host=advertised_address(options)[0] if ok else "",
-                port=advertised_address(options)[1] if ok else -1,
+                host=context.advertised[0] if ok else "",
+                port=context.advertised[1] if ok else -1,
                 error_code=int(code),
                 error_message=message,
             )
@@ -126,11 +150,13 @@ async def _find_coordinator(broker: Broker, request: Request) -> Any:
 # --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------
 
 
-async def _join_group(broker: Broker, request: Request) -> Any:
+async def _join_group(
+    context: RequestContext, request: Request[JoinGroupRequestBody]
+) -> ResponseBody:
     body = request.body
     version = request.api_version
     try:
-        result = await broker.groups.join(
+        result = await context.groups.join(
             body.group_id,
             body.member_id,
             protocol_type=body.protocol_type,
@@ -139,15 +165,15 @@ async def _join_group(broker: Broker, request: Request) -> Any:
             rebalance_timeout_ms=getattr(body, "rebalance_timeout_ms", -1),
             instance_id=getattr(body, "group_instance_id", None),
             client_id=request.client_id or "",
-            client_host=CLIENT_HOST.get(),
+            client_host=context.client_host,
             require_known_member_id=version >= _MEMBER_ID_REQUIRED_FROM,
         )
     except MemberIdRequired as exc:
-        broker.count_error(ApiKey.JOIN_GROUP, ErrorCode.MEMBER_ID_REQUIRED)
+        context.count_error(ApiKey.JOIN_GROUP, ErrorCode.MEMBER_ID_REQUIRED)
         return _join_error(request, ErrorCode.MEMBER_ID_REQUIRED, exc.member_id)
     except Exception as exc:
         code = _code(exc, f"join group {body.group_id!r}")
-        broker.count_error(ApiKey.JOIN_GROUP, code)
+        context.count_error(ApiKey.JOIN_GROUP, code)
         return _join_error(request, code, body.member_id)
     member = JoinGroupResponse.JoinGroupResponseMember
     return request.response(
@@ -166,7 +192,9 @@ async def _join_group(broker: Broker, request: Request) -> Any:
     )
 
 
-def _join_error(request: Request, code: ErrorCode, member_id: str = "") -> Any:
+def _join_error(
+    request: Request[JoinGroupRequestBody], code: ErrorCode, member_id: str = ""
+) -> ResponseBody:
     return request.response(
         throttle_time_ms=0,
         error_code=int(code),
@@ -181,18 +209,20 @@ def _join_error(request: Request, code: ErrorCode, member_id: str = "") -> Any:
 
 
 def _join_group_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
+    request: Request[JoinGroupRequestBody], code: ErrorCode, message: str | None, _: BrokerOptions
+) -> ResponseBody:
     return _join_error(request, code, request.body.member_id)
 
 
-async def _sync_group(broker: Broker, request: Request) -> Any:
+async def _sync_group(
+    context: RequestContext, request: Request[SyncGroupRequestBody]
+) -> ResponseBody:
     body = request.body
     try:
         assignments: dict[str, bytes] = {}
         for a in body.assignments:
             assignments[a.member_id] = bytes(a.assignment)
-        result = await broker.groups.sync(
+        result = await context.groups.sync(
             body.group_id,
             body.member_id,
             body.generation_id,
@@ -203,8 +233,8 @@ async def _sync_group(broker: Broker, request: Request) -> Any:
         )
     except Exception as exc:
         code = _code(exc, f"sync group {body.group_id!r}")
-        broker.count_error(ApiKey.SYNC_GROUP, code)
-        return _sync_error(request, code, None, broker.options)
+        context.count_error(ApiKey.SYNC_GROUP, code)
+        return _sync_error(request, code, None, context.options)
     return request.response(
         throttle_time_ms=0,
         error_code=0,
@@ -214,21 +244,16 @@ async def _sync_group(broker: Broker, request: Request) -> Any:
     )
 
 
-def _sync_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code),
-        protocol_type=None,
-        protocol_name=None,
-        assignment=b"",
-    )
+_sync_error = schema_error_body({"protocol_type": None, "protocol_name": None, "assignment": b""})
 
 
-async def _heartbeat(broker: Broker, request: Request) -> Any:
+async def _heartbeat(
+    context: RequestContext, request: Request[HeartbeatRequestBody]
+) -> ResponseBody:
     body = request.body
     code = ErrorCode.NONE
     try:
-        broker.groups.heartbeat(
+        context.groups.heartbeat(
             body.group_id,
             body.member_id,
             body.generation_id,
@@ -236,11 +261,13 @@ async def _heartbeat(broker: Broker, request: Request) -> Any:
         )
     except Exception as exc:
         code = _code(exc, f"heartbeat of group {body.group_id!r}")
-    broker.count_error(ApiKey.HEARTBEAT, code)
+    context.count_error(ApiKey.HEARTBEAT, code)
     return request.response(throttle_time_ms=0, error_code=int(code))
 
 
-async def _leave_group(broker: Broker, request: Request) -> Any:
+async def _leave_group(
+    context: RequestContext, request: Request[LeaveGroupRequestBody]
+) -> ResponseBody:
     body = request.body
     batched = request.api_version >= 3
     departures: list[tuple[str, str | None]] = (
@@ -250,14 +277,14 @@ async def _leave_group(broker: Broker, request: Request) -> Any:
     )
     answer = LeaveGroupResponse.MemberResponse
     try:
-        outcomes = broker.groups.leave(body.group_id, departures)
+        outcomes = context.groups.leave(body.group_id, departures)
     except Exception as exc:
         code = _code(exc, f"leave group {body.group_id!r}")
-        broker.count_error(ApiKey.LEAVE_GROUP, code)
-        return _leave_error(request, code, None, broker.options)
+        context.count_error(ApiKey.LEAVE_GROUP, code)
+        return _leave_error(request, code, None, context.options)
     codes = [ErrorCode.NONE if o is None else error_code_for(o) for o in outcomes]
     for code in codes:
-        broker.count_error(ApiKey.LEAVE_GROUP, code)
+        context.count_error(ApiKey.LEAVE_GROUP, code)
     if not batched:
         return request.response(throttle_time_ms=0, error_code=int(codes[0]), members=[])
     return request.response(
@@ -270,14 +297,15 @@ async def _leave_group(broker: Broker, request: Request) -> Any:
     )
 
 
-def _leave_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    return request.response(throttle_time_ms=0, error_code=int(code), members=[])
+_leave_error = schema_error_body({})
 
 
 # --- OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------------------
 
 
-async def _offset_commit(broker: Broker, request: Request) -> Any:
+async def _offset_commit(
+    context: RequestContext, request: Request[OffsetCommitRequestBody]
+) -> ResponseBody:
     body = request.body
     requests = [
         CommitRequest(
@@ -291,7 +319,7 @@ async def _offset_commit(broker: Broker, request: Request) -> Any:
         for p in t.partitions
     ]
     try:
-        outcomes: Sequence[BaseException | None] = await broker.groups.commit(
+        outcomes: Sequence[BaseException | None] = await context.groups.commit(
             body.group_id,
             requests,
             member_id=body.member_id,
@@ -305,7 +333,7 @@ async def _offset_commit(broker: Broker, request: Request) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for commit, outcome in zip(requests, outcomes, strict=True):
         code = ErrorCode.NONE if outcome is None else error_code_for(outcome)
-        broker.count_error(ApiKey.OFFSET_COMMIT, code)
+        context.count_error(ApiKey.OFFSET_COMMIT, code)
         by_topic.setdefault(commit.topic, []).append(
             answer.OffsetCommitResponsePartition(
                 partition_index=commit.partition, error_code=int(code)
@@ -317,7 +345,12 @@ async def _offset_commit(broker: Broker, request: Request) -> Any:
     )
 
 
-def _fetched_topics(broker: Broker, group_id: str, topics: Any, flexible_groups: bool) -> Any:
+def _fetched_topics(
+    context: RequestContext,
+    group_id: str,
+    topics: Sequence[OffsetFetchTopic] | None,
+    flexible_groups: bool,
+) -> Any:
     """The committed offsets of ``topics`` (None: every committed one) as response topics."""
     response = OffsetFetchResponse
     topic_class = (
@@ -331,13 +364,13 @@ def _fetched_topics(broker: Broker, group_id: str, topics: Any, flexible_groups:
         else topic_class.OffsetFetchResponsePartition
     )
     if topics is None:
-        committed = broker.groups.committed(group_id)
+        committed = context.groups.committed(group_id)
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
             wanted.setdefault(topic, []).append(partition)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in topics}
-        committed = broker.groups.committed(
+        committed = context.groups.committed(
             group_id, [(name, p) for name, parts in wanted.items() for p in parts]
         )
     answers = []
@@ -358,43 +391,47 @@ def _fetched_topics(broker: Broker, group_id: str, topics: Any, flexible_groups:
     return answers
 
 
-async def _offset_fetch(broker: Broker, request: Request) -> Any:
+async def _offset_fetch(
+    context: RequestContext, request: Request[OffsetFetchRequestBody]
+) -> ResponseBody:
     body = request.body
     if request.api_version >= 8:
         group_class = OffsetFetchResponse.OffsetFetchResponseGroup
         groups = []
         for g in body.groups:
             try:
-                topics = _fetched_topics(broker, g.group_id, g.topics, flexible_groups=True)
+                topics = _fetched_topics(context, g.group_id, g.topics, flexible_groups=True)
                 code = ErrorCode.NONE
             except Exception as exc:
                 topics, code = [], _code(exc, f"offset fetch of group {g.group_id!r}")
-            broker.count_error(ApiKey.OFFSET_FETCH, code)
+            context.count_error(ApiKey.OFFSET_FETCH, code)
             groups.append(group_class(group_id=g.group_id, topics=topics, error_code=int(code)))
         return request.response(throttle_time_ms=0, groups=groups)
     try:
-        topics = _fetched_topics(broker, body.group_id, body.topics, flexible_groups=False)
+        topics = _fetched_topics(context, body.group_id, body.topics, flexible_groups=False)
     except Exception as exc:
         code = _code(exc, f"offset fetch of group {body.group_id!r}")
-        broker.count_error(ApiKey.OFFSET_FETCH, code)
-        return _offset_fetch_error(request, code, message_of(exc), broker.options)
+        context.count_error(ApiKey.OFFSET_FETCH, code)
+        return _offset_fetch_error(request, code, message_of(exc), context.options)
     return request.response(throttle_time_ms=0, error_code=0, topics=topics)
 
 
-async def _offset_delete(broker: Broker, request: Request) -> Any:
+async def _offset_delete(
+    context: RequestContext, request: Request[OffsetDeleteRequestBody]
+) -> ResponseBody:
     body = request.body
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     try:
-        outcomes = await broker.groups.delete_offsets(body.group_id, keys)
+        outcomes = await context.groups.delete_offsets(body.group_id, keys)
     except Exception as exc:
         code = _code(exc, f"offset delete of group {body.group_id!r}")
-        broker.count_error(ApiKey.OFFSET_DELETE, code)
-        return _offset_delete_error(request, code, None, broker.options)
+        context.count_error(ApiKey.OFFSET_DELETE, code)
+        return _offset_delete_error(request, code, None, context.options)
     answer = OffsetDeleteResponse.OffsetDeleteResponseTopic
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), outcome in zip(keys, outcomes, strict=True):
         code = ErrorCode.NONE if outcome is None else error_code_for(outcome)
-        broker.count_error(ApiKey.OFFSET_DELETE, code)
+        context.count_error(ApiKey.OFFSET_DELETE, code)
         by_topic.setdefault(topic, []).append(
             answer.OffsetDeleteResponsePartition(partition_index=partition, error_code=int(code))
         )
@@ -405,22 +442,19 @@ async def _offset_delete(broker: Broker, request: Request) -> Any:
     )
 
 
-def _offset_delete_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return request.response(error_code=int(code), throttle_time_ms=0, topics=[])
+_offset_delete_error = schema_error_body({})
 
 
 # --- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------------
 
 
-async def _list_groups(broker: Broker, request: Request) -> Any:
+async def _list_groups(context: RequestContext, request: Request[Any]) -> ResponseBody:
     body = request.body
     types = getattr(body, "types_filter", None) or []
     if types and not {t.lower() for t in types} & {"classic", "consumer"}:
         listed: list[tuple[str, str, str]] = []
     else:
-        listed = broker.groups.list_groups(getattr(body, "states_filter", None) or None)
+        listed = context.groups.list_groups(getattr(body, "states_filter", None) or None)
     group = ListGroupsResponse.ListedGroup
     return request.response(
         throttle_time_ms=0,
@@ -432,22 +466,21 @@ async def _list_groups(broker: Broker, request: Request) -> Any:
     )
 
 
-def _list_groups_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return request.response(throttle_time_ms=0, error_code=int(code), groups=[])
+_list_groups_error = schema_error_body({})
 
 
-async def _describe_groups(broker: Broker, request: Request) -> Any:
+async def _describe_groups(
+    context: RequestContext, request: Request[DescribeGroupsRequestBody]
+) -> ResponseBody:
     described = DescribeGroupsResponse.DescribedGroup
     member = described.DescribedGroupMember
     groups = []
     for group_id in request.body.groups:
         try:
-            d = broker.groups.describe(group_id)
+            d = context.groups.describe(group_id)
         except Exception as exc:
             code = _code(exc, f"describe group {group_id!r}")
-            broker.count_error(ApiKey.DESCRIBE_GROUPS, code)
+            context.count_error(ApiKey.DESCRIBE_GROUPS, code)
             groups.append(_described_error(group_id, code, message_of(exc)))
             continue
         groups.append(
@@ -488,168 +521,232 @@ def _described_error(group_id: str, code: ErrorCode, message: str | None) -> Any
     )
 
 
-def _describe_groups_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return request.response(
-        throttle_time_ms=0,
-        groups=[_described_error(g, code, message) for g in request.body.groups],
-    )
+_describe_groups_error = schema_error_body(
+    {
+        "groups": Mirror(
+            "groups",
+            {"group_id": ITEM},
+            {
+                "group_state": "",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+                "authorized_operations": None,
+            },
+        )
+    }
+)
 
 
-async def _delete_groups(broker: Broker, request: Request) -> Any:
+async def _delete_groups(
+    context: RequestContext, request: Request[DeleteGroupsRequestBody]
+) -> ResponseBody:
     result = DeleteGroupsResponse.DeletableGroupResult
     results = []
     for group_id in request.body.groups_names:
         code = ErrorCode.NONE
         try:
-            await broker.groups.delete_group(group_id)
+            await context.groups.delete_group(group_id)
         except Exception as exc:
             code = _code(exc, f"delete group {group_id!r}")
-        broker.count_error(ApiKey.DELETE_GROUPS, code)
+        context.count_error(ApiKey.DELETE_GROUPS, code)
         results.append(result(group_id=group_id, error_code=int(code)))
     return request.response(throttle_time_ms=0, results=results)
 
 
-def _delete_groups_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    result = DeleteGroupsResponse.DeletableGroupResult
-    return request.response(
-        throttle_time_ms=0,
-        results=[result(group_id=g, error_code=int(code)) for g in request.body.groups_names],
-    )
+_delete_groups_error = schema_error_body({"results": Mirror("groups_names", {"group_id": ITEM})})
 
 
 # --- error bodies -----------------------------------------------------------------------------
 
 
-def _find_coordinator_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    if request.api_version >= 4:
-        coordinator = FindCoordinatorResponse.Coordinator
-        return request.response(
-            throttle_time_ms=0,
-            coordinators=[
-                coordinator(
-                    key=k, node_id=-1, host="", port=-1, error_code=int(code), error_message=message
+_find_coordinator_error = schema_error_body(
+    {
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+        "coordinators": Mirror(
+            "coordinator_keys", {"key": ITEM}, {"node_id": -1, "host": "", "port": -1}
+        ),
+    }
+)
+
+
+_offset_commit_error = schema_error_body(
+    {
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {"partitions": Mirror("partitions", {"partition_index": "partition_index"})},
+        )
+    }
+)
+
+
+_offset_fetch_error = schema_error_body(
+    {
+        "groups": Mirror("groups", {"group_id": "group_id"}),
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {
+                "partitions": Mirror(
+                    "partition_indexes",
+                    {"partition_index": ITEM},
+                    {"committed_offset": -1, "metadata": ""},
                 )
-                for k in request.body.coordinator_keys
-            ],
-        )
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code),
-        error_message=message,
-        node_id=-1,
-        host="",
-        port=-1,
-    )
+            },
+        ),
+    }
+)
 
 
-def _offset_commit_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    committed = OffsetCommitResponse.OffsetCommitResponseTopic
-    return request.response(
-        throttle_time_ms=0,
-        topics=[
-            committed(
-                name=t.name,
-                partitions=[
-                    committed.OffsetCommitResponsePartition(
-                        partition_index=p.partition_index, error_code=int(code)
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.body.topics
-        ],
-    )
-
-
-def _offset_fetch_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    body = request.body
-    if request.api_version >= 8:
-        group = OffsetFetchResponse.OffsetFetchResponseGroup
-        return request.response(
-            throttle_time_ms=0,
-            groups=[
-                group(group_id=g.group_id, topics=[], error_code=int(code)) for g in body.groups
-            ],
-        )
-    fetched = OffsetFetchResponse.OffsetFetchResponseTopic
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code),
-        topics=[
-            fetched(
-                name=t.name,
-                partitions=[
-                    fetched.OffsetFetchResponsePartition(
-                        partition_index=index,
-                        committed_offset=-1,
-                        metadata="",
-                        error_code=int(code),
-                    )
-                    for index in t.partition_indexes
-                ],
-            )
-            for t in body.topics or ()
-        ],
-    )
-
-
-def _code_only_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return request.response(throttle_time_ms=0, error_code=int(code))
+_code_only_error = schema_error_body({})
 
 
 # kafka-python uses v4 (batched keys) when offered, librdkafka <= 2; v5/v6
 # add transaction-abortable errors and share-group keys.
-FIND_COORDINATOR = Api(
+# --- authorization -------------------------------------------------------------------
+
+
+def _authorize_find_coordinator(may: Checker, request: Request[Any]) -> Plan | None:
+    """DESCRIBE on each group asked for; a transaction coordinator is refused by the handler."""
+    body = request.body
+    keys = body.coordinator_keys if request.api_version >= 4 else [body.key]
+    if body.key_type == 1:  # a transaction coordinator: refused by the handler anyway
+        return None
+    ok = all(may(Operation.DESCRIBE, ResourceType.GROUP, k or "") for k in keys or [])
+    return None if ok else Plan(whole=GROUP_DENIED)
+
+
+def _group_then_topics(op: Operation) -> Rule:
+    """``op`` on the group (else all denied), then READ on each topic."""
+
+    def rule(may: Checker, request: Request[Any]) -> Plan | None:
+        if not may(op, ResourceType.GROUP, request.body.group_id):
+            return Plan(whole=GROUP_DENIED)
+        return split(request, "topics", lambda t: may(Operation.READ, ResourceType.TOPIC, t.name),
+                     TOPIC_DENIED, "topics")  # fmt: skip
+
+    return rule
+
+
+def _authorize_offset_fetch(may: Checker, request: Request[Any]) -> Plan | None:
+    """DESCRIBE on the group(s) and on each topic named (all of them filtered afterwards)."""
+    body = request.body
+    if request.api_version >= 8:
+        for group in body.groups or []:
+            if not may(Operation.DESCRIBE, ResourceType.GROUP, group.group_id):
+                return Plan(whole=GROUP_DENIED)
+            for topic in group.topics or []:
+                if not may(Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                    return Plan(whole=TOPIC_DENIED)
+        return None
+    if not may(Operation.DESCRIBE, ResourceType.GROUP, body.group_id):
+        return Plan(whole=GROUP_DENIED)
+    if body.topics is None:
+        return None  # every topic the group has: filtered afterwards
+    return split(request, "topics", lambda t: may(Operation.DESCRIBE, ResourceType.TOPIC, t.name),
+                 TOPIC_DENIED, "topics")  # fmt: skip
+
+
+def _visible_offsets(may: Checker, request: Request[Any], response: Any) -> Any:
+    """Every topic of a group (v1-v7, no topics named) shows only those it may DESCRIBE."""
+    if request.api_version < 8 and request.body.topics is None:
+        response.topics = [
+            t for t in response.topics or [] if may(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
+        ]
+    return response
+
+
+def _visible_groups(may: Checker, request: Request[Any], response: Any) -> Any:
+    """DESCRIBE on the cluster lists every group; else only the groups it may DESCRIBE."""
+    if not may.cluster(Operation.DESCRIBE):
+        response.groups = [
+            g
+            for g in response.groups or []
+            if may(Operation.DESCRIBE, ResourceType.GROUP, g.group_id)
+        ]
+    return response
+
+
+def _authorize_describe_groups(may: Checker, request: Request[Any]) -> Plan | None:
+    return split(request, "groups", lambda g: may(Operation.DESCRIBE, ResourceType.GROUP, g),
+                 GROUP_DENIED, "groups")  # fmt: skip
+
+
+def _authorize_delete_groups(may: Checker, request: Request[Any]) -> Plan | None:
+    return split(request, "groups_names", lambda g: may(Operation.DELETE, ResourceType.GROUP, g),
+                 GROUP_DENIED, "results")  # fmt: skip
+
+
+FIND_COORDINATOR: Final[Api[FindCoordinatorRequestBody, ResponseBody]] = Api(
     ApiKey.FIND_COORDINATOR,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     (0, 4),
     _find_coordinator,
     _find_coordinator_error,
+    authorize=_authorize_find_coordinator,
 )
 # kafka-python sends <= 7, librdkafka <= 5; v8/v9 are KIP-800 reasons and
 # KIP-814 skipped assignments.
-JOIN_GROUP = Api(
-    ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, (0, 7), _join_group, _join_group_error
+JOIN_GROUP: Final[Api[JoinGroupRequestBody, ResponseBody]] = Api(
+    ApiKey.JOIN_GROUP,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    (0, 7),
+    _join_group,
+    _join_group_error,
+    authorize=group_rule(Operation.READ),
 )
-HEARTBEAT = Api(
-    ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, (0, 4), _heartbeat, _code_only_error
+HEARTBEAT: Final[Api[HeartbeatRequestBody, ResponseBody]] = Api(
+    ApiKey.HEARTBEAT,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    (0, 4),
+    _heartbeat,
+    _code_only_error,
+    authorize=group_rule(Operation.READ),
 )
-LEAVE_GROUP = Api(
-    ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, (0, 5), _leave_group, _leave_error
+LEAVE_GROUP: Final[Api[LeaveGroupRequestBody, ResponseBody]] = Api(
+    ApiKey.LEAVE_GROUP,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    (0, 5),
+    _leave_group,
+    _leave_error,
+    authorize=group_rule(Operation.READ),
 )
-SYNC_GROUP = Api(
-    ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, (0, 5), _sync_group, _sync_error
+SYNC_GROUP: Final[Api[SyncGroupRequestBody, ResponseBody]] = Api(
+    ApiKey.SYNC_GROUP,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    (0, 5),
+    _sync_group,
+    _sync_error,
+    authorize=group_rule(Operation.READ),
 )
 # v9 is v8 plus KIP-848 member epochs (librdkafka 9, kafka-python 8); v10
 # names topics by id.
-OFFSET_COMMIT = Api(
+OFFSET_COMMIT: Final[Api[OffsetCommitRequestBody, ResponseBody]] = Api(
     ApiKey.OFFSET_COMMIT,
     OffsetCommitRequest,
     OffsetCommitResponse,
     (2, 9),
     _offset_commit,
     _offset_commit_error,
+    authorize=_group_then_topics(Operation.READ),
 )
-OFFSET_FETCH = Api(
+OFFSET_FETCH: Final[Api[OffsetFetchRequestBody, ResponseBody]] = Api(
     ApiKey.OFFSET_FETCH,
     OffsetFetchRequest,
     OffsetFetchResponse,
     (1, 9),
     _offset_fetch,
     _offset_fetch_error,
+    authorize=_authorize_offset_fetch,
+    filter_response=_visible_offsets,
 )
 # v4 adds the states filter (kfs groups list --state), v5 the group-type filter.
 LIST_GROUPS = Api(
@@ -659,31 +756,35 @@ LIST_GROUPS = Api(
     (0, 5),
     _list_groups,
     _list_groups_error,
+    filter_response=_visible_groups,
 )
 # v6 adds per-group error messages; KFS answers authorized operations as "not requested".
-DESCRIBE_GROUPS = Api(
+DESCRIBE_GROUPS: Final[Api[DescribeGroupsRequestBody, ResponseBody]] = Api(
     ApiKey.DESCRIBE_GROUPS,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     (0, 6),
     _describe_groups,
     _describe_groups_error,
+    authorize=_authorize_describe_groups,
 )
-DELETE_GROUPS = Api(
+DELETE_GROUPS: Final[Api[DeleteGroupsRequestBody, ResponseBody]] = Api(
     ApiKey.DELETE_GROUPS,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     (0, 2),
     _delete_groups,
     _delete_groups_error,
+    authorize=_authorize_delete_groups,
 )
-OFFSET_DELETE = Api(
+OFFSET_DELETE: Final[Api[OffsetDeleteRequestBody, ResponseBody]] = Api(
     ApiKey.OFFSET_DELETE,
     OffsetDeleteRequest,
     OffsetDeleteResponse,
     (0, 0),
     _offset_delete,
     _offset_delete_error,
+    authorize=_group_then_topics(Operation.DELETE),
 )
 
 APIS: Final = (

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.log.topic_cache import TopicInfo as LogTopicInfo
+from kfs_core.security.acls import Operation, ResourceType
+from kfs_core.server.apis.access import TOPIC_DENIED, Checker, Plan, split, with_items
 from kfs_core.server.apis.base import (
     LEADER_EPOCH,
     NODE_ID,
@@ -20,40 +22,40 @@ from kfs_core.server.apis.base import (
     log_failure,
 )
 from kfs_core.server.directory import topic_uuid
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import ApiKey, MetadataRequest, MetadataResponse
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import ApiKey, MetadataRequest, MetadataResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import MetadataRequestBody, MetadataTopic, ResponseBody
 
 __all__ = ["APIS", "METADATA", "broker_entry", "topic_metadata"]
 
 
-async def handle(broker: Broker, request: Request) -> Any:
+async def handle(context: RequestContext, request: Request[MetadataRequestBody]) -> ResponseBody:
     body = request.body
     requested = body.topics
-    everything = requested is None or (request.api_version == 0 and not requested)
-    options = broker.options
+    options = context.options
     allow_create = options.auto_create_topics and bool(
         getattr(body, "allow_auto_topic_creation", True)
     )
-    if everything:
-        topics = [topic_metadata(info) for info in await broker.topics.all()]
+    if requested is None or (request.api_version == 0 and not requested):  # every topic
+        topics = [topic_metadata(info) for info in await context.topics.all()]
     else:
-        topics = [await _one_topic(broker, entry, allow_create) for entry in requested]
+        topics = [await _one_topic(context, entry, allow_create) for entry in requested]
     for topic in topics:
-        broker.count_error(ApiKey.METADATA, topic.error_code)
+        context.count_error(ApiKey.METADATA, topic.error_code)
     return request.response(
         throttle_time_ms=0,
-        brokers=[broker_entry(options)],
+        brokers=[broker_entry(context.advertised)],
         cluster_id=options.cluster_id,
         controller_id=NODE_ID,
         topics=topics,
     )
 
 
-async def _one_topic(broker: Broker, entry: Any, allow_create: bool) -> Any:
+async def _one_topic(context: RequestContext, entry: MetadataTopic, allow_create: bool) -> Any:
     name = entry.name
     topic = MetadataResponse.MetadataResponseTopic
     if name is None:  # named by id only (v10+): KFS does not look topics up by id
@@ -67,9 +69,9 @@ async def _one_topic(broker: Broker, entry: Any, allow_create: bool) -> Any:
     info: LogTopicInfo | None
     try:
         if allow_create:
-            info = await broker.topics.lookup_or_create(name, broker.options.default_partitions)
+            info = await context.topics.lookup_or_create(name, context.options.default_partitions)
         else:
-            info = await broker.topics.lookup(name)
+            info = await context.topics.lookup(name)
     except Exception as exc:
         code = error_code_for(exc)
         log_failure(f"metadata of topic {name!r}", exc, code)
@@ -84,9 +86,9 @@ async def _one_topic(broker: Broker, entry: Any, allow_create: bool) -> Any:
     return topic_metadata(info)
 
 
-def broker_entry(options: BrokerOptions) -> Any:
-    """This broker as Metadata lists it."""
-    host, port = advertised_address(options)
+def broker_entry(advertised: tuple[str, int]) -> Any:
+    """This broker as Metadata lists it, at the (host, port) the connection's listener advertises."""
+    host, port = advertised
     return MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=host, port=port, rack=None)
 
 
@@ -115,12 +117,12 @@ def topic_metadata(info: LogTopicInfo) -> Any:
 
 
 def error_body(
-    request: Request, code: ErrorCode, message: str | None, options: BrokerOptions
-) -> Any:
+    request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
+) -> ResponseBody:
     topic = MetadataResponse.MetadataResponseTopic
     return request.response(
         throttle_time_ms=0,
-        brokers=[broker_entry(options)],
+        brokers=[broker_entry(advertised_address(options))],
         cluster_id=options.cluster_id,
         controller_id=NODE_ID,
         topics=[
@@ -132,6 +134,59 @@ def error_body(
 
 # Both clients send 13, which only adds a top-level error code for KIP-1102
 # rebootstrapping.  v10+ carry topic ids beside the names.
-METADATA = Api(ApiKey.METADATA, MetadataRequest, MetadataResponse, (0, 12), handle, error_body)
+# --- authorization -------------------------------------------------------------------
+
+
+def _lists_every_topic(request: Request[Any]) -> bool:
+    topics = request.body.topics
+    return topics is None or (request.api_version == 0 and not topics)
+
+
+def _authorize(may: Checker, request: Request[Any]) -> Plan | None:
+    """DESCRIBE on each topic named (a listing is filtered afterwards); CREATE to auto-create."""
+    if _lists_every_topic(request):
+        return None  # every topic: the listing is filtered afterwards
+    plan = split(request, "topics", lambda t: may(Operation.DESCRIBE, ResourceType.TOPIC, t.name or ""),
+                 TOPIC_DENIED, "topics")  # fmt: skip
+    if plan is not None and plan.whole is not None:
+        return plan
+    allowed_request = plan.request if plan is not None and plan.request is not None else request
+    # As Kafka, a client that may not create topics is not told so on every Metadata request.
+    if getattr(allowed_request.body, "allow_auto_topic_creation", False) and not (
+        may.cluster(Operation.CREATE, log_denied=False)
+        or all(
+            may(Operation.CREATE, ResourceType.TOPIC, t.name or "", log_denied=False)
+            for t in allowed_request.body.topics
+        )
+    ):
+        allowed_request = with_items(allowed_request, "topics", list(allowed_request.body.topics))
+        allowed_request.body.allow_auto_topic_creation = False
+        if plan is None:
+            return Plan(request=allowed_request)
+        plan.request = allowed_request
+    return plan
+
+
+def _visible_topics(may: Checker, request: Request[Any], response: Any) -> Any:
+    """A listing of every topic shows only those the principal may DESCRIBE."""
+    if _lists_every_topic(request):
+        response.topics = [
+            t
+            for t in response.topics or []
+            if may(Operation.DESCRIBE, ResourceType.TOPIC, t.name or "")
+        ]
+    return response
+
+
+METADATA: Final[Api[MetadataRequestBody, ResponseBody]] = Api(
+    ApiKey.METADATA,
+    MetadataRequest,
+    MetadataResponse,
+    (0, 12),
+    handle,
+    error_body,
+    authorize=_authorize,
+    filter_response=_visible_topics,
+)
 
 APIS: Final = (METADATA,)

@@ -7,22 +7,26 @@ INVALID_REQUEST.  (Committed consumer offsets are the groups' business:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
+from kfs_core.security.acls import Operation
+from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import LEADER_EPOCH, Api, Refused, error_code_for, log_failure
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import ListOffsetsRequestBody, ResponseBody
 
 __all__ = ["APIS", "LIST_OFFSETS"]
 
 EARLIEST_TIMESTAMP: Final = -2  # the log start offset (-1 is the high watermark)
 
 
-async def handle(broker: Broker, request: Request) -> Any:
+async def handle(context: RequestContext, request: Request[ListOffsetsRequestBody]) -> ResponseBody:
     answer = ListOffsetsResponse.ListOffsetsTopicResponse
     partition_answer = answer.ListOffsetsPartitionResponse
     topics = []
@@ -37,12 +41,12 @@ async def handle(broker: Broker, request: Request) -> Any:
                         ErrorCode.INVALID_REQUEST,
                         f"ListOffsets timestamp {p.timestamp} is not supported",
                     )
-                found = await broker.log.list_offsets(topic.name, p.partition_index, p.timestamp)
+                found = await context.log.list_offsets(topic.name, p.partition_index, p.timestamp)
                 offset, timestamp = found.offset, found.timestamp
             except Exception as exc:
                 code = error_code_for(exc)
                 log_failure(f"list offsets of {topic.name}-{p.partition_index}", exc, code)
-            broker.count_error(ApiKey.LIST_OFFSETS, code)
+            context.count_error(ApiKey.LIST_OFFSETS, code)
             partitions.append(
                 partition_answer(
                     partition_index=p.partition_index,
@@ -56,33 +60,34 @@ async def handle(broker: Broker, request: Request) -> Any:
     return request.response(throttle_time_ms=0, topics=topics)
 
 
-def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    listed = ListOffsetsResponse.ListOffsetsTopicResponse
-    return request.response(
-        throttle_time_ms=0,
-        topics=[
-            listed(
-                name=t.name,
-                partitions=[
-                    listed.ListOffsetsPartitionResponse(
-                        partition_index=p.partition_index,
-                        error_code=int(code),
-                        timestamp=-1,
-                        offset=-1,
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.body.topics
-        ],
-    )
+error_body = schema_error_body(
+    {
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {
+                "partitions": Mirror(
+                    "partitions",
+                    {"partition_index": "partition_index"},
+                    {"timestamp": -1, "offset": -1},
+                )
+            },
+        )
+    }
+)
 
 
 # v0 (offset arrays) is gone from the spec.  librdkafka sends <= 7;
 # kafka-python would send 11, but v8+ only add tiered-storage offset specs
 # (-4, -5, -6) and a timeout, none of which KFS implements.
-LIST_OFFSETS = Api(
-    ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, (1, 7), handle, error_body
+LIST_OFFSETS: Final[Api[ListOffsetsRequestBody, ResponseBody]] = Api(
+    ApiKey.LIST_OFFSETS,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    (1, 7),
+    handle,
+    error_body,
+    authorize=topics_rule("topics", Operation.DESCRIBE, "topics"),
 )
 
 APIS: Final = (LIST_OFFSETS,)

@@ -16,17 +16,21 @@ it, no copies.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from kfs_core.errors import LogError
 from kfs_core.log.log_manager import AppendResult
+from kfs_core.security.acls import Operation
+from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import Api, error_code_for, log_failure, message_of
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import ApiKey, ProduceRequest, ProduceResponse
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import ApiKey, ProduceRequest, ProduceResponse
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import ProduceRequestBody, ResponseBody
 
 __all__ = ["APIS", "PRODUCE"]
 
@@ -39,7 +43,9 @@ VALID_ACKS: Final = (0, 1, -1)
 _ProducePlan = list[tuple[str, list[tuple[int, ErrorCode | int]]]]
 
 
-async def start(broker: Broker, request: Request) -> asyncio.Future[Any]:
+async def start(
+    context: RequestContext, request: Request[ProduceRequestBody]
+) -> asyncio.Future[ResponseBody]:
     """Resolve the topics (auto-creating) and open the partitions, then start the appends.
 
     Everything that may wait happens here, before the next request on the
@@ -48,7 +54,7 @@ async def start(broker: Broker, request: Request) -> asyncio.Future[Any]:
     pool is full, and then its waiters are served in order too).
     """
     body = request.body
-    options = broker.options
+    options = context.options
     timeout_s = max(body.timeout_ms, 0) / 1000
     acks_ok = body.acks in VALID_ACKS
     plan: _ProducePlan = []
@@ -60,9 +66,9 @@ async def start(broker: Broker, request: Request) -> asyncio.Future[Any]:
         topic_error = ErrorCode.NONE if acks_ok else ErrorCode.INVALID_REQUIRED_ACKS
         if topic_error == ErrorCode.NONE:
             try:
-                if options.auto_create_topics and broker.may_create_topic(name):
-                    await broker.topics.lookup_or_create(name, options.default_partitions)
-                elif await broker.topics.lookup(name) is None:
+                if options.auto_create_topics and context.may_create_topic(name):
+                    await context.topics.lookup_or_create(name, options.default_partitions)
+                elif await context.topics.lookup(name) is None:
                     topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             except Exception as exc:
                 topic_error = error_code_for(exc)
@@ -74,26 +80,26 @@ async def start(broker: Broker, request: Request) -> asyncio.Future[Any]:
             elif records is None:
                 outcomes.append((index, ErrorCode.CORRUPT_MESSAGE))
             else:
-                broker.metrics.produce_bytes.inc(len(records))
+                context.metrics.produce_bytes.inc(len(records))
                 outcomes.append((index, len(appends)))  # its place among the appends
                 appends.append((name, index, records))
     if appends:
-        await broker.log.open_partitions(((n, i) for n, i, _ in appends), timeout_s)
-    return asyncio.ensure_future(_finish(broker, request, plan, appends, timeout_s))
+        await context.log.open_partitions(((n, i) for n, i, _ in appends), timeout_s)
+    return asyncio.ensure_future(_finish(context, request, plan, appends, timeout_s))
 
 
 async def _finish(
-    broker: Broker,
-    request: Request,
+    context: RequestContext,
+    request: Request[ProduceRequestBody],
     plan: _ProducePlan,
     appends: list[tuple[str, int, Buffer]],
     timeout_s: float,
-) -> Any:
+) -> ResponseBody:
     results: list[AppendResult | Exception] = []
     if appends:
         # The request frame is ours: offsets are assigned in it, no copy.
         try:
-            results = await broker.log.append_many(appends, timeout_s=timeout_s, owned=True)
+            results = await context.log.append_many(appends, timeout_s=timeout_s, owned=True)
         except LogError as exc:
             # Refused as a whole before anything was stored (the log is closing, has
             # failed, or its WAL disk is full): every partition answers its code.
@@ -118,8 +124,8 @@ async def _finish(
                     base_offset = result.base_offset
                     append_time = result.log_append_time
                     start_offset = result.log_start_offset
-                    broker.notifier.notify(name, index)
-            broker.count_error(ApiKey.PRODUCE, code)
+                    context.notifier.notify(name, index)
+            context.count_error(ApiKey.PRODUCE, code)
             partitions.append(
                 partition_answer(
                     index=index,
@@ -135,30 +141,33 @@ async def _finish(
     return request.response(responses=responses, throttle_time_ms=0)
 
 
-def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    answer = ProduceResponse.TopicProduceResponse
-    return request.response(
-        throttle_time_ms=0,
-        responses=[
-            answer(
-                name=t.name,
-                partition_responses=[
-                    answer.PartitionProduceResponse(
-                        index=p.index, error_code=int(code), base_offset=-1, error_message=message
-                    )
-                    for p in t.partition_data
-                ],
-            )
-            for t in request.body.topic_data
-        ],
-    )
+error_body = schema_error_body(
+    {
+        "responses": Mirror(
+            "topic_data",
+            {"name": "name"},
+            {
+                "partition_responses": Mirror(
+                    "partition_data", {"index": "index"}, {"base_offset": -1}
+                )
+            },
+        )
+    }
+)
 
 
 # v3 is the first to carry RecordBatch v2, the only format KFS stores.
 # kafka-python sends <= 9, librdkafka <= 10; v10 only adds KIP-951 leader
 # hints, meaningless on a single broker; v13 names topics by id.
-PRODUCE = Api(
-    ApiKey.PRODUCE, ProduceRequest, ProduceResponse, (3, 9), None, error_body, start=start
+PRODUCE: Final[Api[ProduceRequestBody, ResponseBody]] = Api(
+    ApiKey.PRODUCE,
+    ProduceRequest,
+    ProduceResponse,
+    (3, 9),
+    None,
+    error_body,
+    start=start,
+    authorize=topics_rule("topic_data", Operation.WRITE, "responses"),
 )
 
 APIS: Final = (PRODUCE,)

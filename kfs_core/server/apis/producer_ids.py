@@ -23,9 +23,12 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.server.apis.base import Api
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.security.acls import Operation
+from kfs_core.server.apis.access import CLUSTER_DENIED, Checker, Plan
+from kfs_core.server.apis.base import Api, ErrorBody, Handler
+from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
@@ -40,8 +43,12 @@ from kfs_core.server.protocol_messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        InitProducerIdRequestBody,
+        ResponseBody,
+    )
 
 __all__ = [
     "ADD_OFFSETS_TO_TXN",
@@ -68,84 +75,77 @@ class ProducerIds:
         return next(self._next)
 
 
-async def handle(broker: Broker, request: Request) -> Any:
+async def handle(
+    context: RequestContext, request: Request[InitProducerIdRequestBody]
+) -> ResponseBody:
     if request.body.transactional_id is not None:
-        broker.count_error(ApiKey.INIT_PRODUCER_ID, _REFUSED)
-        return error_body(request, _REFUSED, NO_TRANSACTIONS, broker.options)
+        context.count_error(ApiKey.INIT_PRODUCER_ID, _REFUSED)
+        return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
     return request.response(
-        throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.new(), producer_epoch=0
+        throttle_time_ms=0, error_code=0, producer_id=context.new_producer_id(), producer_epoch=0
     )
 
 
-def error_body(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
-    return request.response(
-        throttle_time_ms=0, error_code=int(code), producer_id=-1, producer_epoch=-1
-    )
+error_body = schema_error_body({"producer_id": -1, "producer_epoch": -1})
+
+
+def _authorize_init(may: Checker, request: Request[Any]) -> Plan | None:
+    """IDEMPOTENT_WRITE on the cluster, or WRITE on any topic (KIP-679)."""
+    if request.body.transactional_id is not None:
+        return None  # transactions are refused by the handler
+    if may.cluster(Operation.IDEMPOTENT_WRITE) or may.may_write_some_topic():
+        return None
+    return Plan(whole=CLUSTER_DENIED)
 
 
 # Both clients send <= 4; v5 is KIP-890 transactions v2.
-INIT_PRODUCER_ID = Api(
+INIT_PRODUCER_ID: Final[Api[InitProducerIdRequestBody, ResponseBody]] = Api(
     ApiKey.INIT_PRODUCER_ID,
     InitProducerIdRequest,
     InitProducerIdResponse,
     (0, 4),
     handle,
     error_body,
+    authorize=_authorize_init,
 )
 
 
 # --- transactions: refused --------------------------------------------------------------
 
 
-async def _refuse(broker: Broker, request: Request) -> Any:
-    broker.count_error(request.api_key, _REFUSED)
-    return broker.error_response(request, _REFUSED, NO_TRANSACTIONS)
+def _refusal(error_body: ErrorBody[Any, ResponseBody]) -> Handler[Any, ResponseBody]:
+    """A handler that refuses every request with ``error_body`` carrying `_REFUSED`."""
+
+    async def refuse(context: RequestContext, request: Request[Any]) -> ResponseBody:
+        context.count_error(request.api_key, _REFUSED)
+        return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
+
+    return refuse
 
 
-def _add_partitions_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    topic_result = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
-    partition_result = topic_result.AddPartitionsToTxnPartitionResult
-    return request.response(
-        throttle_time_ms=0,
-        results_by_topic_v3_and_below=[
-            topic_result(
-                name=topic.name,
-                results_by_partition=[
-                    partition_result(partition_index=index, partition_error_code=int(code))
-                    for index in topic.partitions
-                ],
-            )
-            for topic in request.body.v3_and_below_topics
-        ],
-    )
+_add_partitions_error = schema_error_body(
+    {
+        "results_by_topic_v3_and_below": Mirror(
+            "v3_and_below_topics",
+            {"name": "name"},
+            {"results_by_partition": Mirror("partitions", {"partition_index": ITEM})},
+        )
+    }
+)
 
 
-def _error_code_only(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return request.response(throttle_time_ms=0, error_code=int(code))
+_error_code_only = schema_error_body({})
 
 
-def _txn_offset_commit_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    topic_answer = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
-    partition_answer = topic_answer.TxnOffsetCommitResponsePartition
-    return request.response(
-        throttle_time_ms=0,
-        topics=[
-            topic_answer(
-                name=topic.name,
-                partitions=[
-                    partition_answer(partition_index=p.partition_index, error_code=int(code))
-                    for p in topic.partitions
-                ],
-            )
-            for topic in request.body.topics
-        ],
-    )
+_txn_offset_commit_error = schema_error_body(
+    {
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {"partitions": Mirror("partitions", {"partition_index": "partition_index"})},
+        )
+    }
+)
 
 
 # Versions: librdkafka sends AddPartitionsToTxn and AddOffsetsToTxn v0,
@@ -157,7 +157,7 @@ ADD_PARTITIONS_TO_TXN = Api(
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     (0, 3),
-    _refuse,
+    _refusal(_add_partitions_error),
     _add_partitions_error,
 )
 ADD_OFFSETS_TO_TXN = Api(
@@ -165,16 +165,23 @@ ADD_OFFSETS_TO_TXN = Api(
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     (0, 3),
-    _refuse,
+    _refusal(_error_code_only),
     _error_code_only,
 )
-END_TXN = Api(ApiKey.END_TXN, EndTxnRequest, EndTxnResponse, (0, 3), _refuse, _error_code_only)
+END_TXN = Api(
+    ApiKey.END_TXN,
+    EndTxnRequest,
+    EndTxnResponse,
+    (0, 3),
+    _refusal(_error_code_only),
+    _error_code_only,
+)
 TXN_OFFSET_COMMIT = Api(
     ApiKey.TXN_OFFSET_COMMIT,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     (0, 3),
-    _refuse,
+    _refusal(_txn_offset_commit_error),
     _txn_offset_commit_error,
 )
 

@@ -1,8 +1,9 @@
 """SaslHandshake and SaslAuthenticate: the connection's session moves through its SASL exchange.
 
 The work is `kfs_core.security.sasl.Authenticator`'s; these handlers read the
-connection's `Session` (the ``SESSION`` context variable the connection sets)
-and turn results into responses.  The connection itself refuses every other
+connection's `Session` (``context.session``; the error body, which has no
+context, reads the ``SESSION`` context variable the connection sets) and
+turn results into responses.  The connection itself refuses every other
 API before authentication and closes after a failure (`kfs_core.server.app`).
 
     SaslHandshake     v0-v1 (after v0 the tokens come as bare frames: the connection reads them)
@@ -14,8 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kfs_core.server.apis.base import SESSION, Api
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     ApiKey,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -24,35 +25,43 @@ from kfs_core.server.protocol_messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
-
-
-async def _handshake(broker: Broker, request: Request) -> Any:
-    session = SESSION.get()
-    authenticator = broker.authenticator
-    if session is None or authenticator is None:
-        return _handshake_error(request, ErrorCode.ILLEGAL_SASL_STATE, None, broker.options)
-    code, mechanisms = authenticator.handshake(session, request.body.mechanism or "")
-    if code == ErrorCode.NONE and request.api_version == 0:
-        session.raw_tokens = True  # the connection reads the tokens as bare frames now
-    return SaslHandshakeResponse(
-        version=request.api_version, error_code=code, mechanisms=mechanisms
+    from kfs_core.server.protocol.bodies import (
+        ResponseBody,
+        SaslAuthenticateRequestBody,
+        SaslHandshakeRequestBody,
     )
 
 
-def _handshake_error(request: Request, code: ErrorCode, _: str | None, __: BrokerOptions) -> Any:
-    return SaslHandshakeResponse(version=request.api_version, error_code=int(code), mechanisms=[])
-
-
-async def _authenticate(broker: Broker, request: Request) -> Any:
-    session = SESSION.get()
-    authenticator = broker.authenticator
+async def _handshake(
+    context: RequestContext, request: Request[SaslHandshakeRequestBody]
+) -> ResponseBody:
+    session = context.session
+    authenticator = context.authenticator
     if session is None or authenticator is None:
-        return _authenticate_error(request, ErrorCode.ILLEGAL_SASL_STATE, None, broker.options)
+        return _handshake_error(request, ErrorCode.ILLEGAL_SASL_STATE, None, context.options)
+    code, mechanisms = authenticator.handshake(session, request.body.mechanism or "")
+    if code == ErrorCode.NONE and request.api_version == 0:
+        session.raw_tokens = True  # the connection reads the tokens as bare frames now
+    return request.response(error_code=code, mechanisms=mechanisms)
+
+
+def _handshake_error(
+    request: Request[Any], code: ErrorCode, _: str | None, __: BrokerOptions
+) -> ResponseBody:
+    return request.response(error_code=int(code), mechanisms=[])
+
+
+async def _authenticate(
+    context: RequestContext, request: Request[SaslAuthenticateRequestBody]
+) -> ResponseBody:
+    session = context.session
+    authenticator = context.authenticator
+    if session is None or authenticator is None:
+        return _authenticate_error(request, ErrorCode.ILLEGAL_SASL_STATE, None, context.options)
     result = await authenticator.authenticate(session, bytes(request.body.auth_bytes or b""))
-    return SaslAuthenticateResponse(
-        version=request.api_version,
+    return request.response(
         error_code=result.error_code,
         error_message=result.message,
         auth_bytes=result.auth_bytes,
@@ -61,13 +70,13 @@ async def _authenticate(broker: Broker, request: Request) -> Any:
 
 
 def _authenticate_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
+    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
+) -> ResponseBody:
+    # An error body has no context: the connection's session is its context variable's.
     session = SESSION.get()
     if session is not None:
         session.failed = True
-    return SaslAuthenticateResponse(
-        version=request.api_version,
+    return request.response(
         error_code=int(code),
         error_message=message,
         auth_bytes=b"",

@@ -17,13 +17,23 @@ Kafka does while a deletion is in progress.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.catalog.config import CONFIG_KEYS, DEFAULT_CONFIGS
 from kfs_core.catalog.topics import MAX_PARTITIONS
 from kfs_core.errors import InvalidConfig, InvalidPartitions
+from kfs_core.security.acls import Operation, ResourceType
+from kfs_core.server.apis.access import (
+    TOPIC_DENIED,
+    Checker,
+    Plan,
+    Rule,
+    name_of,
+    split,
+    topics_rule,
+)
 from kfs_core.server.apis.base import (
     NODE_ID,
     Api,
@@ -32,9 +42,10 @@ from kfs_core.server.apis.base import (
     log_failure,
     message_of,
 )
+from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
 from kfs_core.server.directory import topic_uuid
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
     ApiKey,
@@ -51,8 +62,19 @@ from kfs_core.server.protocol_messages import (
 )
 
 if TYPE_CHECKING:
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        AlterConfigsRequestBody,
+        CreatableTopic,
+        CreatePartitionsRequestBody,
+        CreateTopicsRequestBody,
+        DeleteTopicsRequestBody,
+        DescribeConfigsRequestBody,
+        PartitionsAssignment,
+        ResponseBody,
+        TopicConfig,
+    )
 
 __all__ = [
     "ALTER_CONFIGS",
@@ -64,7 +86,7 @@ __all__ = [
     "INCREMENTAL_ALTER_CONFIGS",
 ]
 
-log = logging.getLogger("kfs_core.server.broker")
+log = logging.getLogger(__name__)
 
 # DescribeConfigs config sources (``DescribeConfigsResponse.ConfigSource``).
 SOURCE_DYNAMIC_TOPIC: Final = 1
@@ -92,7 +114,9 @@ _TOPIC_CONFIG_TYPES: Final = {
 }
 
 
-async def _create_topics(broker: Broker, request: Request) -> Any:
+async def _create_topics(
+    context: RequestContext, request: Request[CreateTopicsRequestBody]
+) -> ResponseBody:
     body = request.body
     validate_only = bool(getattr(body, "validate_only", False))
     result = CreateTopicsResponse.CreatableTopicResult
@@ -103,14 +127,14 @@ async def _create_topics(broker: Broker, request: Request) -> Any:
         try:
             if names.count(name) > 1:
                 raise Refused(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
-            partitions = _requested_partitions(broker, topic)
-            info, overrides = await broker.topics.create(
+            partitions = _requested_partitions(context, topic)
+            info, overrides = await context.topics.create(
                 name, partitions, _requested_configs(topic), validate_only=validate_only
             )
         except Exception as exc:
             code = error_code_for(exc)
             log_failure(f"create topic {name!r}", exc, code)
-            broker.count_error(ApiKey.CREATE_TOPICS, code)
+            context.count_error(ApiKey.CREATE_TOPICS, code)
             results.append(result(name=name, error_code=code, error_message=message_of(exc)))
             continue
         if not validate_only:
@@ -140,7 +164,7 @@ async def _create_topics(broker: Broker, request: Request) -> Any:
     return request.response(throttle_time_ms=0, topics=results)
 
 
-def _requested_partitions(broker: Broker, topic: Any) -> int:
+def _requested_partitions(context: RequestContext, topic: CreatableTopic) -> int:
     """The partition count a CreatableTopic asks for, on a one-broker cluster."""
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -163,7 +187,7 @@ def _requested_partitions(broker: Broker, topic: Any) -> int:
             f"cluster, got {topic.replication_factor}",
         )
     if topic.num_partitions == -1:
-        return broker.options.default_partitions
+        return context.options.default_partitions
     if topic.num_partitions < 1:
         raise InvalidPartitions(
             f"number of partitions must be at least 1, got {topic.num_partitions}"
@@ -171,29 +195,31 @@ def _requested_partitions(broker: Broker, topic: Any) -> int:
     return int(topic.num_partitions)
 
 
-async def _delete_topics(broker: Broker, request: Request) -> Any:
+async def _delete_topics(
+    context: RequestContext, request: Request[DeleteTopicsRequestBody]
+) -> ResponseBody:
     result = DeleteTopicsResponse.DeletableTopicResult
     results = []
     for name in request.body.topic_names:
         code, message = ErrorCode.NONE, None
         try:
-            await broker.topics.delete(name)
+            await context.topics.delete(name)
         except Exception as exc:
             code, message = error_code_for(exc), message_of(exc)
             log_failure(f"delete topic {name!r}", exc, code)
         else:
             log.info("deleted topic %r (retention removes its data)", name)
-            broker.notifier.notify_topic(name)
-            await _forget_committed_offsets(broker, name)
-        broker.count_error(ApiKey.DELETE_TOPICS, code)
+            context.notifier.notify_topic(name)
+            await _forget_committed_offsets(context, name)
+        context.count_error(ApiKey.DELETE_TOPICS, code)
         results.append(result(name=name, error_code=code, error_message=message))
     return request.response(throttle_time_ms=0, responses=results)
 
 
-async def _forget_committed_offsets(broker: Broker, name: str) -> None:
+async def _forget_committed_offsets(context: RequestContext, name: str) -> None:
     """Groups' committed offsets of a deleted topic go with it (the retention sweep retries)."""
     try:
-        dropped = await broker.groups.forget_topic(name)
+        dropped = await context.groups.forget_topic(name)
     except Exception as exc:
         log.warning("dropping committed offsets of deleted topic %r failed: %s", name, exc)
     else:
@@ -201,7 +227,9 @@ async def _forget_committed_offsets(broker: Broker, name: str) -> None:
             log.info("dropped %d committed offset(s) of deleted topic %r", dropped, name)
 
 
-async def _describe_configs(broker: Broker, request: Request) -> Any:
+async def _describe_configs(
+    context: RequestContext, request: Request[DescribeConfigsRequestBody]
+) -> ResponseBody:
     body = request.body
     synonyms = bool(getattr(body, "include_synonyms", False))
     documentation = bool(getattr(body, "include_documentation", False))
@@ -210,11 +238,11 @@ async def _describe_configs(broker: Broker, request: Request) -> Any:
     for resource in body.resources:
         keys = resource.configuration_keys
         try:
-            configs = await _configs_of(broker, resource.resource_type, resource.resource_name)
+            configs = await _configs_of(context, resource.resource_type, resource.resource_name)
         except Exception as exc:
             code = error_code_for(exc)
             log_failure(f"describe configs of {resource.resource_name!r}", exc, code)
-            broker.count_error(ApiKey.DESCRIBE_CONFIGS, code)
+            context.count_error(ApiKey.DESCRIBE_CONFIGS, code)
             results.append(
                 result(
                     error_code=code,
@@ -241,9 +269,9 @@ async def _describe_configs(broker: Broker, request: Request) -> Any:
     return request.response(throttle_time_ms=0, results=results)
 
 
-async def _configs_of(broker: Broker, resource_type: int, name: str) -> list[_ConfigEntry]:
+async def _configs_of(context: RequestContext, resource_type: int, name: str) -> list[_ConfigEntry]:
     if resource_type == RESOURCE_TOPIC:
-        description = await broker.topics.describe(name)
+        description = await context.topics.describe(name)
         return [
             _ConfigEntry(
                 name=key,
@@ -271,7 +299,7 @@ async def _configs_of(broker: Broker, resource_type: int, name: str) -> list[_Co
                 else _CONFIG_TYPE_STRING,
                 documentation=None,
             )
-            for key, value in sorted(broker.options.broker_configs.items())
+            for key, value in sorted(context.options.broker_configs.items())
         ]
     raise Refused(
         ErrorCode.INVALID_REQUEST,
@@ -279,7 +307,7 @@ async def _configs_of(broker: Broker, resource_type: int, name: str) -> list[_Co
     )
 
 
-def _requested_configs(topic: Any) -> dict[str, str]:
+def _requested_configs(topic: CreatableTopic) -> dict[str, str]:
     configs: dict[str, str] = {}
     for config in topic.configs:
         if config.value is None:
@@ -321,7 +349,9 @@ def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -
     )
 
 
-async def _create_partitions(broker: Broker, request: Request) -> Any:
+async def _create_partitions(
+    context: RequestContext, request: Request[CreatePartitionsRequestBody]
+) -> ResponseBody:
     body = request.body
     validate_only = bool(body.validate_only)
     result = CreatePartitionsResponse.CreatePartitionsTopicResult
@@ -333,19 +363,19 @@ async def _create_partitions(broker: Broker, request: Request) -> Any:
         try:
             if names.count(name) > 1:
                 raise Refused(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
-            before = (await broker.topics.describe(name)).partitions
+            before = (await context.topics.describe(name)).partitions
             _check_growth(name, before, topic.count)
             if topic.assignments is not None:
                 _check_new_assignments(topic.assignments, topic.count - before)
             if not validate_only:
-                await broker.topics.create_partitions(name, topic.count)
+                await context.topics.create_partitions(name, topic.count)
         except Exception as exc:
             code, message = error_code_for(exc), message_of(exc)
             log_failure(f"add partitions to topic {name!r}", exc, code)
         else:
             if not validate_only:
                 log.info("topic %r: %d partition(s), was %d", name, topic.count, before)
-        broker.count_error(ApiKey.CREATE_PARTITIONS, code)
+        context.count_error(ApiKey.CREATE_PARTITIONS, code)
         results.append(result(name=name, error_code=code, error_message=message))
     return request.response(throttle_time_ms=0, results=results)
 
@@ -360,7 +390,7 @@ def _check_growth(name: str, current: int, total: int) -> None:
         )
 
 
-def _check_new_assignments(assignments: list[Any], added: int) -> None:
+def _check_new_assignments(assignments: Sequence[PartitionsAssignment], added: int) -> None:
     """Assignments name the brokers of each new partition: here, broker 0 alone."""
     if len(assignments) != added or any(list(a.broker_ids) != [NODE_ID] for a in assignments):
         raise Refused(
@@ -372,14 +402,18 @@ def _check_new_assignments(assignments: list[Any], added: int) -> None:
 ConfigEdit = Callable[[Mapping[str, str]], Mapping[str, str]]
 
 
-async def _alter_configs(broker: Broker, request: Request) -> Any:
+async def _alter_configs(
+    context: RequestContext, request: Request[AlterConfigsRequestBody]
+) -> ResponseBody:
     """AlterConfigs: the listed configs become the topic's only overrides, as in Kafka."""
-    return await _alter(broker, request, ApiKey.ALTER_CONFIGS, _replacement)
+    return await _alter(context, request, ApiKey.ALTER_CONFIGS, _replacement)
 
 
-async def _incremental_alter_configs(broker: Broker, request: Request) -> Any:
+async def _incremental_alter_configs(
+    context: RequestContext, request: Request[AlterConfigsRequestBody]
+) -> ResponseBody:
     """IncrementalAlterConfigs: SET, DELETE (to the default), APPEND / SUBTRACT on lists."""
-    return await _alter(broker, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, _increments)
+    return await _alter(context, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, _increments)
 
 
 # Both responses name their entry type AlterConfigsResourceResponse.
@@ -392,8 +426,11 @@ _ALTER_RESULTS: Final = {
 
 
 async def _alter(
-    broker: Broker, request: Request, key: ApiKey, edit_for: Callable[[list[Any]], ConfigEdit]
-) -> Any:
+    context: RequestContext,
+    request: Request[AlterConfigsRequestBody],
+    key: ApiKey,
+    edit_for: Callable[[Sequence[Any]], ConfigEdit],
+) -> ResponseBody:
     body = request.body
     validate_only = bool(body.validate_only)
     result = _ALTER_RESULTS[key]
@@ -409,7 +446,7 @@ async def _alter(
                 raise Refused(
                     ErrorCode.INVALID_REQUEST, f"config(s) listed twice: {', '.join(duplicates)}"
                 )
-            configs = await broker.topics.edit_configs(
+            configs = await context.topics.edit_configs(
                 name, edit_for(resource.configs), validate_only=validate_only
             )
         except Exception as exc:
@@ -418,7 +455,7 @@ async def _alter(
         else:
             if not validate_only:
                 log.info("topic %r: config overrides now %s", name, configs)
-        broker.count_error(key, code)
+        context.count_error(key, code)
         results.append(
             result(
                 error_code=code,
@@ -444,18 +481,18 @@ def _check_alterable(resource_type: int, name: str) -> None:
         )
 
 
-def _value(config: Any) -> str:
+def _value(config: TopicConfig) -> str:
     if config.value is None:
         raise Refused(ErrorCode.INVALID_REQUEST, f"null value not supported for {config.name!r}")
     return str(config.value)
 
 
-def _replacement(configs: list[Any]) -> ConfigEdit:
+def _replacement(configs: Sequence[TopicConfig]) -> ConfigEdit:
     wanted = {c.name: _value(c) for c in configs}
     return lambda current: wanted
 
 
-def _increments(configs: list[Any]) -> ConfigEdit:
+def _increments(configs: Sequence[Any]) -> ConfigEdit:
     operations = []
     for config in configs:
         if config.config_operation not in (OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT):
@@ -503,136 +540,133 @@ def _list_items(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def _create_topics_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    created = CreateTopicsResponse.CreatableTopicResult
-    return request.response(
-        throttle_time_ms=0,
-        topics=[
-            created(name=t.name, error_code=int(code), error_message=message)
-            for t in request.body.topics
-        ],
-    )
+_create_topics_error = schema_error_body(
+    {"topics": Mirror("topics", {"name": "name"}, {"topic_config_error_code": 0})}
+)
 
 
-def _delete_topics_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    deleted = DeleteTopicsResponse.DeletableTopicResult
-    return request.response(
-        throttle_time_ms=0,
-        responses=[
-            deleted(name=name, error_code=int(code), error_message=message)
-            for name in request.body.topic_names
-        ],
-    )
+_delete_topics_error = schema_error_body({"responses": Mirror("topic_names", {"name": ITEM})})
 
 
-def _describe_configs_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    described = DescribeConfigsResponse.DescribeConfigsResult
-    return request.response(
-        throttle_time_ms=0,
-        results=[
-            described(
-                error_code=int(code),
-                error_message=message,
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                configs=[],
-            )
-            for r in request.body.resources
-        ],
-    )
+_describe_configs_error = schema_error_body(
+    {
+        "results": Mirror(
+            "resources",
+            {"resource_type": "resource_type", "resource_name": "resource_name"},
+            {"configs": []},
+        )
+    }
+)
 
 
-def _create_partitions_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    result = CreatePartitionsResponse.CreatePartitionsTopicResult
-    return request.response(
-        throttle_time_ms=0,
-        results=[
-            result(name=t.name, error_code=int(code), error_message=message)
-            for t in request.body.topics
-        ],
-    )
+_create_partitions_error = schema_error_body({"results": Mirror("topics", {"name": "name"})})
 
 
-def _alter_configs_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    result = _ALTER_RESULTS[request.api_key]
-    return request.response(
-        throttle_time_ms=0,
-        responses=[
-            result(
-                error_code=int(code),
-                error_message=message,
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-            )
-            for r in request.body.resources
-        ],
-    )
+_alter_configs_error = schema_error_body(
+    {
+        "responses": Mirror(
+            "resources", {"resource_type": "resource_type", "resource_name": "resource_name"}
+        )
+    }
+)
 
 
 # kafka-python sends 7 (topic ids in the response, which KFS can mint),
 # librdkafka <= 4.
-CREATE_TOPICS = Api(
+# --- authorization -------------------------------------------------------------------
+
+
+def _authorize_create_topics(may: Checker, request: Request[Any]) -> Plan | None:
+    """CREATE on the cluster, else CREATE on each topic."""
+    if may.cluster(Operation.CREATE):
+        return None
+    return split(request, "topics", lambda t: may(Operation.CREATE, ResourceType.TOPIC, t.name),
+                 TOPIC_DENIED, "topics")  # fmt: skip
+
+
+def _authorize_delete_topics(may: Checker, request: Request[Any]) -> Plan | None:
+    """DELETE on each topic (v6+ may name topics by id: a list of structs)."""
+    attr = "topic_names" if request.api_version < 6 else "topics"
+    return split(request, attr, lambda t: may(Operation.DELETE, ResourceType.TOPIC, name_of(t)),
+                 TOPIC_DENIED, "responses")  # fmt: skip
+
+
+_CONFIG_RESOURCES: Final = {2: ResourceType.TOPIC, 4: ResourceType.CLUSTER}
+
+
+def _configs_rule(op: Operation, response_field: str) -> Rule:
+    """``op`` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on each resource: a topic or the cluster."""
+
+    def rule(may: Checker, request: Request[Any]) -> Plan | None:
+        def allowed(resource: Any) -> bool:
+            rtype = _CONFIG_RESOURCES.get(resource.resource_type)
+            if rtype is ResourceType.CLUSTER:
+                return may.cluster(op)
+            return rtype is None or may(op, rtype, resource.resource_name)
+
+        return split(request, "resources", allowed, TOPIC_DENIED, response_field)
+
+    return rule
+
+
+CREATE_TOPICS: Final[Api[CreateTopicsRequestBody, ResponseBody]] = Api(
     ApiKey.CREATE_TOPICS,
     CreateTopicsRequest,
     CreateTopicsResponse,
     (2, 7),
     _create_topics,
     _create_topics_error,
+    authorize=_authorize_create_topics,
 )
 # v6 may delete by topic id; at <= 5 topics are named.
-DELETE_TOPICS = Api(
+DELETE_TOPICS: Final[Api[DeleteTopicsRequestBody, ResponseBody]] = Api(
     ApiKey.DELETE_TOPICS,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     (1, 5),
     _delete_topics,
     _delete_topics_error,
+    authorize=_authorize_delete_topics,
 )
-DESCRIBE_CONFIGS = Api(
+DESCRIBE_CONFIGS: Final[Api[DescribeConfigsRequestBody, ResponseBody]] = Api(
     ApiKey.DESCRIBE_CONFIGS,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     (1, 4),
     _describe_configs,
     _describe_configs_error,
+    authorize=_configs_rule(Operation.DESCRIBE_CONFIGS, "results"),
 )
 
 # librdkafka sends <= 2, kafka-python 3 (the same fields as 2).
-CREATE_PARTITIONS = Api(
+CREATE_PARTITIONS: Final[Api[CreatePartitionsRequestBody, ResponseBody]] = Api(
     ApiKey.CREATE_PARTITIONS,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     (0, 3),
     _create_partitions,
     _create_partitions_error,
+    authorize=topics_rule("topics", Operation.ALTER, "results"),
 )
 # librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
-ALTER_CONFIGS = Api(
+ALTER_CONFIGS: Final[Api[AlterConfigsRequestBody, ResponseBody]] = Api(
     ApiKey.ALTER_CONFIGS,
     AlterConfigsRequest,
     AlterConfigsResponse,
     (0, 2),
     _alter_configs,
     _alter_configs_error,
+    authorize=_configs_rule(Operation.ALTER_CONFIGS, "responses"),
 )
 # librdkafka and kafka-python send 1 (flexible), every version there is.
-INCREMENTAL_ALTER_CONFIGS = Api(
+INCREMENTAL_ALTER_CONFIGS: Final[Api[AlterConfigsRequestBody, ResponseBody]] = Api(
     ApiKey.INCREMENTAL_ALTER_CONFIGS,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     (0, 1),
     _incremental_alter_configs,
     _alter_configs_error,
+    authorize=_configs_rule(Operation.ALTER_CONFIGS, "responses"),
 )
 
 APIS: Final = (

@@ -19,10 +19,13 @@ import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from kfs_core.security.acls import Operation
 from kfs_core.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted
+from kfs_core.server.apis.access import cluster_rule
 from kfs_core.server.apis.base import Api
-from kfs_core.server.protocol_errors import ErrorCode
-from kfs_core.server.protocol_messages import (
+from kfs_core.server.apis.error_bodies import schema_error_body
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     ApiKey,
@@ -32,8 +35,13 @@ from kfs_core.server.protocol_messages import (
 
 if TYPE_CHECKING:
     from kfs_core.security.users import UserStore
-    from kfs_core.server.broker import Broker, BrokerOptions
+    from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
+    from kfs_core.server.protocol.bodies import (
+        AlterUserScramCredentialsRequestBody,
+        DescribeUserScramCredentialsRequestBody,
+        ResponseBody,
+    )
 
 #: Kafka's ScramMechanism numbers.
 MECHANISM_NUMBERS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
@@ -59,18 +67,19 @@ def _describe_sync(
     return out
 
 
-async def _describe(broker: Broker, request: Request) -> Any:
-    users = broker.users
+async def _describe(
+    context: RequestContext, request: Request[DescribeUserScramCredentialsRequestBody]
+) -> ResponseBody:
+    users = context.users
     if users is None:
         return _describe_error(
-            request, ErrorCode.SECURITY_DISABLED, "no user store", broker.options
+            request, ErrorCode.SECURITY_DISABLED, "no user store", context.options
         )
     asked = request.body.users
     names = None if asked is None else [u.name or "" for u in asked]
     rows = await asyncio.to_thread(_describe_sync, users, names)
     result = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
-    return DescribeUserScramCredentialsResponse(
-        version=request.api_version,
+    return request.response(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
@@ -88,16 +97,12 @@ async def _describe(broker: Broker, request: Request) -> Any:
     )
 
 
-def _describe_error(
-    request: Request, code: ErrorCode, message: str | None, _: BrokerOptions
-) -> Any:
-    return DescribeUserScramCredentialsResponse(
-        version=request.api_version, throttle_time_ms=0, error_code=int(code),
-        error_message=message, results=[],
-    )  # fmt: skip
+_describe_error = schema_error_body({})
 
 
-def _alter_sync(users: UserStore, body: Any) -> dict[str, tuple[int, str | None]]:
+def _alter_sync(
+    users: UserStore, body: AlterUserScramCredentialsRequestBody
+) -> dict[str, tuple[int, str | None]]:
     """Apply the deletions and upsertions; per user, the first error (or success)."""
     results: dict[str, tuple[int, str | None]] = {}
     seen = Counter([d.name for d in body.deletions or []] + [u.name for u in body.upsertions or []])
@@ -143,17 +148,18 @@ def _alter_sync(users: UserStore, body: Any) -> dict[str, tuple[int, str | None]
     return results
 
 
-async def _alter(broker: Broker, request: Request) -> Any:
-    users = broker.users
+async def _alter(
+    context: RequestContext, request: Request[AlterUserScramCredentialsRequestBody]
+) -> ResponseBody:
+    users = context.users
     if users is None:
-        return _alter_error(request, ErrorCode.SECURITY_DISABLED, "no user store", broker.options)
+        return _alter_error(request, ErrorCode.SECURITY_DISABLED, "no user store", context.options)
     results = await asyncio.to_thread(_alter_sync, users, request.body)
-    if broker.authenticator is not None:
+    if context.authenticator is not None:
         for name in results:
-            broker.authenticator.users.forget(name)
+            context.authenticator.users.forget(name)
     result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-    return AlterUserScramCredentialsResponse(
-        version=request.api_version,
+    return request.response(
         throttle_time_ms=0,
         results=[
             result(user=name, error_code=code, error_message=message)
@@ -162,14 +168,15 @@ async def _alter(broker: Broker, request: Request) -> Any:
     )
 
 
-def _alter_error(request: Request, code: ErrorCode, message: str | None, _: BrokerOptions) -> Any:
+def _alter_error(
+    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
+) -> ResponseBody:
     names = dict.fromkeys(
         [d.name for d in request.body.deletions or []]
         + [u.name for u in request.body.upsertions or []]
     )
     result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-    return AlterUserScramCredentialsResponse(
-        version=request.api_version,
+    return request.response(
         throttle_time_ms=0,
         results=[result(user=n, error_code=int(code), error_message=message) for n in names],
     )
@@ -177,7 +184,9 @@ def _alter_error(request: Request, code: ErrorCode, message: str | None, _: Brok
 
 APIS = (
     Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, DescribeUserScramCredentialsRequest,
-        DescribeUserScramCredentialsResponse, (0, 0), _describe, _describe_error),
+        DescribeUserScramCredentialsResponse, (0, 0), _describe, _describe_error,
+        authorize=cluster_rule(Operation.DESCRIBE)),
     Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, AlterUserScramCredentialsRequest,
-        AlterUserScramCredentialsResponse, (0, 0), _alter, _alter_error),
+        AlterUserScramCredentialsResponse, (0, 0), _alter, _alter_error,
+        authorize=cluster_rule(Operation.ALTER)),
 )  # fmt: skip

@@ -2,7 +2,7 @@
 
 `ErrorCode` holds the codes a broker puts in its responses, named as in
 Kafka's ``org.apache.kafka.common.protocol.Errors``.  The exceptions below are
-what `kfs_core.server.protocol` raises when a frame cannot become a request;
+what `kfs_core.server.protocol.codec` raises when a frame cannot become a request;
 each maps to the Kafka error code it stands for (``error_code``), and tells
 the server what Kafka does in that case:
 

@@ -1,16 +1,16 @@
-"""The Kafka wire protocol as the KFS daemon serves it.
+"""Request decoding and response encoding: a frame's header and body.
 
-`SUPPORTED_VERSIONS` says which versions of which APIs the server speaks and
-`MESSAGES` which classes carry them, both derived from the one registry of
-APIs (`kfs_core.server.apis.REGISTRY`); `decode_request` turns a request frame into a `Request`,
-`encode_response` / `encode_response_parts` turn a response body back into a
-frame, and `error_response_frame` says what to send when a frame could not be
-decoded.  Bodies are the spec-generated message classes of
-`kfs_core.server.protocol_messages` (re-exported here), so a handler reads
+`decode_request` turns a request frame into a `Request`, checking it against
+the table of versions the caller serves (the server passes its registry's,
+`kfs_core.server.apis.SUPPORTED_VERSIONS`: this layer knows the messages, not
+which of them KFS answers); `encode_response` / `encode_response_parts` turn a
+response body back into a frame, and `error_response_frame` says what to send
+when a frame could not be decoded.  Bodies are the spec-generated message
+classes of `kfs_core.server.protocol.messages`, so a handler reads
 ``request.body.topic_data`` and builds ``request.response(throttle_time_ms=0,
 responses=[...])`` with the field names of Kafka's JSON specs.
 
-Request frame (after the 4-byte size prefix, see `protocol_framing`):
+Request frame (after the 4-byte size prefix, see `kfs_core.server.protocol.framing`):
 
     request header v1 (classic versions of the API)
       int16   api_key
@@ -41,75 +41,40 @@ import logging
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
-from kfs_core.server.apis import REGISTRY
-from kfs_core.server.apis import SUPPORTED_VERSIONS as _REGISTERED_VERSIONS
-from kfs_core.server.apis import api_versions_body as _api_versions_body
-from kfs_core.server.protocol_errors import (
+from kfs_core.server.protocol.errors import (
     ErrorCode,
-    FrameError,
-    FrameTooLarge,
     InvalidResponse,
     MalformedRequest,
     ProtocolError,
-    RequestError,
-    TruncatedFrame,
     UnknownApiKey,
     UnsupportedVersion,
 )
-from kfs_core.server.protocol_fastpath import decode_produce_request, encode_fetch_response
-from kfs_core.server.protocol_framing import (
-    MAX_REQUEST_BYTES,
-    SIZE_PREFIX,
-    check_frame_size,
-    read_frame,
-)
-from kfs_core.server.protocol_messages import ApiKey, MessagePair
-from kfs_core.server.protocol_wire import I32, READ_ERRORS, read_string, skip_tagged_fields
+from kfs_core.server.protocol.fastpath import decode_produce_request, encode_fetch_response
+from kfs_core.server.protocol.framing import SIZE_PREFIX
+from kfs_core.server.protocol.messages import MESSAGES, ApiKey, ApiVersionsResponse
+
+if TYPE_CHECKING:
+    from kfs_core.server.protocol.bodies import ResponseBody
+from kfs_core.server.protocol.wire import I32, READ_ERRORS, read_string, skip_tagged_fields
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "MAX_REQUEST_BYTES",
-    "MESSAGES",
-    "SUPPORTED_VERSIONS",
-    "ApiKey",
-    "ErrorCode",
-    "FrameError",
-    "FrameTooLarge",
-    "InvalidResponse",
-    "MalformedRequest",
-    "ProtocolError",
+    "BodyT",
     "Request",
-    "RequestError",
-    "TruncatedFrame",
-    "UnknownApiKey",
-    "UnsupportedVersion",
+    "VersionTable",
     "api_versions_body",
-    "check_frame_size",
     "decode_request",
     "encode_response",
     "encode_response_parts",
     "error_response_frame",
     "is_flexible",
-    "read_frame",
 ]
 
-# The versions KFS serves, per API: (min, max), from the registry.  A client
-# uses min(its max, our max), so each max is the highest version either
-# client sends - librdkafka 2.16 (confluent-kafka; INTRODUCTION.md and its
-# rd_kafka_broker_ApiVersion_supported() calls) or kafka-python 3.0 (its
-# max_version= arguments, else its spec's maximum) - unless a higher version
-# means something KFS does not implement; each registration says why.  Each
-# min is the lowest version the spec still defines (Kafka 4.0 dropped older
-# ones) that can carry what KFS stores.  tests/server/test_protocol_clients.py
-# checks what both clients pick.
-SUPPORTED_VERSIONS: Final[Mapping[int, tuple[int, int]]] = _REGISTERED_VERSIONS
-MESSAGES: Final[Mapping[ApiKey, MessagePair]] = MappingProxyType(
-    {key: api.messages for key, api in REGISTRY.items()}
-)
+# The versions a server speaks, per API key: (min, max).
+VersionTable = Mapping[int, tuple[int, int]]
 
 _HEADER_FIXED = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _TAGGED_FIELDS_NONE = b"\x00"  # a flexible header's empty tagged-field section
@@ -120,8 +85,13 @@ def is_flexible(api_key: int, api_version: int) -> bool:
     return bool(MESSAGES[ApiKey(api_key)].request.flexible_version_q(api_version))
 
 
+# The body's type: a spec-generated request class, or a `Protocol` listing the
+# fields a handler reads (`kfs_core.server.protocol.bodies`).
+BodyT = TypeVar("BodyT")
+
+
 @dataclass(frozen=True, slots=True)
-class Request:
+class Request(Generic[BodyT]):
     """A decoded request: the header's fields and the body.
 
     ``body`` is an instance of ``MESSAGES[api_key].request`` decoded at
@@ -134,7 +104,7 @@ class Request:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: Any
+    body: BodyT
 
     @property
     def flexible(self) -> bool:
@@ -144,21 +114,24 @@ class Request:
     @property
     def expects_response(self) -> bool:
         """False only for Produce with acks=0, which Kafka never answers."""
-        return not (self.api_key == ApiKey.PRODUCE and self.body.acks == 0)
+        body: Any = self.body
+        return not (self.api_key == ApiKey.PRODUCE and body.acks == 0)
 
-    def response(self, **fields: Any) -> Any:
+    def response(self, **fields: Any) -> ResponseBody:
         """A response body of the matching class and version, built from spec field names."""
-        return MESSAGES[self.api_key].response(version=self.api_version, **fields)
+        return cast(
+            "ResponseBody", MESSAGES[self.api_key].response(version=self.api_version, **fields)
+        )
 
 
 # --- decoding --------------------------------------------------------------
 
 
-def decode_request(frame: bytes | bytearray | memoryview) -> Request:
+def decode_request(frame: bytes | bytearray | memoryview, versions: VersionTable) -> Request[Any]:
     """Decode one request frame (without its size prefix).
 
     Raises `UnknownApiKey` or `UnsupportedVersion` for a well-formed header
-    that names something outside `SUPPORTED_VERSIONS`, and `MalformedRequest`
+    that names something outside ``versions``, and `MalformedRequest`
     when the header or the body is truncated or invalid.  Bytes after a
     complete body are ignored, as Kafka ignores them.
     """
@@ -173,7 +146,7 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
         "api_version": api_version,
         "correlation_id": correlation_id,
     }
-    if api_key not in SUPPORTED_VERSIONS:
+    if api_key not in versions:
         context["client_id"] = _client_id_or_none(buf)
         raise UnknownApiKey(f"unknown API key {api_key}", **context)
     key = ApiKey(api_key)
@@ -185,7 +158,7 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
     except READ_ERRORS as exc:
         raise MalformedRequest(f"{key.name} v{api_version} header: {exc}", **context) from exc
     context["client_id"] = client_id
-    low, high = SUPPORTED_VERSIONS[key]
+    low, high = versions[key]
     if not low <= api_version <= high:
         raise UnsupportedVersion(
             f"{key.name} v{api_version} is not supported (v{low}-v{high} are)", **context
@@ -335,7 +308,7 @@ def _encode_frame(
     return [SIZE_PREFIX.pack(len(header) + len(payload)) + header, payload]
 
 
-def encode_response_parts(request: Request, body: Any) -> list[bytes | bytearray | memoryview]:
+def encode_response_parts(request: Request[Any], body: Any) -> list[bytes | bytearray | memoryview]:
     """The size-prefixed response frame to ``request`` as buffers for ``writelines``.
 
     Fetch responses keep large ``records`` as the buffers they were given.
@@ -345,21 +318,32 @@ def encode_response_parts(request: Request, body: Any) -> list[bytes | bytearray
     return _encode_frame(request.api_key, request.api_version, request.correlation_id, body)
 
 
-def encode_response(request: Request, body: Any) -> bytes:
+def encode_response(request: Request[Any], body: Any) -> bytes:
     """The size-prefixed response frame to ``request``, as one byte string."""
     return b"".join(encode_response_parts(request, body))
 
 
-def api_versions_body(api_version: int, error_code: ErrorCode = ErrorCode.NONE) -> Any:
-    """The ApiVersions response body listing `SUPPORTED_VERSIONS`."""
-    return _api_versions_body(api_version, error_code, SUPPORTED_VERSIONS)
+def api_versions_body(
+    api_version: int, versions: VersionTable, error_code: ErrorCode = ErrorCode.NONE
+) -> ResponseBody:
+    """The ApiVersions response body listing ``versions``."""
+    body = ApiVersionsResponse(
+        version=api_version,
+        error_code=int(error_code),
+        api_keys=[
+            ApiVersionsResponse.ApiVersion(api_key=int(key), min_version=low, max_version=high)
+            for key, (low, high) in sorted(versions.items())
+        ],
+        throttle_time_ms=0,
+    )
+    return cast("ResponseBody", body)
 
 
-def error_response_frame(error: ProtocolError) -> bytes | None:
+def error_response_frame(error: ProtocolError, versions: VersionTable) -> bytes | None:
     """What Kafka sends for a frame that failed to decode, or ``None`` to close the connection.
 
     Only an ApiVersions request of an unsupported version gets an answer:
-    an ApiVersions v0 body (header v0) with UNSUPPORTED_VERSION and the table,
+    an ApiVersions v0 body (header v0) with UNSUPPORTED_VERSION and ``versions``,
     from which the client picks a version to retry with (KIP-511).  Kafka
     lists only the ApiVersions row there; clients read only that row, so the
     whole table does no harm.  Every other decoding error closes the
@@ -370,6 +354,6 @@ def error_response_frame(error: ProtocolError) -> bytes | None:
         and error.api_key == ApiKey.API_VERSIONS
         and error.correlation_id is not None
     ):
-        body = api_versions_body(0, ErrorCode.UNSUPPORTED_VERSION)
+        body = api_versions_body(0, versions, ErrorCode.UNSUPPORTED_VERSION)
         return b"".join(_encode_frame(ApiKey.API_VERSIONS, 0, error.correlation_id, body))
     return None

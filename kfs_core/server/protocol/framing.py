@@ -31,7 +31,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from kfs_core.server.protocol_errors import FrameTooLarge, TruncatedFrame
+from kfs_core.server.protocol.errors import FrameTooLarge, TruncatedFrame
 
 __all__ = [
     "MAX_REQUEST_BYTES",

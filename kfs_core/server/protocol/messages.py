@@ -16,16 +16,19 @@ MetadataResponse's ``ClusterAuthorizedOperations`` and
 hold a set of operation bit numbers, ``None`` being Kafka's INT32_MIN "not
 requested" (the bytes on the wire are the spec's int32).
 
-Nothing here knows which versions KFS serves or what it answers: each API
-family's module in `kfs_core.server.apis` registers its messages, its
-version range and its handler in one table (`kfs_core.server.apis.REGISTRY`).
+`MESSAGES` pairs each API key with its two classes.  Nothing here knows
+which versions KFS serves or what it answers: each API family's module in
+`kfs_core.server.apis` registers its messages, its version range and its
+handler in one table (`kfs_core.server.apis.REGISTRY`).
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from enum import IntEnum
-from typing import Any, NamedTuple
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple
 
 # kafka-python reads its JSON specs with importlib.resources.read_text /
 # open_text, which Python 3.11 deprecates; silence exactly that, only here.
@@ -176,6 +179,7 @@ __all__ = [
     "ListGroupsResponse",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
+    "MESSAGES",
     "MessagePair",
     "MetadataRequest",
     "MetadataResponse",
@@ -245,3 +249,56 @@ class MessagePair(NamedTuple):
 
     request: Any
     response: Any
+
+
+# The classes of every API above, by key: the protocol's message table.  Which
+# versions KFS serves is the server's choice (`kfs_core.server.apis.REGISTRY`).
+MESSAGES: Final[Mapping[ApiKey, MessagePair]] = MappingProxyType(
+    {
+        ApiKey.PRODUCE: MessagePair(ProduceRequest, ProduceResponse),
+        ApiKey.FETCH: MessagePair(FetchRequest, FetchResponse),
+        ApiKey.LIST_OFFSETS: MessagePair(ListOffsetsRequest, ListOffsetsResponse),
+        ApiKey.METADATA: MessagePair(MetadataRequest, MetadataResponse),
+        ApiKey.OFFSET_COMMIT: MessagePair(OffsetCommitRequest, OffsetCommitResponse),
+        ApiKey.OFFSET_FETCH: MessagePair(OffsetFetchRequest, OffsetFetchResponse),
+        ApiKey.FIND_COORDINATOR: MessagePair(FindCoordinatorRequest, FindCoordinatorResponse),
+        ApiKey.JOIN_GROUP: MessagePair(JoinGroupRequest, JoinGroupResponse),
+        ApiKey.HEARTBEAT: MessagePair(HeartbeatRequest, HeartbeatResponse),
+        ApiKey.LEAVE_GROUP: MessagePair(LeaveGroupRequest, LeaveGroupResponse),
+        ApiKey.SYNC_GROUP: MessagePair(SyncGroupRequest, SyncGroupResponse),
+        ApiKey.DESCRIBE_GROUPS: MessagePair(DescribeGroupsRequest, DescribeGroupsResponse),
+        ApiKey.LIST_GROUPS: MessagePair(ListGroupsRequest, ListGroupsResponse),
+        ApiKey.SASL_HANDSHAKE: MessagePair(SaslHandshakeRequest, SaslHandshakeResponse),
+        ApiKey.API_VERSIONS: MessagePair(ApiVersionsRequest, ApiVersionsResponse),
+        ApiKey.CREATE_TOPICS: MessagePair(CreateTopicsRequest, CreateTopicsResponse),
+        ApiKey.DELETE_TOPICS: MessagePair(DeleteTopicsRequest, DeleteTopicsResponse),
+        ApiKey.DELETE_RECORDS: MessagePair(DeleteRecordsRequest, DeleteRecordsResponse),
+        ApiKey.INIT_PRODUCER_ID: MessagePair(InitProducerIdRequest, InitProducerIdResponse),
+        ApiKey.ADD_PARTITIONS_TO_TXN: MessagePair(
+            AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+        ),
+        ApiKey.ADD_OFFSETS_TO_TXN: MessagePair(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+        ApiKey.END_TXN: MessagePair(EndTxnRequest, EndTxnResponse),
+        ApiKey.TXN_OFFSET_COMMIT: MessagePair(TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+        ApiKey.DESCRIBE_ACLS: MessagePair(DescribeAclsRequest, DescribeAclsResponse),
+        ApiKey.CREATE_ACLS: MessagePair(CreateAclsRequest, CreateAclsResponse),
+        ApiKey.DELETE_ACLS: MessagePair(DeleteAclsRequest, DeleteAclsResponse),
+        ApiKey.DESCRIBE_CONFIGS: MessagePair(DescribeConfigsRequest, DescribeConfigsResponse),
+        ApiKey.ALTER_CONFIGS: MessagePair(AlterConfigsRequest, AlterConfigsResponse),
+        ApiKey.DESCRIBE_LOG_DIRS: MessagePair(DescribeLogDirsRequest, DescribeLogDirsResponse),
+        ApiKey.SASL_AUTHENTICATE: MessagePair(SaslAuthenticateRequest, SaslAuthenticateResponse),
+        ApiKey.CREATE_PARTITIONS: MessagePair(CreatePartitionsRequest, CreatePartitionsResponse),
+        ApiKey.DELETE_GROUPS: MessagePair(DeleteGroupsRequest, DeleteGroupsResponse),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: MessagePair(
+            IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+        ),
+        ApiKey.OFFSET_DELETE: MessagePair(OffsetDeleteRequest, OffsetDeleteResponse),
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: MessagePair(
+            DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
+        ),
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: MessagePair(
+            AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
+        ),
+        ApiKey.DESCRIBE_CLUSTER: MessagePair(DescribeClusterRequest, DescribeClusterResponse),
+    }
+)

@@ -56,8 +56,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from kfs_core.server.protocol_messages import ProduceRequest
-from kfs_core.server.protocol_wire import (
+from kfs_core.server.protocol.messages import ProduceRequest
+from kfs_core.server.protocol.wire import (
     I32,
     read_array_length,
     read_bytes,
@@ -102,7 +102,7 @@ def decode_produce_request(buf: memoryview, pos: int, version: int) -> tuple[Any
 
     Builds the same `ProduceRequest` objects as the generated decoder, except
     that ``records`` are slices of ``buf``.  Raises one of
-    `protocol_wire.READ_ERRORS` on malformed input, including a null
+    `kfs_core.server.protocol.wire.READ_ERRORS` on malformed input, including a null
     ``topic_data`` or ``partition_data`` (non-nullable in the spec).
     """
     if version not in PRODUCE_FAST_VERSIONS:
