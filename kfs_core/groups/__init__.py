@@ -13,11 +13,12 @@
 - `offset_log`: committed offsets made durable in ``__consumer_offsets``.
 - `consumer_protocol`: the consumer protocol's subscription and assignment
   bytes, read only to describe groups.
-- `errors`: what the coordinator refuses, with the Kafka error codes.
 
 A transaction coordinator belongs beside these as a module of its own, as
 Kafka keeps its TransactionCoordinator apart from the GroupCoordinator;
 transactional offset commits would still be stored by `offsets`.
 
+What the coordinator refuses (`GroupError` and its subclasses, each with
+its Kafka error code) lives in `kfs_core.errors` with every other error.
 The Kafka APIs over it live in `kfs_core.server.apis.groups`.
 """

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from kfs_core.groups.errors import CoordinatorNotAvailable, GroupError
+from kfs_core.errors import CoordinatorNotAvailable, GroupError
 from kfs_core.groups.membership import GroupMembership
 from kfs_core.groups.model import (
     MAX_GROUP_ID_LENGTH,

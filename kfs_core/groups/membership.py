@@ -40,12 +40,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
-from kfs_core.groups.consumer_protocol import (
-    ConsumerProtocolError,
-    parse_assignment,
-    parse_subscription,
-)
-from kfs_core.groups.errors import (
+from kfs_core.errors import (
     CoordinatorNotAvailable,
     FencedInstanceId,
     GroupError,
@@ -55,6 +50,11 @@ from kfs_core.groups.errors import (
     MemberIdRequired,
     RebalanceInProgress,
     UnknownMemberId,
+)
+from kfs_core.groups.consumer_protocol import (
+    ConsumerProtocolError,
+    parse_assignment,
+    parse_subscription,
 )
 from kfs_core.groups.model import (
     CONSUMER_PROTOCOL,

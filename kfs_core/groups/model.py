@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
-from kfs_core.groups.consumer_protocol import (
-    ConsumerProtocolError,
-    parse_assignment,
-    parse_subscription,
-)
-from kfs_core.groups.errors import (
+from kfs_core.errors import (
     FencedInstanceId,
     GroupError,
     InconsistentGroupProtocol,
     InvalidGroupId,
+)
+from kfs_core.groups.consumer_protocol import (
+    ConsumerProtocolError,
+    parse_assignment,
+    parse_subscription,
 )
 from kfs_core.groups.offset_log import CommittedOffset, PartitionKey
 

@@ -22,13 +22,13 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kfs_core.errors import UnknownTopicOrPartition
-from kfs_core.groups.errors import (
+from kfs_core.errors import (
     GroupError,
     GroupIdNotFound,
     GroupSubscribedToTopic,
     NonEmptyGroup,
     OffsetMetadataTooLarge,
+    UnknownTopicOrPartition,
 )
 from kfs_core.groups.model import (
     Group,

@@ -17,16 +17,7 @@ from typing import Any
 
 import pytest
 
-from kfs_core.errors import UnknownTopicOrPartition
-from kfs_core.groups.consumer_protocol import parse_assignment, parse_subscription
-from kfs_core.groups.coordinator import (
-    MAX_GROUP_ID_LENGTH,
-    CommitRequest,
-    GroupCoordinator,
-    GroupSettings,
-    GroupState,
-)
-from kfs_core.groups.errors import (
+from kfs_core.errors import (
     FencedInstanceId,
     GroupIdNotFound,
     GroupSubscribedToTopic,
@@ -39,6 +30,15 @@ from kfs_core.groups.errors import (
     OffsetMetadataTooLarge,
     RebalanceInProgress,
     UnknownMemberId,
+    UnknownTopicOrPartition,
+)
+from kfs_core.groups.consumer_protocol import parse_assignment, parse_subscription
+from kfs_core.groups.coordinator import (
+    MAX_GROUP_ID_LENGTH,
+    CommitRequest,
+    GroupCoordinator,
+    GroupSettings,
+    GroupState,
 )
 from kfs_core.groups.offset_log import (
     CommittedOffset,
