@@ -76,6 +76,7 @@ TOP_LEVEL_DIRECTORIES = [
 # it carries no work-process words either.
 FRONT_PAGES = [
     "README.md",
+    "docs/architecture.md",
     "docs/benchmarks.md",
     "docs/performance-notes.md",
     "docs/reliability.md",
@@ -151,3 +152,14 @@ def test_make_lint_mypy_passes() -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_architecture_page_names_every_package_and_module_of_kfs_core() -> None:
+    """Its layer table is the map: every package and top-level module has a row or a mention."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    core = ROOT / "kfs_core"
+    rooms = [f"kfs_core/{p.name}/" for p in core.iterdir() if (p / "__init__.py").exists()]
+    rooms += [p.name for p in core.glob("*.py") if p.name != "__init__.py"]
+    rooms += [f"{p.relative_to(ROOT)}/" for p in core.glob("*/*") if (p / "__init__.py").exists()]
+    missing = [room for room in rooms if room not in page]
+    assert not missing, f"docs/architecture.md does not name {missing}"
