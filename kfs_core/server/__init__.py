@@ -1,0 +1,1 @@
+"""The daemon's network side: `kfs serve`, its connections, the broker and the Kafka APIs."""

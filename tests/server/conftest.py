@@ -150,8 +150,11 @@ Delivered = list[tuple[int, int, bytes]]  # (partition, offset, value)
 def create_topic(
     bootstrap: str, partitions: int, topic: str | None = None, *, prefix: str = "topic"
 ) -> str:
-    """Create ``topic`` (default: a fresh ``<prefix>-<8 hex digits>``) with confluent-kafka's
-    admin client, replication factor 1; its name.  Raises if the broker refused it."""
+    """Create ``topic`` with confluent-kafka's admin client; its name.
+
+    The default name is a fresh ``<prefix>-<8 hex digits>``; the replication
+    factor is 1.  Raises if the broker refused it.
+    """
     topic = topic or f"{prefix}-{uuid.uuid4().hex[:8]}"
     admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics(

@@ -101,7 +101,6 @@ async def consume_until(
 
 async def stable_assignment(members: Sequence[AIOKafkaConsumer], topic: str) -> None:
     """Wait until each member owns a non-empty share and the shares partition the topic."""
-
     early: list[Record] = []
 
     async def stable() -> bool:

@@ -1,5 +1,8 @@
-"""Bad input to the group APIs, over a real socket: each gets Kafka's error
-code, the daemon stays up and the other groups carry on undisturbed."""
+"""Bad input to the group APIs, over a real socket.
+
+Each gets Kafka's error code, the daemon stays up and the other groups
+carry on undisturbed.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""A real `kfs serve` whose WAL disk fills up: producers get KAFKA_STORAGE_ERROR, the daemon
-stays up and ready, and once space is freed producing resumes with every acknowledged record
-intact.  The disk is a real 48 MiB tmpfs (root only, skipped where mounting is not allowed);
+"""A real `kfs serve` whose WAL disk fills up.
+
+Producers get KAFKA_STORAGE_ERROR, the daemon stays up and ready, and once
+space is freed producing resumes with every acknowledged record intact.  The
+disk is a real 48 MiB tmpfs (root only, skipped where mounting is not allowed);
 the clients are confluent-kafka over loopback.
 """
 
@@ -45,10 +47,13 @@ def produce_until_refused(bootstrap: str, topic: str, count: int) -> tuple[Deliv
 def test_a_full_wal_disk_refuses_produce_with_56_and_resumes_when_space_is_freed(
     daemons: DaemonFactory, small_disk: SmallDisk, store_on_the_disk: bool
 ) -> None:
-    """The WAL's disk fills up; with ``store_on_the_disk`` the local store shares it, so
-    flushes fail too (and are retried) until space is freed.  Then the freed space must
-    hold what the WAL has to move to the store as well as the WAL's next file: a disk
-    twice as large, so the filler is."""
+    """The WAL's disk fills up, then space is freed.
+
+    With ``store_on_the_disk`` the local store shares the disk, so flushes fail
+    too (and are retried) until space is freed.  Then the freed space must hold
+    what the WAL has to move to the store as well as the WAL's next file: a disk
+    twice as large, so the filler is.
+    """
     disk = small_disk((96 if store_on_the_disk else 48) << 20)
     data_dir = disk / "data"
     store = ["--store-url", (disk / "store").as_uri()] if store_on_the_disk else []

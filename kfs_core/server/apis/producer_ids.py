@@ -65,8 +65,11 @@ _REFUSED: Final = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 class ProducerIds:
-    """Hands out producer ids: distinct across restarts unless more than 4096
-    are handed out per millisecond the daemon has been up."""
+    """Hands out producer ids, distinct across restarts.
+
+    They stay distinct unless more than 4096 are handed out per millisecond
+    the daemon has been up.
+    """
 
     def __init__(self) -> None:
         self._next = itertools.count((time.time_ns() // 1_000_000) << 12)

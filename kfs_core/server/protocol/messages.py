@@ -122,6 +122,7 @@ with warnings.catch_warnings():
     )
 
 __all__ = [
+    "MESSAGES",
     "AddOffsetsToTxnRequest",
     "AddOffsetsToTxnResponse",
     "AddPartitionsToTxnRequest",
@@ -179,7 +180,6 @@ __all__ = [
     "ListGroupsResponse",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
-    "MESSAGES",
     "MessagePair",
     "MetadataRequest",
     "MetadataResponse",
