@@ -26,7 +26,7 @@ pytestmark = pytest.mark.unit
 I32 = struct.Struct(">i")
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
-Outcome = list[bytes | None | BaseException]
+Outcome = list[bytes | BaseException | None]
 
 
 def frame(payload: bytes) -> bytes:
@@ -57,7 +57,7 @@ def serve_and_send(
                         break
                     if answer is not None:
                         await answer(stream, bytes(payload))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the error is the outcome under test
                 got.append(exc)
             finally:
                 stream.close()
@@ -124,13 +124,12 @@ def test_frames_are_writable_bytearrays_of_their_own() -> None:
         ready = loop.create_future()
 
         async def on_connect(stream: FrameStream) -> None:
-            for _ in range(3):
-                frames.append(await stream.read_frame())
+            frames.extend([await stream.read_frame() for _ in range(3)])
             stream.close()
             ready.set_result(None)
 
         server = await loop.create_server(lambda: FrameStream(on_connect), "127.0.0.1", 0)
-        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+        _reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
         writer.write(frame(b"x" * 10) + frame(os.urandom(200_000)))
         writer.write_eof()
         await ready
@@ -190,7 +189,7 @@ def test_reading_pauses_while_frames_wait_for_the_reader(monkeypatch: pytest.Mon
             finished.set_result(None)
 
         server = await loop.create_server(lambda: FrameStream(on_connect), "127.0.0.1", 0)
-        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+        _reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
         writer.write(b"".join(frame(b"z" * 4000) for _ in range(20)))
         await writer.drain()
         while not streams or streams[0]._buffered < 10_000:

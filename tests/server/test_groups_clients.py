@@ -306,11 +306,11 @@ def test_cooperative_sticky_moves_only_the_partitions_it_must(local_daemon: Daem
     violations: list[str] = []
 
     def check_ownership(member: ConfluentMember, parts: list[int]) -> None:
-        for other in members:
-            if other is not member and other.owned.intersection(parts):
-                violations.append(
-                    f"{member.label} got {parts} while {other.label} owns {other.owned}"
-                )
+        violations.extend(
+            f"{member.label} got {parts} while {other.label} owns {other.owned}"
+            for other in members
+            if other is not member and other.owned.intersection(parts)
+        )
 
     for member in members:
         member.on_assign_hook = check_ownership

@@ -56,6 +56,7 @@ def run_node(bootstrap: str, topic: str, mode: str, *args: str) -> list[dict[str
         capture_output=True,
         timeout=DEADLINE_S,
         cwd=PROJECT,
+        check=False,
     )
     stderr = proc.stderr.decode(errors="replace")
     assert proc.returncode == 0, f"group.js {mode} exited {proc.returncode}:\n{stderr}"

@@ -78,5 +78,5 @@ def test_uncompressed_produce_is_stored_as_zstd_and_consumed_back(daemons: Daemo
 
 @pytest.mark.unit
 def test_an_unknown_compression_codec_is_refused_before_start() -> None:
-    with pytest.raises(ValueError, match="KFS_COMPRESSION_CODEC='brotli'.*none, gzip"):
+    with pytest.raises(ValueError, match=r"KFS_COMPRESSION_CODEC='brotli'.*none, gzip"):
         Settings(compression_codec="brotli")

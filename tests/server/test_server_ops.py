@@ -556,6 +556,7 @@ def test_kfs_produce_then_kfs_consume(local_daemon: Daemon) -> None:
         text=True,
         timeout=60,
         env=env,
+        check=False,
     )
     assert produced.returncode == 0, produced.stderr
     assert "produced 25 message(s)" in produced.stderr
@@ -563,6 +564,8 @@ def test_kfs_produce_then_kfs_consume(local_daemon: Daemon) -> None:
         sys.executable, "-m", "kfs_core.cli", "consume", "cli-topic",
         "--from-beginning", "--max-messages", "25", "--timeout", "20",
     ]  # fmt: skip
-    consumed = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    consumed = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, env=env, check=False
+    )
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout.splitlines() == lines
