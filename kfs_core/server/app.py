@@ -749,7 +749,7 @@ class _Connection:
                 return False
             try:
                 future = await self._broker.begin(request)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - answered in order, as a failed handler is
                 future = asyncio.get_running_loop().create_future()
                 future.set_exception(exc)
             await self._enqueue(_Pending(request, future, None, started, barrier))

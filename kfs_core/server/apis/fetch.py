@@ -142,7 +142,7 @@ async def _read_once(
         records: Buffer = b""
         try:
             result = read.result()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is this partition's error code
             code = error_code_for(exc)
             failed = True
             log_failure(f"fetch {target.topic}-{target.partition}@{target.offset}", exc, code)

@@ -171,7 +171,7 @@ async def _join_group(
     except MemberIdRequired as exc:
         context.count_error(ApiKey.JOIN_GROUP, ErrorCode.MEMBER_ID_REQUIRED)
         return _join_error(request, ErrorCode.MEMBER_ID_REQUIRED, exc.member_id)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"join group {body.group_id!r}")
         context.count_error(ApiKey.JOIN_GROUP, code)
         return _join_error(request, code, body.member_id)
@@ -231,7 +231,7 @@ async def _sync_group(
             protocol_type=getattr(body, "protocol_type", None),
             protocol_name=getattr(body, "protocol_name", None),
         )
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"sync group {body.group_id!r}")
         context.count_error(ApiKey.SYNC_GROUP, code)
         return _sync_error(request, code, None, context.options)
@@ -259,7 +259,7 @@ async def _heartbeat(
             body.generation_id,
             instance_id=getattr(body, "group_instance_id", None),
         )
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"heartbeat of group {body.group_id!r}")
     context.count_error(ApiKey.HEARTBEAT, code)
     return request.response(throttle_time_ms=0, error_code=int(code))
@@ -278,7 +278,7 @@ async def _leave_group(
     answer = LeaveGroupResponse.MemberResponse
     try:
         outcomes = context.groups.leave(body.group_id, departures)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"leave group {body.group_id!r}")
         context.count_error(ApiKey.LEAVE_GROUP, code)
         return _leave_error(request, code, None, context.options)
@@ -326,7 +326,7 @@ async def _offset_commit(
             generation=body.generation_id_or_member_epoch,
             instance_id=getattr(body, "group_instance_id", None),
         )
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is every commit's error code
         code = _code(exc, f"offset commit of group {body.group_id!r}")
         outcomes = [exc] * len(requests)
     answer = OffsetCommitResponse.OffsetCommitResponseTopic
@@ -402,14 +402,14 @@ async def _offset_fetch(
             try:
                 topics = _fetched_topics(context, g.group_id, g.topics, flexible_groups=True)
                 code = ErrorCode.NONE
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure is this group's error code
                 topics, code = [], _code(exc, f"offset fetch of group {g.group_id!r}")
             context.count_error(ApiKey.OFFSET_FETCH, code)
             groups.append(group_class(group_id=g.group_id, topics=topics, error_code=int(code)))
         return request.response(throttle_time_ms=0, groups=groups)
     try:
         topics = _fetched_topics(context, body.group_id, body.topics, flexible_groups=False)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"offset fetch of group {body.group_id!r}")
         context.count_error(ApiKey.OFFSET_FETCH, code)
         return _offset_fetch_error(request, code, message_of(exc), context.options)
@@ -423,7 +423,7 @@ async def _offset_delete(
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     try:
         outcomes = await context.groups.delete_offsets(body.group_id, keys)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"offset delete of group {body.group_id!r}")
         context.count_error(ApiKey.OFFSET_DELETE, code)
         return _offset_delete_error(request, code, None, context.options)
@@ -478,7 +478,7 @@ async def _describe_groups(
     for group_id in request.body.groups:
         try:
             d = context.groups.describe(group_id)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is this group's error code
             code = _code(exc, f"describe group {group_id!r}")
             context.count_error(ApiKey.DESCRIBE_GROUPS, code)
             groups.append(_described_error(group_id, code, message_of(exc)))
@@ -547,7 +547,7 @@ async def _delete_groups(
         code = ErrorCode.NONE
         try:
             await context.groups.delete_group(group_id)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is this group's error code
             code = _code(exc, f"delete group {group_id!r}")
         context.count_error(ApiKey.DELETE_GROUPS, code)
         results.append(result(group_id=group_id, error_code=int(code)))

@@ -72,7 +72,7 @@ async def _one_topic(context: RequestContext, entry: MetadataTopic, allow_create
             info = await context.topics.lookup_or_create(name, context.options.default_partitions)
         else:
             info = await context.topics.lookup(name)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is this topic's error code
         code = error_code_for(exc)
         log_failure(f"metadata of topic {name!r}", exc, code)
         return topic(error_code=code, name=name, is_internal=False, partitions=[])

@@ -70,7 +70,7 @@ async def start(
                     await context.topics.lookup_or_create(name, options.default_partitions)
                 elif await context.topics.lookup(name) is None:
                     topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure is this topic's error code
                 topic_error = error_code_for(exc)
                 log_failure(f"produce to topic {name!r}", exc, topic_error)
         for partition_data in topic_data.partition_data:

@@ -131,7 +131,7 @@ async def _create_topics(
             info, overrides = await context.topics.create(
                 name, partitions, _requested_configs(topic), validate_only=validate_only
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is this topic's error code
             code = error_code_for(exc)
             log_failure(f"create topic {name!r}", exc, code)
             context.count_error(ApiKey.CREATE_TOPICS, code)
@@ -204,7 +204,7 @@ async def _delete_topics(
         code, message = ErrorCode.NONE, None
         try:
             await context.topics.delete(name)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is this topic's error code
             code, message = error_code_for(exc), message_of(exc)
             log_failure(f"delete topic {name!r}", exc, code)
         else:
@@ -220,7 +220,7 @@ async def _forget_committed_offsets(context: RequestContext, name: str) -> None:
     """Groups' committed offsets of a deleted topic go with it (the retention sweep retries)."""
     try:
         dropped = await context.groups.forget_topic(name)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - best effort; the retention sweep retries
         log.warning("dropping committed offsets of deleted topic %r failed: %s", name, exc)
     else:
         if dropped:
@@ -239,7 +239,7 @@ async def _describe_configs(
         keys = resource.configuration_keys
         try:
             configs = await _configs_of(context, resource.resource_type, resource.resource_name)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is this resource's error code
             code = error_code_for(exc)
             log_failure(f"describe configs of {resource.resource_name!r}", exc, code)
             context.count_error(ApiKey.DESCRIBE_CONFIGS, code)
@@ -369,7 +369,7 @@ async def _create_partitions(
                 _check_new_assignments(topic.assignments, topic.count - before)
             if not validate_only:
                 await context.topics.create_partitions(name, topic.count)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is this topic's error code
             code, message = error_code_for(exc), message_of(exc)
             log_failure(f"add partitions to topic {name!r}", exc, code)
         else:
@@ -449,7 +449,7 @@ async def _alter(
             configs = await context.topics.edit_configs(
                 name, edit_for(resource.configs), validate_only=validate_only
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is this resource's error code
             code, message = error_code_for(exc), message_of(exc)
             log_failure(f"alter configs of {name!r}", exc, code)
         else:
