@@ -254,7 +254,7 @@ def saturate(
                 "batch.size=1000000",
                 "-l",
                 str(lines),
-            ],  # fmt: skip
+            ],
             stderr=subprocess.PIPE,
         )
         for i in range(producers)

@@ -133,7 +133,7 @@ def bench_pwrite_preallocated(directory: str, batch_bytes: int, seconds: float) 
         batch_bytes,
         seconds,
         "pwrite+fdatasync, preallocated",
-        lambda fd, data, pos: _write_all(fd, data, pos),
+        _write_all,
         preallocate=True,
     )
 
@@ -163,8 +163,7 @@ def run(directory: str, seconds: float) -> list[Result]:
     for batch_bytes in (KIB, MIB):
         results.append(bench_pwrite_preallocated(directory, batch_bytes, seconds))
         results.append(bench_append_growing(directory, batch_bytes, seconds))
-        for writers in (1, 8):
-            results.append(bench_writer(directory, batch_bytes, writers, seconds))
+        results.extend(bench_writer(directory, batch_bytes, writers, seconds) for writers in (1, 8))
     return results
 
 

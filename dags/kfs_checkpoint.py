@@ -1,5 +1,4 @@
-"""
-# KFS checkpoint
+"""# KFS checkpoint.
 
 Keeps every partition's catalog quick to load and restorable: writes a
 checkpoint where at least `--min-commits` (10) commits piled up since the last

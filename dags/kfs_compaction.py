@@ -1,5 +1,4 @@
-"""
-# KFS compaction
+"""# KFS compaction.
 
 Merges small segments into `segment.bytes`-sized ones (recompressing into large
 batches) and key-compacts topics with `cleanup.policy=compact`, as Kafka's log

@@ -1,5 +1,4 @@
-"""
-# KFS index rebuild
+"""# KFS index rebuild.
 
 Finds `.index` objects that are missing, unreadable or inconsistent with their
 segment's batches and writes them again from the segment (only `.index`

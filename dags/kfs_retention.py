@@ -1,5 +1,4 @@
-"""
-# KFS retention
+"""# KFS retention.
 
 Drops whole segments past each topic's `retention.ms` / `retention.bytes`
 (topics with `delete` in `cleanup.policy`), advances the log start offset, and

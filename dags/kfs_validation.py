@@ -1,5 +1,4 @@
-"""
-# KFS validation
+"""# KFS validation.
 
 Checks every live segment and index of the namespace - magic, header and
 footer, body and batch CRCs, offset continuity, index entries against the

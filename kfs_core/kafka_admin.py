@@ -53,8 +53,8 @@ __all__ = [
     "NoAnswer",
     "PartitionKey",
     "admin_client",
-    "read_consumer_groups",
     "rdkafka_state",
+    "read_consumer_groups",
     "state_name",
     "wait_for",
 ]

@@ -51,7 +51,7 @@ def format_table(rows: Sequence[Row]) -> str:
         for line in cells
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    for row in rows:
-        for problem in row.problems:
-            lines.append(f"{row.campaign} ({row.store}): {problem}")
+    lines.extend(
+        f"{row.campaign} ({row.store}): {problem}" for row in rows for problem in row.problems
+    )
     return "\n".join(lines)

@@ -136,7 +136,7 @@ class Daemon:
             raise AssertionError(f"kfs serve ignored SIGTERM:\n{self.log()[-4000:]}") from None
 
     def kill(self) -> None:
-        """kill -9."""
+        """Kill the daemon outright (SIGKILL, kill -9) and reap it."""
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait(10)

@@ -24,7 +24,7 @@ START_TIMEOUT_S = 60.0
 
 
 def fake_credentials() -> None:
-    """moto needs credentials present, never real ones: set dummies where none are set."""
+    """Set dummy AWS credentials where none are set: moto needs some, never real ones."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")

@@ -77,6 +77,7 @@ def test_a_missing_zip_is_one_line(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert done.returncode == 1
     assert done.stderr.strip() == f"{tmp_path / 'nope.zip'}: no such file (is pyspark installed?)"

@@ -101,7 +101,7 @@ _JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
 def client_config(path: str | None) -> dict[str, str]:
-    """librdkafka settings from a Kafka client properties file (``--command-config``).
+    """The librdkafka settings of a Kafka client properties file (``--command-config``).
 
     Kafka's tools take the same file (``--command-config client.properties``):
     ``key=value`` lines, ``#`` comments.  Only security settings are taken; a

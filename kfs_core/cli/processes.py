@@ -143,7 +143,9 @@ class Child:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches the supervisor only
-                preexec_fn=_child_setup(os.getpid()),
+                # PR_SET_PDEATHSIG can only be set in the child between fork and exec; the
+                # hook calls nothing but prctl and getppid, which is safe with threads.
+                preexec_fn=_child_setup(os.getpid()),  # noqa: PLW1509 - see above
             )
 
     def exited(self) -> bool:
@@ -226,7 +228,7 @@ def group_alive(pgid: int, *, exclude: int) -> bool:
 
 
 def proc_table() -> dict[int, tuple[int, int, str]] | None:
-    """pid -> (ppid, pgid, state) from /proc, or None where there is no /proc."""
+    """Each pid's (ppid, pgid, state) from /proc, or None where there is no /proc."""
     proc = Path("/proc")
     if not (proc / "self" / "stat").exists():
         return None

@@ -163,7 +163,7 @@ class Appender:
                     try:
                         p, info = await self._table.lookup(topic, partition)
                         staged.append(self._validate(index, p, info, records, owned))
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 - the append's own outcome; the rest go on
                         outcomes[index] = exc
         except TimeoutError:
             for index, (topic, partition, _) in enumerate(appends):
@@ -256,7 +256,7 @@ class Appender:
             return
         try:
             pending = self._assign_and_log(ready)
-        except Exception as exc:  # the WAL refused the group: nothing was assigned
+        except Exception as exc:  # noqa: BLE001 - the WAL refused the group: nothing was assigned
             refusal: Exception = exc
             if isinstance(exc, WalError):  # it failed or is closed
                 refusal = LogStorageError(self._failure.fail(exc).message)

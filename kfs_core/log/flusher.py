@@ -409,7 +409,7 @@ class Flusher:
         while True:
             try:
                 return await attempt()
-            except Exception as exc:  # every failure is retried; cancellation is not caught
+            except Exception as exc:  # noqa: BLE001 - every failure is retried; cancellation is not caught
                 failures += 1
                 self._metrics.flush_retries += 1
                 cap = min(self.settings.retry_max_ms, self.settings.retry_base_ms * 2**failures)

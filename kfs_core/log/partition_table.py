@@ -353,7 +353,7 @@ class PartitionTable:
                     return
                 try:
                     await self.lookup(topic, partition)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the first request reports it
                     log.info("warm-up: %s-%d stays closed: %s", topic, partition, exc)
                 else:
                     opened += 1

@@ -267,7 +267,7 @@ class KfsSparkJobOperator(SparkSubmitOperator):
         """The run's stored summary, compacted; None when the run never wrote one."""
         try:
             summary = kfs.run_summary(self.job, run_id)
-        except Exception:  # noqa: BLE001 - the task's own error is the one to report
+        except Exception:  # the task's own error is the one to report
             self.log.exception("could not read the run summary %s", self._summary_key(kfs, run_id))
             return None
         finally:

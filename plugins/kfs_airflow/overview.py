@@ -63,15 +63,15 @@ __all__ = [
     "ExpectationResult",
     "Overview",
     "PartitionSummary",
+    "ReadPartition",
     "TopicSummary",
     "ValidationRun",
     "data_docs_key",
-    "ReadPartition",
     "describe_error",
     "partition_summary",
-    "unreadable_partition",
     "read_overview",
     "unavailable",
+    "unreadable_partition",
 ]
 
 #: Runs read for the compaction table and the data-quality trend.

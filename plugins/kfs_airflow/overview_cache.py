@@ -72,8 +72,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKGROUND_AFTER_S",
     "DEFAULT_MAX_AGE_S",
-    "MAX_AGE_ENV",
     "DEFAULT_WAIT_S",
+    "MAX_AGE_ENV",
     "MAX_STORES",
     "WAIT_ENV",
     "OverviewCache",

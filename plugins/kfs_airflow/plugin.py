@@ -18,7 +18,7 @@ from airflow.plugins_manager import AirflowPlugin
 from kfs_airflow.dags_support import SparkPoolListener
 from kfs_airflow.ui import create_app
 
-__all__ = ["KfsPlugin", "URL_PREFIX"]
+__all__ = ["URL_PREFIX", "KfsPlugin"]
 
 URL_PREFIX = "/kfs"
 
@@ -27,12 +27,14 @@ class KfsPlugin(AirflowPlugin):
     """Topics, partitions, compaction savings and data-quality reports of the KFS namespace."""
 
     name = "kfs"
+    # The lists below are class attributes by Airflow's design: AirflowPlugin declares
+    # them as instance attributes, so a ClassVar annotation would not type-check.
     # Creates the KFS Spark pool when the scheduler (or another Airflow job) starts.
-    listeners = [SparkPoolListener()]
-    fastapi_apps = [
+    listeners = [SparkPoolListener()]  # noqa: RUF012 - AirflowPlugin's attribute
+    fastapi_apps = [  # noqa: RUF012 - AirflowPlugin's attribute
         {"app": create_app(), "url_prefix": URL_PREFIX, "name": "KFS"},
     ]
-    external_views = [
+    external_views = [  # noqa: RUF012 - AirflowPlugin's attribute
         {
             "name": "KFS",
             "href": "kfs/",

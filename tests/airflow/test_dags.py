@@ -104,7 +104,11 @@ print(json.dumps({{"airflow_cpu": airflow_cpu, "wall": wall, "cpu": cpu, "heavy"
 
     def measure() -> dict[str, Any]:
         result = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, env=os.environ.copy()
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=os.environ.copy(),
+            check=False,
         )
         assert result.returncode == 0, result.stderr[-3000:]
         return json.loads(result.stdout.strip().splitlines()[-1])

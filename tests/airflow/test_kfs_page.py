@@ -59,7 +59,7 @@ class _Rdd:
     def __init__(self, items: Any) -> None:
         self.items = list(items)
 
-    def mapPartitions(self, fn: Any) -> _Rdd:  # noqa: N802 - Spark's name
+    def mapPartitions(self, fn: Any) -> _Rdd:
         return _Rdd(fn(iter(self.items)))
 
     def collect(self) -> list[Any]:
@@ -70,7 +70,7 @@ class _Frame:
     def __init__(self, rows: list[tuple[Any, ...]]) -> None:
         self.rows = rows
 
-    def toPandas(self) -> Any:  # noqa: N802 - Spark's name
+    def toPandas(self) -> Any:
         import pandas as pd
 
         from spark_jobs.validation import COLUMNS
@@ -92,7 +92,7 @@ class InProcessSpark:
 
     sparkContext = _Context()
 
-    def createDataFrame(self, rows: list[tuple[Any, ...]], schema: str) -> _Frame:  # noqa: N802
+    def createDataFrame(self, rows: list[tuple[Any, ...]], schema: str) -> _Frame:
         return _Frame(rows)
 
 
@@ -792,11 +792,11 @@ def test_the_page_and_its_json_show_the_consumer_groups(
             re.S,
         )
         assert row is not None
-        shown = "–" if committed[n] is None else str(committed[n])
+        shown = "–" if committed[n] is None else str(committed[n])  # noqa: RUF001 - the page's dash
         lag = _expected_lag(committed[n])
         assert re.search(rf'class="num committed">{shown}<', row.group(1))
         assert re.search(rf'class="num log-end">{RECORDS_PER_PARTITION}<', row.group(1))
-        assert re.search(rf'class="num lag[^"]*">{"–" if lag is None else lag}<', row.group(1))
+        assert re.search(rf'class="num lag[^"]*">{"–" if lag is None else lag}<', row.group(1))  # noqa: RUF001 - the page's dash
     assert 'data-group="archive"' in section.group(1)
     assert '<span class="status state-empty">Empty</span>' in section.group(1)
 

@@ -18,7 +18,12 @@ KFS = [sys.executable, "-m", "kfs_core.cli"]
 
 def kfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*KFS, *args], capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})}
+        [*KFS, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
     )
 
 

@@ -128,7 +128,7 @@ def test_airflow_environment_points_airflow_at_this_home_and_daemon(tmp_path: Pa
 
 
 def test_airflow_environment_precedence(tmp_path: Path) -> None:
-    """env file < the caller's environment < what kfs run must decide itself."""
+    """Precedence: env file < the caller's environment < what kfs run must decide itself."""
     o = options(tmp_path)
     env = airflow_environment(
         o,

@@ -431,6 +431,7 @@ def test_no_daemon_is_one_line_without_a_traceback(tmp_path: Path) -> None:
         text=True,
         timeout=60,
         cwd=tmp_path,
+        check=False,
     )
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines() == [

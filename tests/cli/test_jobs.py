@@ -72,6 +72,7 @@ def test_job_flags_go_to_the_job(tmp_path: Path) -> None:
         text=True,
         timeout=120,
         cwd=tmp_path,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "--dry-run" in result.stdout and "spark_jobs.retention" in result.stdout

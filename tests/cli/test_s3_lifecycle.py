@@ -304,6 +304,7 @@ def test_a_local_directory_store_is_a_one_line_error(tmp_path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert result.returncode == 1
     assert result.stdout == ""

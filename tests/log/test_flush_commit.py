@@ -53,7 +53,7 @@ def test_another_entry_under_our_key_is_a_conflict(
 ) -> None:
     writer = catalog(local_store)
     writer.add_segments([other])
-    with pytest.raises(SegmentConflict, match="segment key .* second daemon"):
+    with pytest.raises(SegmentConflict, match=r"segment key .* second daemon"):
         _commit_segments(catalog(local_store), [seg(0, 20)])
 
 
@@ -61,7 +61,7 @@ def test_another_tombstone_under_our_key_is_a_conflict(local_store: ObjectStore)
     writer = catalog(local_store)
     writer.add_segments([seg(0, 15)])
     writer.replace([seg(0, 15)], [seg(0, 15, suffix="-c1")])
-    with pytest.raises(SegmentConflict, match="segment key .* second daemon"):
+    with pytest.raises(SegmentConflict, match=r"segment key .* second daemon"):
         _commit_segments(catalog(local_store), [seg(0, 20)])
 
 

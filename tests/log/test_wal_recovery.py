@@ -36,7 +36,7 @@ def test_a_spare_left_by_a_crash_is_removed_and_the_active_file_stays_last(
 ) -> None:
     wal, _ = reopen(wal_dir)
     wal.append("t", 0, 0, make_batch(0, 0))
-    wait_for(lambda: (wal_dir / (wal_file_name(1) + ".tmp")).exists(), timeout=10, what="spare")
+    wait_for((wal_dir / (wal_file_name(1) + ".tmp")).exists, timeout=10, what="spare")
     # A crash now leaves the spare; restart on a copy of the directory as it is.
     crashed = wal_dir.parent / "crashed"
     crashed.mkdir()

@@ -194,15 +194,13 @@ def test_the_next_file_is_prepared_ahead_and_removed_on_close(
     open_wal: OpenWal, wal_dir: Path
 ) -> None:
     wal = open_wal(file_size=SMALL)
-    wait_for(lambda: (wal_dir / (wal_file_name(1) + ".tmp")).exists(), timeout=10, what="the spare")
+    wait_for((wal_dir / (wal_file_name(1) + ".tmp")).exists, timeout=10, what="the spare")
     assert wal_paths(wal_dir) == [wal_dir / wal_file_name(0)]  # not a WAL file before the roll
     for offset in range(4):
         wal.append("t", 0, offset, make_batch(0, offset, size=1500))
     assert wal.active_file == wal_file_name(1)
     assert wal.metrics.files_created == 2
-    wait_for(
-        lambda: (wal_dir / (wal_file_name(2) + ".tmp")).exists(), timeout=10, what="the next spare"
-    )
+    wait_for((wal_dir / (wal_file_name(2) + ".tmp")).exists, timeout=10, what="the next spare")
     wal.close()
     assert sorted(p.name for p in wal_dir.iterdir()) == [wal_file_name(0), wal_file_name(1)]
 

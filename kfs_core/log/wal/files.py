@@ -55,7 +55,7 @@ fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 
 def fsync_directory(path: str) -> None:
-    """fsync a directory: what was created or removed in it is durable."""
+    """Make a directory's entries durable (fsync): what was created or removed in it."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)

@@ -61,7 +61,7 @@ class KfsAdminHook(KfsBaseHook):
         return str(self._extra.get("bootstrap_servers") or "").strip()
 
     def daemon_security(self) -> dict[str, str]:
-        """librdkafka TLS/SASL settings for the daemon from the extra (Kafka's names, ``_`` for ``.``).
+        """The librdkafka TLS/SASL settings for the daemon from the extra (Kafka's names, ``_`` for ``.``).
 
         The SASL password sits in the extra under ``sasl_password``: Airflow's secrets
         masker hides any extra value whose key says "password" in logs and the UI; the

@@ -504,7 +504,7 @@ class KfsHook(KfsBaseHook):
     def test_connection(self) -> tuple[bool, str]:
         try:
             topics = self.list_topics()
-        except Exception as exc:  # Airflow shows the message in the connection form
+        except Exception as exc:  # noqa: BLE001 - Airflow shows the message in the connection form
             return False, str(exc)
         finally:
             self.close()

@@ -76,8 +76,11 @@ def spark_connection_exists(conn_id: str) -> bool:
 
 
 def for_kfs_job(hook: SparkSubmitHook, *, connection_found: bool) -> SparkSubmitHook:
-    """``hook`` with master ``local[*]`` when the Spark connection was not found, and
-    this interpreter's environment under the task's when the master is local."""
+    """``hook`` made fit to run a KFS job, with or without a Spark connection.
+
+    Its master is ``local[*]`` when the Spark connection was not found, and this
+    interpreter's environment goes under the task's when the master is local.
+    """
     if not connection_found:
         hook._connection["master"] = LOCAL_MASTER
         hook._is_yarn = hook._is_yarn_cluster_mode = hook._is_kubernetes = False

@@ -42,7 +42,7 @@ def trend_svg(runs: Sequence[ValidationRun]) -> Markup:
     """The SVG for ``runs`` (oldest first, each with a report); empty markup for no runs."""
     if not runs:
         return Markup("")
-    top = max(max(r.evaluated for r in runs), 1)
+    top = max(*(r.evaluated for r in runs), 1)
     plot_w = WIDTH - _MARGIN_LEFT - _MARGIN_RIGHT
     plot_h = HEIGHT - _MARGIN_TOP - _MARGIN_BOTTOM
     slot = plot_w / len(runs)
