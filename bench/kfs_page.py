@@ -1,6 +1,6 @@
 """How fast the KFS page answers for a namespace with many partitions on S3 (moto).
 
-Issue 11 wants the page rendered in <= 2 s with 1,000 partitions.  The bench
+The target is the page rendered in <= 2 s with 1,000 partitions.  The bench
 writes ``--partitions`` partitions (spread over ``--topics`` topics) to a
 bucket on a ``python -m moto.server`` started on a free loopback port, each
 with ``--commits`` real `PartitionCatalog` commits (catalog entries only: the

@@ -21,8 +21,8 @@ beside a baseline taken in the same run on the same bytes:
   own target: >= 1.5; 2.0 is ideal), beside the machine's own scaling: zstd
   compressing one segment in 1 process, then in 2 at once.
 
-The baseline of both jobs' ratios is the raw read + write rate, as issue 4
-words it: "compaction and validation MB/s beside the same run's raw read +
+The baseline of both jobs' ratios is the raw read + write rate, as the
+target is worded: "compaction and validation MB/s beside the same run's raw read +
 write throughput of the same bytes, as ratios (targets: validation >= 0.5,
 compaction >= 0.25 on 2 cores)" - one baseline for both, the read-only job
 held to twice the bar of the one that also compresses and writes.  An

@@ -566,7 +566,7 @@ def new_file_cost(directory: Path, count: int = 200, size: int = 4 * KIB) -> flo
 
 #: On this machine a new file costs 0.10-0.19 ms of system time when nothing
 #: was deleted nearby in the minutes before, and 0.27-0.87 ms after another
-#: run's clean-up (README, "The filesystem under the half-load rows").
+#: run's clean-up (docs/performance-notes.md, "The filesystem").
 NEW_FILE_SLOW_MS = 0.25
 #: A deleted inode is passed over for 60 s after its deletion, or for 360 s
 #: while its inode table block is dirty (ext4's ``recently_deleted``), and
@@ -625,7 +625,7 @@ def new_file_note(file_ms: float, waited_s: float = 0.0) -> str:
         note += (
             f"; over {NEW_FILE_SLOW_MS:g} ms: on ext4 without a journal, files deleted "
             "nearby in the last minutes are passed over on every create, so the daemon's "
-            "rows below read high (README: the filesystem under the half-load rows)"
+            "rows below read high (docs/performance-notes.md: the filesystem)"
         )
     return note
 

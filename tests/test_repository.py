@@ -164,3 +164,22 @@ def test_the_architecture_page_names_every_package_and_module_of_kfs_core() -> N
     rooms += [f"{p.relative_to(ROOT)}/" for p in core.glob("*/*") if (p / "__init__.py").exists()]
     missing = [room for room in rooms if room not in page]
     assert not missing, f"docs/architecture.md does not name {missing}"
+
+
+@pytest.mark.integration
+def test_make_lint_ruff_passes() -> None:
+    """``make lint``'s ruff lines, run as written: the rule set of pyproject's [tool.ruff]."""
+    makefile = (ROOT / "Makefile").read_text()
+    lint = makefile[makefile.index("\nlint:") : makefile.index("\nformat:")]
+    commands = re.findall(r"^\t\$\(BIN\)/ruff (.*)$", lint, re.M)
+    assert commands == ["check .", "format --check ."], commands
+    for command in commands:
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", *command.split()],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, f"ruff {command}:\n{result.stdout}{result.stderr}"

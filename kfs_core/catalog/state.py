@@ -590,7 +590,7 @@ class StateBuilder:
             "config": self.config,
         }
         segments = self.snapshot().segments
-        # The lines of a prefix of ``segments`` are kept from the last time.
+        # The lines of a prefix of ``segments`` are kept from the previous call.
         blocks, lines = self._segment_blocks, self._segment_lines
         lines += (self._line(s.key, s) for s in segments[self._blocked + len(lines) :])
         self._block_order, self._block_first = segments, 0

@@ -1,4 +1,4 @@
-"""The admin APIs of issue 9 with real clients over real sockets.
+"""The topic and cluster admin APIs with real clients over real sockets.
 
 * CreatePartitions: confluent-kafka and kafka-python; Metadata and Produce
   see the new partitions at once; fewer/equal counts, unknown topics and

@@ -1,4 +1,4 @@
-"""A damaged WAL after ``kill -9``, through a real `kfs serve` (issue 12, item 2).
+"""A damaged WAL after ``kill -9``, through a real `kfs serve`.
 
 The daemon holds its records in the WAL only (an hour's flush interval), is
 killed, and the WAL is damaged on disk before the restart:

@@ -1,4 +1,4 @@
-"""Compaction and retention while the object store fails (issue 12, item 3, the jobs' part).
+"""Compaction and retention while the object store fails.
 
 The jobs reach S3 (moto) through `soak.fault_proxy.FaultProxy`: 30 % of
 requests answered 500/503, 30 % of uploads reset midway, or a full outage.

@@ -53,7 +53,7 @@ __all__ = [
     "with_items",
 ]
 
-# A named channel, not __name__: operators route the audit trail on its own (README).
+# A named channel, not __name__: operators route the audit trail on its own (README, Security).
 audit = logging.getLogger("kfs.audit")
 
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
