@@ -46,6 +46,7 @@ from kfs_core.server.apis import (
     users,
 )
 from kfs_core.server.apis.base import Api
+from kfs_core.server.apis.error_bodies import Derived, schema_error_body
 from kfs_core.server.protocol import MESSAGES, ErrorCode, VersionTable
 from kfs_core.server.protocol import api_versions_body as _api_versions_body
 from kfs_core.server.protocol.messages import ApiKey, ApiVersionsRequest, ApiVersionsResponse
@@ -73,10 +74,13 @@ async def _api_versions(context: RequestContext, request: Request[Any]) -> Respo
     return api_versions_body(request.api_version)
 
 
-def _api_versions_error(
-    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
-) -> ResponseBody:
-    return api_versions_body(request.api_version, code)
+def _version_rows(request: Request[Any], _: BrokerOptions) -> Any:
+    body: Any = api_versions_body(request.api_version)
+    return body.api_keys
+
+
+# An error still lists the versions, so the client can pick one and retry.
+_api_versions_error = schema_error_body({"api_keys": Derived(_version_rows)})
 
 
 # v4 is v3 on the wire; kafka-python opens with v4, librdkafka with v3.

@@ -3,7 +3,7 @@
 An API module declares one `Api` per Kafka API it serves: the spec-generated
 request and response classes, the version range KFS speaks, the handler, and
 the error body - what the response looks like when every place that can hold
-an error code holds the same one (most are `schema_error_body` shapes, derived
+an error code holds the same one (a `schema_error_body` shape, derived
 from the response schema: `kfs_core.server.apis.error_bodies`).  `kfs_core.server.apis.REGISTRY` collects
 them; nothing else lists APIs.
 

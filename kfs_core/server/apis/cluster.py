@@ -30,7 +30,7 @@ from kfs_core.server.apis.base import (
     log_failure,
     message_of,
 )
-from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
+from kfs_core.server.apis.error_bodies import Derived, Mirror, Single, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     ApiKey,
@@ -97,18 +97,23 @@ async def _describe_cluster(context: RequestContext, request: Request[Any]) -> R
     )
 
 
-def _describe_cluster_error(
-    request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
-) -> ResponseBody:
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code),
-        error_message=message,
-        endpoint_type=getattr(request.body, "endpoint_type", ENDPOINT_BROKERS),
-        cluster_id=options.cluster_id,
-        controller_id=-1,
-        brokers=[],
-    )
+def _endpoint_type(request: Request[Any], _: BrokerOptions) -> int:
+    endpoint: int = getattr(request.body, "endpoint_type", ENDPOINT_BROKERS)
+    return endpoint
+
+
+def _cluster_id(_: Request[Any], options: BrokerOptions) -> str:
+    return options.cluster_id
+
+
+_describe_cluster_error = schema_error_body(
+    {
+        "endpoint_type": Derived(_endpoint_type),
+        "cluster_id": Derived(_cluster_id),
+        "controller_id": -1,
+        "brokers": [],
+    }
+)
 
 
 # --- DescribeLogDirs ----------------------------------------------------------------
@@ -163,15 +168,8 @@ def _log_dir(context: RequestContext) -> str:
     return f"{context.log.store.url.rstrip('/')}/{context.log.namespace}"
 
 
-def _describe_log_dirs_error(
-    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
-) -> ResponseBody:
-    # v1 and v2 have no top-level error code: the one result carries it.
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code),
-        results=[DescribeLogDirsResponse.DescribeLogDirsResult(error_code=int(code), log_dir="")],
-    )
+# v1 and v2 have no top-level error code: the one result carries it.
+_describe_log_dirs_error = schema_error_body({"results": Single({"log_dir": ""})})
 
 
 # --- DeleteRecords --------------------------------------------------------------------

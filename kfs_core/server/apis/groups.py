@@ -15,7 +15,7 @@ kafka-python, aiokafka and KafkaJS have only the classic one).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from kfs_core.errors import MemberIdRequired
 from kfs_core.groups.coordinator import CommitRequest
@@ -36,7 +36,7 @@ from kfs_core.server.apis.base import (
     log_failure,
     message_of,
 )
-from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
+from kfs_core.server.apis.error_bodies import ITEM, Derived, Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     ApiKey,
@@ -170,11 +170,15 @@ async def _join_group(
         )
     except MemberIdRequired as exc:
         context.count_error(ApiKey.JOIN_GROUP, ErrorCode.MEMBER_ID_REQUIRED)
-        return _join_error(request, ErrorCode.MEMBER_ID_REQUIRED, exc.member_id)
+        required: Any = _join_group_error(
+            request, ErrorCode.MEMBER_ID_REQUIRED, None, context.options
+        )
+        required.member_id = exc.member_id  # the id to join with next time (KIP-394)
+        return cast("ResponseBody", required)
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"join group {body.group_id!r}")
         context.count_error(ApiKey.JOIN_GROUP, code)
-        return _join_error(request, code, body.member_id)
+        return _join_group_error(request, code, None, context.options)
     member = JoinGroupResponse.JoinGroupResponseMember
     return request.response(
         throttle_time_ms=0,
@@ -192,26 +196,18 @@ async def _join_group(
     )
 
 
-def _join_error(
-    request: Request[JoinGroupRequestBody], code: ErrorCode, member_id: str = ""
-) -> ResponseBody:
-    return request.response(
-        throttle_time_ms=0,
-        error_code=int(code),
-        generation_id=-1,
-        protocol_type=None,
-        protocol_name="" if request.api_version < 7 else None,
-        leader="",
-        skip_assignment=False,
-        member_id=member_id,
-        members=[],
-    )
+def _no_protocol_name(request: Request[Any], _: BrokerOptions) -> str | None:
+    # v7 made the name nullable, and an error answers null from then on.
+    return "" if request.api_version < 7 else None
 
 
-def _join_group_error(
-    request: Request[JoinGroupRequestBody], code: ErrorCode, message: str | None, _: BrokerOptions
-) -> ResponseBody:
-    return _join_error(request, code, request.body.member_id)
+def _member_id(request: Request[JoinGroupRequestBody], _: BrokerOptions) -> str:
+    return request.body.member_id
+
+
+_join_group_error = schema_error_body(
+    {"protocol_name": Derived(_no_protocol_name), "member_id": Derived(_member_id)}
+)
 
 
 async def _sync_group(
@@ -481,7 +477,11 @@ async def _describe_groups(
         except Exception as exc:  # noqa: BLE001 - any failure is this group's error code
             code = _code(exc, f"describe group {group_id!r}")
             context.count_error(ApiKey.DESCRIBE_GROUPS, code)
-            groups.append(_described_error(group_id, code, message_of(exc)))
+            groups.append(
+                _describe_groups_error.entry(
+                    request, "groups", group_id, code, message_of(exc), context.options
+                )
+            )
             continue
         groups.append(
             described(
@@ -506,19 +506,6 @@ async def _describe_groups(
             )
         )
     return request.response(throttle_time_ms=0, groups=groups)
-
-
-def _described_error(group_id: str, code: ErrorCode, message: str | None) -> Any:
-    return DescribeGroupsResponse.DescribedGroup(
-        error_code=int(code),
-        error_message=message,
-        group_id=group_id,
-        group_state="",
-        protocol_type="",
-        protocol_data="",
-        members=[],
-        authorized_operations=None,
-    )
 
 
 _describe_groups_error = schema_error_body(

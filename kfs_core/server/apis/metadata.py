@@ -21,6 +21,7 @@ from kfs_core.server.apis.base import (
     error_code_for,
     log_failure,
 )
+from kfs_core.server.apis.error_bodies import Derived, Mirror, schema_error_body
 from kfs_core.server.directory import topic_uuid
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import ApiKey, MetadataRequest, MetadataResponse
@@ -116,20 +117,22 @@ def topic_metadata(info: LogTopicInfo) -> Any:
     )
 
 
-def error_body(
-    request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
-) -> ResponseBody:
-    topic = MetadataResponse.MetadataResponseTopic
-    return request.response(
-        throttle_time_ms=0,
-        brokers=[broker_entry(advertised_address(options))],
-        cluster_id=options.cluster_id,
-        controller_id=NODE_ID,
-        topics=[
-            topic(error_code=int(code), name=t.name, is_internal=False, partitions=[])
-            for t in request.body.topics or ()
-        ],
-    )
+def _brokers(_: Request[Any], options: BrokerOptions) -> list[Any]:
+    return [broker_entry(advertised_address(options))]
+
+
+def _cluster_id(_: Request[Any], options: BrokerOptions) -> str:
+    return options.cluster_id
+
+
+error_body = schema_error_body(
+    {
+        "brokers": Derived(_brokers),
+        "cluster_id": Derived(_cluster_id),
+        "controller_id": NODE_ID,
+        "topics": Mirror("topics", {"name": "name"}, {"is_internal": False, "partitions": []}),
+    }
+)
 
 
 # Both clients send 13, which only adds a top-level error code for KIP-1102

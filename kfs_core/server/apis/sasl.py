@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kfs_core.server.apis.base import SESSION, Api
+from kfs_core.server.apis.error_bodies import schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     ApiKey,
@@ -47,10 +48,7 @@ async def _handshake(
     return request.response(error_code=code, mechanisms=mechanisms)
 
 
-def _handshake_error(
-    request: Request[Any], code: ErrorCode, _: str | None, __: BrokerOptions
-) -> ResponseBody:
-    return request.response(error_code=int(code), mechanisms=[])
+_handshake_error = schema_error_body({"mechanisms": []})
 
 
 async def _authenticate(
@@ -69,19 +67,18 @@ async def _authenticate(
     )
 
 
+_authenticate_error_body = schema_error_body({"auth_bytes": b"", "session_lifetime_ms": 0})
+
+
 def _authenticate_error(
-    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
+    request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
 ) -> ResponseBody:
-    # An error body has no context: the connection's session is its context variable's.
+    # A failed exchange ends the connection; an error body has no context, so
+    # the connection's session is its context variable's.
     session = SESSION.get()
     if session is not None:
         session.failed = True
-    return request.response(
-        error_code=int(code),
-        error_message=message,
-        auth_bytes=b"",
-        session_lifetime_ms=0,
-    )
+    return _authenticate_error_body(request, code, message, options)
 
 
 APIS = (

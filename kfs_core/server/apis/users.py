@@ -23,7 +23,7 @@ from kfs_core.security.acls import Operation
 from kfs_core.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted
 from kfs_core.server.apis.access import cluster_rule
 from kfs_core.server.apis.base import Api
-from kfs_core.server.apis.error_bodies import schema_error_body
+from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     AlterUserScramCredentialsRequest,
@@ -35,7 +35,7 @@ from kfs_core.server.protocol.messages import (
 
 if TYPE_CHECKING:
     from kfs_core.security.users import UserStore
-    from kfs_core.server.apis.context import BrokerOptions, RequestContext
+    from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
     from kfs_core.server.protocol.bodies import (
         AlterUserScramCredentialsRequestBody,
@@ -168,18 +168,16 @@ async def _alter(
     )
 
 
-def _alter_error(
-    request: Request[Any], code: ErrorCode, message: str | None, _: BrokerOptions
-) -> ResponseBody:
-    names = dict.fromkeys(
-        [d.name for d in request.body.deletions or []]
-        + [u.name for u in request.body.upsertions or []]
+def _users_named(body: AlterUserScramCredentialsRequestBody) -> list[str]:
+    """Each user the request names, once, in the order it first names them."""
+    return list(
+        dict.fromkeys(
+            [d.name for d in body.deletions or []] + [u.name for u in body.upsertions or []]
+        )
     )
-    result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-    return request.response(
-        throttle_time_ms=0,
-        results=[result(user=n, error_code=int(code), error_message=message) for n in names],
-    )
+
+
+_alter_error = schema_error_body({"results": Mirror(_users_named, {"user": ITEM})})
 
 
 APIS = (
