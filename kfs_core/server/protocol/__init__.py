@@ -11,6 +11,8 @@ the decoder as an argument.
     wire        primitive types (ints, strings, bytes, varints, tagged fields)
     messages    `ApiKey` and the spec-generated message classes of each API (`MESSAGES`)
     bodies      Protocols of the request fields the handlers read (typed views of them)
+    responses   the response classes, typed by the generated stub ``responses.pyi``
+    response_stubs  writes that stub from the message schemas
     codec       `Request`; request headers and bodies decoded, responses encoded
     fastpath    zero-copy Produce request decoding and Fetch response encoding
     errors      `ErrorCode` and the errors raised for frames that cannot be requests
