@@ -49,7 +49,8 @@ from kfs_core.server.apis.base import Api
 from kfs_core.server.apis.error_bodies import Derived, schema_error_body
 from kfs_core.server.protocol import MESSAGES, ErrorCode, VersionTable
 from kfs_core.server.protocol import api_versions_body as _api_versions_body
-from kfs_core.server.protocol.messages import ApiKey, ApiVersionsRequest, ApiVersionsResponse
+from kfs_core.server.protocol.messages import ApiKey, ApiVersionsRequest
+from kfs_core.server.protocol.responses import ApiVersionsResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
@@ -63,7 +64,7 @@ def api_versions_body(
     api_version: int,
     error_code: ErrorCode = ErrorCode.NONE,
     table: VersionTable | None = None,
-) -> ResponseBody:
+) -> ApiVersionsResponse:
     """The ApiVersions response body listing ``table`` (by default every registered API)."""
     return _api_versions_body(
         api_version, SUPPORTED_VERSIONS if table is None else table, error_code
@@ -74,9 +75,8 @@ async def _api_versions(context: RequestContext, request: Request[Any]) -> Respo
     return api_versions_body(request.api_version)
 
 
-def _version_rows(request: Request[Any], _: BrokerOptions) -> Any:
-    body: Any = api_versions_body(request.api_version)
-    return body.api_keys
+def _version_rows(request: Request[Any], _: BrokerOptions) -> list[ApiVersionsResponse.ApiVersion]:
+    return api_versions_body(request.api_version).api_keys
 
 
 # An error still lists the versions, so the client can pick one and retry.

@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kfs_core.security.acls import CLUSTER_NAME, Authorizer, Operation, ResourceType
 from kfs_core.security.sasl import Session
@@ -93,6 +93,9 @@ class AuditLog:
         )
 
 
+ResponseT = TypeVar("ResponseT")
+
+
 @dataclasses.dataclass
 class Plan:
     """What to do with a request the ACLs do not wholly allow."""
@@ -103,7 +106,9 @@ class Plan:
     code: ErrorCode = TOPIC_DENIED
     field: str = ""  # the response's list the denied entries join
 
-    def merge(self, response: Any, error_body: Callable[[Request[Any], ErrorCode], Any]) -> Any:
+    def merge(
+        self, response: ResponseT, error_body: Callable[[Request[Any], ErrorCode], object]
+    ) -> ResponseT:
         if self.denied is None:
             return response
         extra = getattr(error_body(self.denied, self.code), self.field) or []

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from enum import Enum
+from typing import TYPE_CHECKING, TypeVar
 
 from kfs_core.security.acls import (
     AclBinding,
@@ -36,10 +37,12 @@ from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     ApiKey,
     CreateAclsRequest,
-    CreateAclsResponse,
     DeleteAclsRequest,
-    DeleteAclsResponse,
     DescribeAclsRequest,
+)
+from kfs_core.server.protocol.responses import (
+    CreateAclsResponse,
+    DeleteAclsResponse,
     DescribeAclsResponse,
 )
 
@@ -59,7 +62,10 @@ log = logging.getLogger(__name__)
 REFRESH_S = 2.0  # how often a daemon re-reads the ACLs other daemons may have changed
 
 
-def _enum(kind: Any, value: int) -> Any:
+EnumT = TypeVar("EnumT", bound=Enum)
+
+
+def _enum(kind: type[EnumT], value: int) -> EnumT:
     try:
         return kind(value)
     except ValueError:
@@ -125,7 +131,8 @@ async def _create(context: RequestContext, request: Request[CreateAclsRequestBod
     if valid:
         await asyncio.to_thread(store.add, valid)
         await refresh(context.acl_store, context.authorizer)
-    return request.response(
+    return CreateAclsResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         results=[
             CreateAclsResponse.AclCreationResult(error_code=int(code), error_message=message)
@@ -152,7 +159,8 @@ async def _describe(context: RequestContext, request: Request[AclFilterFields]) 
     for b in bindings:
         grouped.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(b)
     resource = DescribeAclsResponse.DescribeAclsResource
-    return request.response(
+    return DescribeAclsResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
@@ -220,7 +228,7 @@ async def _delete(context: RequestContext, request: Request[DeleteAclsRequestBod
                 ],
             )
         )
-    return request.response(throttle_time_ms=0, filter_results=out)
+    return DeleteAclsResponse(version=request.api_version, throttle_time_ms=0, filter_results=out)
 
 
 _delete_error = schema_error_body({"filter_results": Mirror("filters")})

@@ -35,10 +35,12 @@ from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     ApiKey,
     DeleteRecordsRequest,
-    DeleteRecordsResponse,
     DescribeClusterRequest,
-    DescribeClusterResponse,
     DescribeLogDirsRequest,
+)
+from kfs_core.server.protocol.responses import (
+    DeleteRecordsResponse,
+    DescribeClusterResponse,
     DescribeLogDirsResponse,
 )
 
@@ -78,7 +80,8 @@ async def _describe_cluster(context: RequestContext, request: Request[Any]) -> R
             request, code, f"endpoint type {endpoint}: this is a broker", context.options
         )
     options = context.options
-    return request.response(
+    return DescribeClusterResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
@@ -149,7 +152,8 @@ async def _describe_log_dirs(
             )
         if partitions:
             topics.append(topic_entry(name=name, partitions=partitions))
-    return request.response(
+    return DescribeLogDirsResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         error_code=0,
         results=[
@@ -201,12 +205,19 @@ async def _delete_records(
             entry.partitions = [done.get(p.partition_index, p) for p in entry.partitions]
             for p in entry.partitions:
                 context.count_error(ApiKey.DELETE_RECORDS, p.error_code)
-        return request.response(throttle_time_ms=0, topics=timed_out)
-    return request.response(throttle_time_ms=0, topics=topics)
+        return DeleteRecordsResponse(
+            version=request.api_version, throttle_time_ms=0, topics=timed_out
+        )
+    return DeleteRecordsResponse(version=request.api_version, throttle_time_ms=0, topics=topics)
 
 
-async def _delete_below(context: RequestContext, topic: str, partition: int, offset: int) -> Any:
-    result = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
+_PartitionResult = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
+
+
+async def _delete_below(
+    context: RequestContext, topic: str, partition: int, offset: int
+) -> _PartitionResult:
+    result = _PartitionResult
     try:
         low_watermark = await context.log.delete_records(topic, partition, offset)
     except Exception as exc:  # noqa: BLE001 - any failure is this partition's error code

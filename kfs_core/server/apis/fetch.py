@@ -23,7 +23,8 @@ from kfs_core.server.apis.base import Api, error_code_for, log_failure
 from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.framing import MAX_REQUEST_BYTES
-from kfs_core.server.protocol.messages import ApiKey, FetchRequest, FetchResponse
+from kfs_core.server.protocol.messages import ApiKey, FetchRequest
+from kfs_core.server.protocol.responses import FetchResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
@@ -65,7 +66,8 @@ async def handle(context: RequestContext, request: Request[FetchRequestBody]) ->
     body = request.body
     if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
         # We never hand out a session id, so nobody can hold one of ours.
-        return request.response(
+        return FetchResponse(
+            version=request.api_version,
             throttle_time_ms=0,
             error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
             session_id=0,
@@ -109,7 +111,8 @@ async def handle(context: RequestContext, request: Request[FetchRequestBody]) ->
         by_topic.setdefault(target.topic, []).append(partition_answer)
         context.count_error(ApiKey.FETCH, partition_answer.error_code)
     topic_answer = FetchResponse.FetchableTopicResponse
-    return request.response(
+    return FetchResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         error_code=0,
         session_id=0,

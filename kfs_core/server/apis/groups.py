@@ -41,26 +41,28 @@ from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     ApiKey,
     DeleteGroupsRequest,
-    DeleteGroupsResponse,
     DescribeGroupsRequest,
-    DescribeGroupsResponse,
     FindCoordinatorRequest,
-    FindCoordinatorResponse,
     HeartbeatRequest,
-    HeartbeatResponse,
     JoinGroupRequest,
-    JoinGroupResponse,
     LeaveGroupRequest,
-    LeaveGroupResponse,
     ListGroupsRequest,
-    ListGroupsResponse,
     OffsetCommitRequest,
-    OffsetCommitResponse,
     OffsetDeleteRequest,
-    OffsetDeleteResponse,
     OffsetFetchRequest,
-    OffsetFetchResponse,
     SyncGroupRequest,
+)
+from kfs_core.server.protocol.responses import (
+    DeleteGroupsResponse,
+    DescribeGroupsResponse,
+    FindCoordinatorResponse,
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    ListGroupsResponse,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchResponse,
     SyncGroupResponse,
 )
 
@@ -118,7 +120,7 @@ async def _find_coordinator(
     body = request.body
     keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
     key_type = getattr(body, "key_type", COORDINATOR_KEY_GROUP)
-    answers = []
+    answers: list[FindCoordinatorResponse.Coordinator] = []
     for key in keys:
         code, message = ErrorCode.NONE, None
         if key_type not in (COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION):
@@ -128,7 +130,7 @@ async def _find_coordinator(
         context.count_error(ApiKey.FIND_COORDINATOR, code)
         ok = code == ErrorCode.NONE
         answers.append(
-            dict(
+            FindCoordinatorResponse.Coordinator(
                 key=key,
                 node_id=NODE_ID if ok else -1,
                 host=context.advertised[0] if ok else "",
@@ -138,13 +140,19 @@ async def _find_coordinator(
             )
         )
     if request.api_version >= 4:
-        coordinator = FindCoordinatorResponse.Coordinator
-        return request.response(
-            throttle_time_ms=0, coordinators=[coordinator(**answer) for answer in answers]
+        return FindCoordinatorResponse(
+            version=request.api_version, throttle_time_ms=0, coordinators=answers
         )
-    (answer,) = answers
-    del answer["key"]
-    return request.response(throttle_time_ms=0, **answer)
+    (answer,) = answers  # before v4 the one key's answer is the response's own fields
+    return FindCoordinatorResponse(
+        version=request.api_version,
+        throttle_time_ms=0,
+        node_id=answer.node_id,
+        host=answer.host,
+        port=answer.port,
+        error_code=answer.error_code,
+        error_message=answer.error_message,
+    )
 
 
 # --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------
@@ -170,17 +178,19 @@ async def _join_group(
         )
     except MemberIdRequired as exc:
         context.count_error(ApiKey.JOIN_GROUP, ErrorCode.MEMBER_ID_REQUIRED)
-        required: Any = _join_group_error(
-            request, ErrorCode.MEMBER_ID_REQUIRED, None, context.options
+        required = cast(
+            "JoinGroupResponse",
+            _join_group_error(request, ErrorCode.MEMBER_ID_REQUIRED, None, context.options),
         )
         required.member_id = exc.member_id  # the id to join with next time (KIP-394)
-        return cast("ResponseBody", required)
+        return required
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"join group {body.group_id!r}")
         context.count_error(ApiKey.JOIN_GROUP, code)
         return _join_group_error(request, code, None, context.options)
     member = JoinGroupResponse.JoinGroupResponseMember
-    return request.response(
+    return JoinGroupResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         error_code=0,
         generation_id=result.generation,
@@ -231,7 +241,8 @@ async def _sync_group(
         code = _code(exc, f"sync group {body.group_id!r}")
         context.count_error(ApiKey.SYNC_GROUP, code)
         return _sync_error(request, code, None, context.options)
-    return request.response(
+    return SyncGroupResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         error_code=0,
         protocol_type=result.protocol_type,
@@ -258,7 +269,7 @@ async def _heartbeat(
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"heartbeat of group {body.group_id!r}")
     context.count_error(ApiKey.HEARTBEAT, code)
-    return request.response(throttle_time_ms=0, error_code=int(code))
+    return HeartbeatResponse(version=request.api_version, throttle_time_ms=0, error_code=int(code))
 
 
 async def _leave_group(
@@ -282,8 +293,11 @@ async def _leave_group(
     for code in codes:
         context.count_error(ApiKey.LEAVE_GROUP, code)
     if not batched:
-        return request.response(throttle_time_ms=0, error_code=int(codes[0]), members=[])
-    return request.response(
+        return LeaveGroupResponse(
+            version=request.api_version, throttle_time_ms=0, error_code=int(codes[0]), members=[]
+        )
+    return LeaveGroupResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         error_code=0,
         members=[
@@ -335,7 +349,8 @@ async def _offset_commit(
                 partition_index=commit.partition, error_code=int(code)
             )
         )
-    return request.response(
+    return OffsetCommitResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         topics=[answer(name=name, partitions=parts) for name, parts in by_topic.items()],
     )
@@ -346,15 +361,16 @@ def _fetched_topics(
     group_id: str,
     topics: Sequence[OffsetFetchTopic] | None,
     flexible_groups: bool,
-) -> Any:
+) -> list[Any]:
     """The committed offsets of ``topics`` (None: every committed one) as response topics."""
     response = OffsetFetchResponse
-    topic_class = (
+    # v8+ nests topics in groups, with classes of their own names: the same fields.
+    topic_class: Any = (
         response.OffsetFetchResponseGroup.OffsetFetchResponseTopics
         if flexible_groups
         else response.OffsetFetchResponseTopic
     )
-    partition_class = (
+    partition_class: Any = (
         topic_class.OffsetFetchResponsePartitions
         if flexible_groups
         else topic_class.OffsetFetchResponsePartition
@@ -402,14 +418,16 @@ async def _offset_fetch(
                 topics, code = [], _code(exc, f"offset fetch of group {g.group_id!r}")
             context.count_error(ApiKey.OFFSET_FETCH, code)
             groups.append(group_class(group_id=g.group_id, topics=topics, error_code=int(code)))
-        return request.response(throttle_time_ms=0, groups=groups)
+        return OffsetFetchResponse(version=request.api_version, throttle_time_ms=0, groups=groups)
     try:
         topics = _fetched_topics(context, body.group_id, body.topics, flexible_groups=False)
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"offset fetch of group {body.group_id!r}")
         context.count_error(ApiKey.OFFSET_FETCH, code)
         return _offset_fetch_error(request, code, message_of(exc), context.options)
-    return request.response(throttle_time_ms=0, error_code=0, topics=topics)
+    return OffsetFetchResponse(
+        version=request.api_version, throttle_time_ms=0, error_code=0, topics=topics
+    )
 
 
 async def _offset_delete(
@@ -431,7 +449,8 @@ async def _offset_delete(
         by_topic.setdefault(topic, []).append(
             answer.OffsetDeleteResponsePartition(partition_index=partition, error_code=int(code))
         )
-    return request.response(
+    return OffsetDeleteResponse(
+        version=request.api_version,
         error_code=0,
         throttle_time_ms=0,
         topics=[answer(name=name, partitions=parts) for name, parts in by_topic.items()],
@@ -452,7 +471,8 @@ async def _list_groups(context: RequestContext, request: Request[Any]) -> Respon
     else:
         listed = context.groups.list_groups(getattr(body, "states_filter", None) or None)
     group = ListGroupsResponse.ListedGroup
-    return request.response(
+    return ListGroupsResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         error_code=0,
         groups=[
@@ -505,7 +525,7 @@ async def _describe_groups(
                 authorized_operations=None,
             )
         )
-    return request.response(throttle_time_ms=0, groups=groups)
+    return DescribeGroupsResponse(version=request.api_version, throttle_time_ms=0, groups=groups)
 
 
 _describe_groups_error = schema_error_body(
@@ -538,7 +558,7 @@ async def _delete_groups(
             code = _code(exc, f"delete group {group_id!r}")
         context.count_error(ApiKey.DELETE_GROUPS, code)
         results.append(result(group_id=group_id, error_code=int(code)))
-    return request.response(throttle_time_ms=0, results=results)
+    return DeleteGroupsResponse(version=request.api_version, throttle_time_ms=0, results=results)
 
 
 _delete_groups_error = schema_error_body({"results": Mirror("groups_names", {"group_id": ITEM})})
@@ -637,7 +657,9 @@ def _authorize_offset_fetch(may: Checker, request: Request[Any]) -> Plan | None:
                  TOPIC_DENIED, "topics")  # fmt: skip
 
 
-def _visible_offsets(may: Checker, request: Request[Any], response: Any) -> Any:
+def _visible_offsets(
+    may: Checker, request: Request[Any], response: OffsetFetchResponse
+) -> OffsetFetchResponse:
     """Every topic of a group (v1-v7, no topics named) shows only those it may DESCRIBE."""
     if request.api_version < 8 and request.body.topics is None:
         response.topics = [
@@ -646,7 +668,9 @@ def _visible_offsets(may: Checker, request: Request[Any], response: Any) -> Any:
     return response
 
 
-def _visible_groups(may: Checker, request: Request[Any], response: Any) -> Any:
+def _visible_groups(
+    may: Checker, request: Request[Any], response: ListGroupsResponse
+) -> ListGroupsResponse:
     """DESCRIBE on the cluster lists every group; else only the groups it may DESCRIBE."""
     if not may.cluster(Operation.DESCRIBE):
         response.groups = [

@@ -24,7 +24,8 @@ from kfs_core.server.apis.base import (
 from kfs_core.server.apis.error_bodies import Derived, Mirror, schema_error_body
 from kfs_core.server.directory import topic_uuid
 from kfs_core.server.protocol.errors import ErrorCode
-from kfs_core.server.protocol.messages import ApiKey, MetadataRequest, MetadataResponse
+from kfs_core.server.protocol.messages import ApiKey, MetadataRequest
+from kfs_core.server.protocol.responses import MetadataResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
@@ -47,7 +48,8 @@ async def handle(context: RequestContext, request: Request[MetadataRequestBody])
         topics = [await _one_topic(context, entry, allow_create) for entry in requested]
     for topic in topics:
         context.count_error(ApiKey.METADATA, topic.error_code)
-    return request.response(
+    return MetadataResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         brokers=[broker_entry(context.advertised)],
         cluster_id=options.cluster_id,
@@ -56,7 +58,10 @@ async def handle(context: RequestContext, request: Request[MetadataRequestBody])
     )
 
 
-async def _one_topic(context: RequestContext, entry: MetadataTopic, allow_create: bool) -> Any:
+_Topic = MetadataResponse.MetadataResponseTopic
+
+
+async def _one_topic(context: RequestContext, entry: MetadataTopic, allow_create: bool) -> _Topic:
     name = entry.name
     topic = MetadataResponse.MetadataResponseTopic
     if name is None:  # named by id only (v10+): KFS does not look topics up by id
@@ -87,13 +92,13 @@ async def _one_topic(context: RequestContext, entry: MetadataTopic, allow_create
     return topic_metadata(info)
 
 
-def broker_entry(advertised: tuple[str, int]) -> Any:
+def broker_entry(advertised: tuple[str, int]) -> MetadataResponse.MetadataResponseBroker:
     """This broker as Metadata lists it, at the (host, port) the connection's listener advertises."""
     host, port = advertised
     return MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=host, port=port, rack=None)
 
 
-def topic_metadata(info: LogTopicInfo) -> Any:
+def topic_metadata(info: LogTopicInfo) -> _Topic:
     """A topic's Metadata entry: every partition led by this broker."""
     topic = MetadataResponse.MetadataResponseTopic
     partition = topic.MetadataResponsePartition
@@ -117,7 +122,9 @@ def topic_metadata(info: LogTopicInfo) -> Any:
     )
 
 
-def _brokers(_: Request[Any], options: BrokerOptions) -> list[Any]:
+def _brokers(
+    _: Request[Any], options: BrokerOptions
+) -> list[MetadataResponse.MetadataResponseBroker]:
     return [broker_entry(advertised_address(options))]
 
 
@@ -170,7 +177,9 @@ def _authorize(may: Checker, request: Request[Any]) -> Plan | None:
     return plan
 
 
-def _visible_topics(may: Checker, request: Request[Any], response: Any) -> Any:
+def _visible_topics(
+    may: Checker, request: Request[Any], response: MetadataResponse
+) -> MetadataResponse:
     """A listing of every topic shows only those the principal may DESCRIBE."""
     if _lists_every_topic(request):
         response.topics = [

@@ -14,7 +14,8 @@ from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import LEADER_EPOCH, Api, Refused, error_code_for, log_failure
 from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
-from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
+from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest
+from kfs_core.server.protocol.responses import ListOffsetsResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
@@ -57,7 +58,7 @@ async def handle(context: RequestContext, request: Request[ListOffsetsRequestBod
                 )
             )
         topics.append(answer(name=topic.name, partitions=partitions))
-    return request.response(throttle_time_ms=0, topics=topics)
+    return ListOffsetsResponse(version=request.api_version, throttle_time_ms=0, topics=topics)
 
 
 error_body = schema_error_body(

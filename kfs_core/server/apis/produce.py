@@ -25,7 +25,8 @@ from kfs_core.server.apis.access import topics_rule
 from kfs_core.server.apis.base import Api, error_code_for, log_failure, message_of
 from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
-from kfs_core.server.protocol.messages import ApiKey, ProduceRequest, ProduceResponse
+from kfs_core.server.protocol.messages import ApiKey, ProduceRequest
+from kfs_core.server.protocol.responses import ProduceResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
@@ -138,7 +139,7 @@ async def _finish(
                 )
             )
         responses.append(answer(name=name, partition_responses=partitions))
-    return request.response(responses=responses, throttle_time_ms=0)
+    return ProduceResponse(version=request.api_version, responses=responses, throttle_time_ms=0)
 
 
 error_body = schema_error_body(

@@ -30,15 +30,17 @@ from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     AddOffsetsToTxnRequest,
-    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse,
     ApiKey,
     EndTxnRequest,
-    EndTxnResponse,
     InitProducerIdRequest,
-    InitProducerIdResponse,
     TxnOffsetCommitRequest,
+)
+from kfs_core.server.protocol.responses import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    InitProducerIdResponse,
     TxnOffsetCommitResponse,
 )
 
@@ -84,8 +86,12 @@ async def handle(
     if request.body.transactional_id is not None:
         context.count_error(ApiKey.INIT_PRODUCER_ID, _REFUSED)
         return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
-    return request.response(
-        throttle_time_ms=0, error_code=0, producer_id=context.new_producer_id(), producer_epoch=0
+    return InitProducerIdResponse(
+        version=request.api_version,
+        throttle_time_ms=0,
+        error_code=0,
+        producer_id=context.new_producer_id(),
+        producer_epoch=0,
     )
 
 

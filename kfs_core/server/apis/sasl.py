@@ -17,11 +17,9 @@ from typing import TYPE_CHECKING, Any
 from kfs_core.server.apis.base import SESSION, Api
 from kfs_core.server.apis.error_bodies import schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
-from kfs_core.server.protocol.messages import (
-    ApiKey,
-    SaslAuthenticateRequest,
+from kfs_core.server.protocol.messages import ApiKey, SaslAuthenticateRequest, SaslHandshakeRequest
+from kfs_core.server.protocol.responses import (
     SaslAuthenticateResponse,
-    SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
 
@@ -45,7 +43,9 @@ async def _handshake(
     code, mechanisms = authenticator.handshake(session, request.body.mechanism or "")
     if code == ErrorCode.NONE and request.api_version == 0:
         session.raw_tokens = True  # the connection reads the tokens as bare frames now
-    return request.response(error_code=code, mechanisms=mechanisms)
+    return SaslHandshakeResponse(
+        version=request.api_version, error_code=code, mechanisms=mechanisms
+    )
 
 
 _handshake_error = schema_error_body({"mechanisms": []})
@@ -59,7 +59,8 @@ async def _authenticate(
     if session is None or authenticator is None:
         return _authenticate_error(request, ErrorCode.ILLEGAL_SASL_STATE, None, context.options)
     result = await authenticator.authenticate(session, bytes(request.body.auth_bytes or b""))
-    return request.response(
+    return SaslAuthenticateResponse(
+        version=request.api_version,
         error_code=result.error_code,
         error_message=result.message,
         auth_bytes=result.auth_bytes,

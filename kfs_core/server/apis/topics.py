@@ -47,17 +47,19 @@ from kfs_core.server.directory import topic_uuid
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     AlterConfigsRequest,
-    AlterConfigsResponse,
     ApiKey,
     CreatePartitionsRequest,
-    CreatePartitionsResponse,
     CreateTopicsRequest,
-    CreateTopicsResponse,
     DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DescribeConfigsRequest,
-    DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
+)
+from kfs_core.server.protocol.responses import (
+    AlterConfigsResponse,
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    DescribeConfigsResponse,
     IncrementalAlterConfigsResponse,
 )
 
@@ -161,7 +163,7 @@ async def _create_topics(
                 ],
             )
         )
-    return request.response(throttle_time_ms=0, topics=results)
+    return CreateTopicsResponse(version=request.api_version, throttle_time_ms=0, topics=results)
 
 
 def _requested_partitions(context: RequestContext, topic: CreatableTopic) -> int:
@@ -213,7 +215,7 @@ async def _delete_topics(
             await _forget_committed_offsets(context, name)
         context.count_error(ApiKey.DELETE_TOPICS, code)
         results.append(result(name=name, error_code=code, error_message=message))
-    return request.response(throttle_time_ms=0, responses=results)
+    return DeleteTopicsResponse(version=request.api_version, throttle_time_ms=0, responses=results)
 
 
 async def _forget_committed_offsets(context: RequestContext, name: str) -> None:
@@ -266,7 +268,7 @@ async def _describe_configs(
                 ],
             )
         )
-    return request.response(throttle_time_ms=0, results=results)
+    return DescribeConfigsResponse(version=request.api_version, throttle_time_ms=0, results=results)
 
 
 async def _configs_of(context: RequestContext, resource_type: int, name: str) -> list[_ConfigEntry]:
@@ -329,8 +331,11 @@ class _ConfigEntry:
     documentation: str | None
 
 
-def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -> Any:
-    resource = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
+_ConfigResult = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
+
+
+def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -> _ConfigResult:
+    resource = _ConfigResult
     synonym = resource.DescribeConfigsSynonym
     chain = []
     if synonyms:
@@ -377,7 +382,9 @@ async def _create_partitions(
                 log.info("topic %r: %d partition(s), was %d", name, topic.count, before)
         context.count_error(ApiKey.CREATE_PARTITIONS, code)
         results.append(result(name=name, error_code=code, error_message=message))
-    return request.response(throttle_time_ms=0, results=results)
+    return CreatePartitionsResponse(
+        version=request.api_version, throttle_time_ms=0, results=results
+    )
 
 
 def _check_growth(name: str, current: int, total: int) -> None:

@@ -27,9 +27,11 @@ from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     AlterUserScramCredentialsRequest,
-    AlterUserScramCredentialsResponse,
     ApiKey,
     DescribeUserScramCredentialsRequest,
+)
+from kfs_core.server.protocol.responses import (
+    AlterUserScramCredentialsResponse,
     DescribeUserScramCredentialsResponse,
 )
 
@@ -79,7 +81,8 @@ async def _describe(
     names = None if asked is None else [u.name or "" for u in asked]
     rows = await asyncio.to_thread(_describe_sync, users, names)
     result = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
-    return request.response(
+    return DescribeUserScramCredentialsResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
@@ -159,7 +162,8 @@ async def _alter(
         for name in results:
             context.authenticator.users.forget(name)
     result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-    return request.response(
+    return AlterUserScramCredentialsResponse(
+        version=request.api_version,
         throttle_time_ms=0,
         results=[
             result(user=name, error_code=code, error_message=message)

@@ -102,7 +102,9 @@ class ResponseBody(Protocol):
     """Any response body: a spec-generated response message, at the request's version.
 
     Handlers and error bodies return it; `kfs_core.server.protocol.codec`
-    encodes it (after checking it is the request's response class).
+    encodes it (after checking it is the request's response class).  The
+    typed classes of `kfs_core.server.protocol.responses`, which handlers
+    build, all satisfy it.
     """
 
     @property

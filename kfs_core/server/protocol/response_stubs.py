@@ -71,7 +71,8 @@ def _type(spec: Any) -> str:
         annotation = f"list[{_SIMPLE_TYPES[spec.array_of._type_str]}]"
     else:
         annotation = _SIMPLE_TYPES[spec._type_str]
-    nullable = spec._nullable_versions is not None or spec._type_str == "bitfield"
+    # kafka-python encodes a missing uuid as zeros and a missing bitfield as Kafka's "not asked".
+    nullable = spec._nullable_versions is not None or spec._type_str in ("bitfield", "uuid")
     return f"{annotation} | None" if nullable else annotation
 
 

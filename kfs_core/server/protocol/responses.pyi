@@ -326,7 +326,7 @@ class CreateTopicsResponse:
             ) -> None: ...
 
         name: str
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         error_code: int
         error_message: str | None
         topic_config_error_code: int
@@ -338,7 +338,7 @@ class CreateTopicsResponse:
             *,
             version: int | None = None,
             name: str = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             error_code: int = ...,
             error_message: str | None = ...,
             topic_config_error_code: int = ...,
@@ -478,7 +478,7 @@ class DeleteRecordsResponse:
 class DeleteTopicsResponse:
     class DeletableTopicResult:
         name: str | None
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         error_code: int
         error_message: str | None
         def __init__(
@@ -486,7 +486,7 @@ class DeleteTopicsResponse:
             *,
             version: int | None = None,
             name: str | None = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             error_code: int = ...,
             error_message: str | None = ...,
         ) -> None: ...
@@ -919,14 +919,14 @@ class FetchResponse:
             ) -> None: ...
 
         topic: str
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         partitions: list[PartitionData]
         def __init__(
             self,
             *,
             version: int | None = None,
             topic: str = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             partitions: list[PartitionData] = ...,
         ) -> None: ...
 
@@ -1257,7 +1257,7 @@ class MetadataResponse:
 
         error_code: int
         name: str | None
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         is_internal: bool
         partitions: list[MetadataResponsePartition]
         authorized_operations: set[int] | None
@@ -1267,7 +1267,7 @@ class MetadataResponse:
             version: int | None = None,
             error_code: int = ...,
             name: str | None = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             is_internal: bool = ...,
             partitions: list[MetadataResponsePartition] = ...,
             authorized_operations: set[int] | None = ...,
@@ -1310,14 +1310,14 @@ class OffsetCommitResponse:
             ) -> None: ...
 
         name: str
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         partitions: list[OffsetCommitResponsePartition]
         def __init__(
             self,
             *,
             version: int | None = None,
             name: str = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             partitions: list[OffsetCommitResponsePartition] = ...,
         ) -> None: ...
 
@@ -1421,14 +1421,14 @@ class OffsetFetchResponse:
                 ) -> None: ...
 
             name: str
-            topic_id: uuid.UUID
+            topic_id: uuid.UUID | None
             partitions: list[OffsetFetchResponsePartitions]
             def __init__(
                 self,
                 *,
                 version: int | None = None,
                 name: str = ...,
-                topic_id: uuid.UUID = ...,
+                topic_id: uuid.UUID | None = ...,
                 partitions: list[OffsetFetchResponsePartitions] = ...,
             ) -> None: ...
 
@@ -1509,14 +1509,14 @@ class ProduceResponse:
             ) -> None: ...
 
         name: str
-        topic_id: uuid.UUID
+        topic_id: uuid.UUID | None
         partition_responses: list[PartitionProduceResponse]
         def __init__(
             self,
             *,
             version: int | None = None,
             name: str = ...,
-            topic_id: uuid.UUID = ...,
+            topic_id: uuid.UUID | None = ...,
             partition_responses: list[PartitionProduceResponse] = ...,
         ) -> None: ...
 
