@@ -46,7 +46,7 @@ from kfs_core.server.apis import (
     users,
 )
 from kfs_core.server.apis.base import Api
-from kfs_core.server.apis.error_bodies import Derived, schema_error_body
+from kfs_core.server.apis.error_bodies import Derived, SchemaErrorBody, schema_error_body
 from kfs_core.server.protocol import MESSAGES, ErrorCode, VersionTable
 from kfs_core.server.protocol import api_versions_body as _api_versions_body
 from kfs_core.server.protocol.messages import ApiKey, ApiVersionsRequest
@@ -71,7 +71,7 @@ def api_versions_body(
     )
 
 
-async def _api_versions(context: RequestContext, request: Request[Any]) -> ResponseBody:
+async def _api_versions(context: RequestContext, request: Request[Any]) -> ApiVersionsResponse:
     return api_versions_body(request.api_version)
 
 
@@ -80,7 +80,7 @@ def _version_rows(request: Request[Any], _: BrokerOptions) -> list[ApiVersionsRe
 
 
 # An error still lists the versions, so the client can pick one and retry.
-_api_versions_error = schema_error_body({"api_keys": Derived(_version_rows)})
+_api_versions_error = schema_error_body(ApiVersionsResponse, {"api_keys": Derived(_version_rows)})
 
 
 # v4 is v3 on the wire; kafka-python opens with v4, librdkafka with v3.
@@ -103,6 +103,11 @@ def _collect(
             raise ValueError(f"{api.key.name} is registered twice")
         if api.messages != MESSAGES[api.key]:
             raise ValueError(f"{api.key.name} is registered with another API's messages")
+        if (
+            isinstance(api.error_body, SchemaErrorBody)
+            and api.error_body.response is not api.response
+        ):
+            raise ValueError(f"{api.key.name}'s error body builds another API's response")
         table[api.key] = api
     return table
 

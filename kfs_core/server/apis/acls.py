@@ -54,7 +54,6 @@ if TYPE_CHECKING:
         AclFilterFields,
         CreateAclsRequestBody,
         DeleteAclsRequestBody,
-        ResponseBody,
     )
 
 log = logging.getLogger(__name__)
@@ -116,7 +115,9 @@ async def refresh_forever(store: AclStore, authorizer: Authorizer) -> None:
         await asyncio.sleep(REFRESH_S)
 
 
-async def _create(context: RequestContext, request: Request[CreateAclsRequestBody]) -> ResponseBody:
+async def _create(
+    context: RequestContext, request: Request[CreateAclsRequestBody]
+) -> CreateAclsResponse:
     store = context.acl_store
     if store is None:
         return _create_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
@@ -141,10 +142,12 @@ async def _create(context: RequestContext, request: Request[CreateAclsRequestBod
     )
 
 
-_create_error = schema_error_body({"results": Mirror("creations")})
+_create_error = schema_error_body(CreateAclsResponse, {"results": Mirror("creations")})
 
 
-async def _describe(context: RequestContext, request: Request[AclFilterFields]) -> ResponseBody:
+async def _describe(
+    context: RequestContext, request: Request[AclFilterFields]
+) -> DescribeAclsResponse:
     store = context.acl_store
     if store is None:
         return _describe_error(
@@ -184,10 +187,12 @@ async def _describe(context: RequestContext, request: Request[AclFilterFields]) 
     )
 
 
-_describe_error = schema_error_body({})
+_describe_error = schema_error_body(DescribeAclsResponse, {})
 
 
-async def _delete(context: RequestContext, request: Request[DeleteAclsRequestBody]) -> ResponseBody:
+async def _delete(
+    context: RequestContext, request: Request[DeleteAclsRequestBody]
+) -> DeleteAclsResponse:
     store = context.acl_store
     if store is None:
         return _delete_error(request, ErrorCode.SECURITY_DISABLED, "no authorizer", context.options)
@@ -231,7 +236,7 @@ async def _delete(context: RequestContext, request: Request[DeleteAclsRequestBod
     return DeleteAclsResponse(version=request.api_version, throttle_time_ms=0, filter_results=out)
 
 
-_delete_error = schema_error_body({"filter_results": Mirror("filters")})
+_delete_error = schema_error_body(DeleteAclsResponse, {"filter_results": Mirror("filters")})
 
 
 APIS = (

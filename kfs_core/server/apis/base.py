@@ -77,22 +77,27 @@ def advertised_address(options: BrokerOptions) -> tuple[str, int]:
     return ADVERTISED.get() or (options.advertised_host, options.advertised_port)
 
 
-# An API's request body and response body types: the spec-generated classes, or
-# Protocols of the fields handlers use (`kfs_core.server.protocol.bodies`).
+# An API's request body type: a Protocol of the fields its handler reads
+# (`kfs_core.server.protocol.bodies`), or Any.
 Req = TypeVar("Req")
-Resp = TypeVar("Resp")
+# Its response type: the typed class of `kfs_core.server.protocol.responses` its
+# handler and error body build.  Covariant: the registry holds every API as an
+# Api[Any, ResponseBody].
+Resp_co = TypeVar("Resp_co", covariant=True)
 
-Handler = Callable[["RequestContext", "Request[Req]"], Awaitable[Resp]]
+Handler = Callable[["RequestContext", "Request[Req]"], Awaitable[Resp_co]]
 # Produce starts in request order on a connection and finishes later.
-Starter = Callable[["RequestContext", "Request[Req]"], Awaitable["asyncio.Future[Resp]"]]
-ErrorBody = Callable[["Request[Req]", ErrorCode, "str | None", "BrokerOptions"], Resp]
+Starter = Callable[["RequestContext", "Request[Req]"], Awaitable["asyncio.Future[Resp_co]"]]
+ErrorBody = Callable[["Request[Req]", ErrorCode, "str | None", "BrokerOptions"], Resp_co]
 
 
 @dataclass(frozen=True, slots=True)
-class Api(Generic[Req, Resp]):
+class Api(Generic[Req, Resp_co]):
     """One Kafka API as KFS serves it: messages, versions, handler and error body.
 
-    ``Req`` and ``Resp`` are the body types its handler takes and gives.
+    ``Req`` and ``Resp_co`` are the body types its handler takes and gives
+    (``Api[MetadataRequestBody, MetadataResponse]``), so mypy checks that a
+    handler and its error body answer with the API's own response class.
     ``versions`` is (min, max): a client uses min(its max, our max), so the
     comment beside each registration says which clients send what.
     ``start`` replaces ``handle`` for the one API whose work must begin in
@@ -106,9 +111,9 @@ class Api(Generic[Req, Resp]):
     request: Any
     response: Any
     versions: tuple[int, int]
-    handle: Handler[Req, Resp] | None
-    error_body: ErrorBody[Req, Resp]
-    start: Starter[Req, Resp] | None = None
+    handle: Handler[Req, Resp_co] | None
+    error_body: ErrorBody[Req, Resp_co]
+    start: Starter[Req, Resp_co] | None = None
     authorize: Rule | None = None
     filter_response: ResponseFilter | None = None
 

@@ -65,7 +65,9 @@ ENDPOINT_CONTROLLERS: Final = 2
 # --- DescribeCluster ----------------------------------------------------------------
 
 
-async def _describe_cluster(context: RequestContext, request: Request[Any]) -> ResponseBody:
+async def _describe_cluster(
+    context: RequestContext, request: Request[Any]
+) -> DescribeClusterResponse:
     endpoint = getattr(request.body, "endpoint_type", ENDPOINT_BROKERS)
     if endpoint != ENDPOINT_BROKERS:
         # Clients ask controllers only with bootstrap.controllers, which name
@@ -110,12 +112,13 @@ def _cluster_id(_: Request[Any], options: BrokerOptions) -> str:
 
 
 _describe_cluster_error = schema_error_body(
+    DescribeClusterResponse,
     {
         "endpoint_type": Derived(_endpoint_type),
         "cluster_id": Derived(_cluster_id),
         "controller_id": -1,
         "brokers": [],
-    }
+    },
 )
 
 
@@ -124,7 +127,7 @@ _describe_cluster_error = schema_error_body(
 
 async def _describe_log_dirs(
     context: RequestContext, request: Request[DescribeLogDirsRequestBody]
-) -> ResponseBody:
+) -> DescribeLogDirsResponse:
     requested = request.body.topics
     if requested is None:
         wanted = [(info.name, list(range(info.partitions))) for info in await context.topics.all()]
@@ -173,7 +176,9 @@ def _log_dir(context: RequestContext) -> str:
 
 
 # v1 and v2 have no top-level error code: the one result carries it.
-_describe_log_dirs_error = schema_error_body({"results": Single({"log_dir": ""})})
+_describe_log_dirs_error = schema_error_body(
+    DescribeLogDirsResponse, {"results": Single({"log_dir": ""})}
+)
 
 
 # --- DeleteRecords --------------------------------------------------------------------
@@ -181,7 +186,7 @@ _describe_log_dirs_error = schema_error_body({"results": Single({"log_dir": ""})
 
 async def _delete_records(
     context: RequestContext, request: Request[DeleteRecordsRequestBody]
-) -> ResponseBody:
+) -> DeleteRecordsResponse:
     body = request.body
     topic_result = DeleteRecordsResponse.DeleteRecordsTopicResult
     topics = []
@@ -229,6 +234,7 @@ async def _delete_below(
 
 
 _delete_records_error = schema_error_body(
+    DeleteRecordsResponse,
     {
         "topics": Mirror(
             "topics",
@@ -239,7 +245,7 @@ _delete_records_error = schema_error_body(
                 )
             },
         )
-    }
+    },
 )
 
 
@@ -258,7 +264,7 @@ DESCRIBE_CLUSTER = Api(
 # only adds is_cordoned): kafka-python takes a broker serving v5 for Kafka
 # 4.3 and gates features on that.  v4 adds the volume's bytes; v0 is not in
 # the specs kafka-python ships.
-DESCRIBE_LOG_DIRS: Final[Api[DescribeLogDirsRequestBody, ResponseBody]] = Api(
+DESCRIBE_LOG_DIRS: Final[Api[DescribeLogDirsRequestBody, DescribeLogDirsResponse]] = Api(
     ApiKey.DESCRIBE_LOG_DIRS,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
@@ -268,7 +274,7 @@ DESCRIBE_LOG_DIRS: Final[Api[DescribeLogDirsRequestBody, ResponseBody]] = Api(
     authorize=cluster_rule(Operation.DESCRIBE),
 )
 # librdkafka and kafka-python send 2 (flexible); 0 and 1 have the same fields.
-DELETE_RECORDS: Final[Api[DeleteRecordsRequestBody, ResponseBody]] = Api(
+DELETE_RECORDS: Final[Api[DeleteRecordsRequestBody, DeleteRecordsResponse]] = Api(
     ApiKey.DELETE_RECORDS,
     DeleteRecordsRequest,
     DeleteRecordsResponse,

@@ -1,7 +1,7 @@
 """Error bodies derived from the response schema: one builder instead of one function per API.
 
-An API's error body is its response with the same error code in every
-place that can hold one - what a handler that raised answers, and what an
+An API's error body (``schema_error_body(MetadataResponse, shape)``) is its
+response with the same error code in every place that can hold one - what a handler that raised answers, and what an
 authorization denial puts in the entries it denies.  As Kafka's
 ``getErrorResponse`` does, the response mirrors the request: one topic entry
 per topic asked for, one partition entry per partition.  `schema_error_body`
@@ -28,9 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from kfs_core.server.protocol import MESSAGES
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions
@@ -38,6 +36,9 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol.bodies import ResponseBody
 
 __all__ = ["ITEM", "Derived", "Mirror", "SchemaErrorBody", "Shape", "Single", "schema_error_body"]
+
+# The response class an error body builds (a `kfs_core.server.protocol.responses` class).
+Resp = TypeVar("Resp", bound="ResponseBody")
 
 # A response struct's fields: a `Mirror` or a `Single` for an array, a `Derived`
 # for a value worked out per request, anything else a value to set.  Fields not
@@ -89,18 +90,21 @@ class _Fill:
 
 
 @dataclass(frozen=True)
-class SchemaErrorBody:
-    """The `ErrorBody` of an API whose response has ``shape``; see the module's docstring."""
+class SchemaErrorBody(Generic[Resp]):
+    """The `ErrorBody` of an API whose ``response`` has ``shape``; see the module's docstring."""
 
+    response: type[Resp]
     shape: Shape
 
     def __call__(
         self, request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
-    ) -> ResponseBody:
+    ) -> Resp:
         """The whole error response to ``request``."""
-        fields = MESSAGES[request.api_key].response.fields
-        values = _fill(fields, request.body, self.shape, _Fill(request, code, message, options))
-        return request.response(**values)
+        response: Any = self.response  # a generated class: its schema is untyped
+        values = _fill(
+            response.fields, request.body, self.shape, _Fill(request, code, message, options)
+        )
+        return cast("Resp", response(version=request.api_version, **values))
 
     def entry(
         self,
@@ -116,13 +120,14 @@ class SchemaErrorBody:
         What a handler answers for one failed entry among several (one group
         of a DescribeGroups) is the error body's entry for it.
         """
-        spec = MESSAGES[request.api_key].response.fields[array]
+        response: Any = self.response
+        spec = response.fields[array]
         return _entry(spec, item, self.shape[array], _Fill(request, code, message, options))
 
 
-def schema_error_body(shape: Shape) -> SchemaErrorBody:
-    """The `ErrorBody` of an API whose response has this shape."""
-    return SchemaErrorBody(shape)
+def schema_error_body(response: type[Resp], shape: Shape) -> SchemaErrorBody[Resp]:
+    """The `ErrorBody` of an API whose ``response`` class has this shape."""
+    return SchemaErrorBody(response, shape)
 
 
 def _fill(fields: Mapping[str, Any], source: Any, shape: Shape, fill: _Fill) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from kfs_core.server.protocol.responses import FetchResponse
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
-    from kfs_core.server.protocol.bodies import FetchRequestBody, ResponseBody
+    from kfs_core.server.protocol.bodies import FetchRequestBody
 
 __all__ = ["APIS", "FETCH", "trim_to_batches"]
 
@@ -62,7 +62,7 @@ def trim_to_batches(records: Buffer, limit: int) -> Buffer:
     return records if end == total else view[:end]
 
 
-async def handle(context: RequestContext, request: Request[FetchRequestBody]) -> ResponseBody:
+async def handle(context: RequestContext, request: Request[FetchRequestBody]) -> FetchResponse:
     body = request.body
     if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
         # We never hand out a session id, so nobody can hold one of ours.
@@ -172,6 +172,7 @@ async def _read_once(
 
 
 error_body = schema_error_body(
+    FetchResponse,
     {
         "session_id": 0,
         "responses": Mirror(
@@ -192,13 +193,13 @@ error_body = schema_error_body(
                 )
             },
         ),
-    }
+    },
 )
 
 
 # v4 is the first whose responses carry RecordBatch v2 unconverted.
 # kafka-python sends <= 12, librdkafka <= 16; v13+ names topics by id.
-FETCH: Final[Api[FetchRequestBody, ResponseBody]] = Api(
+FETCH: Final[Api[FetchRequestBody, FetchResponse]] = Api(
     ApiKey.FETCH,
     FetchRequest,
     FetchResponse,

@@ -15,7 +15,7 @@ kafka-python, aiokafka and KafkaJS have only the classic one).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.errors import MemberIdRequired
 from kfs_core.groups.coordinator import CommitRequest
@@ -80,7 +80,6 @@ if TYPE_CHECKING:
         OffsetDeleteRequestBody,
         OffsetFetchRequestBody,
         OffsetFetchTopic,
-        ResponseBody,
         SyncGroupRequestBody,
     )
 
@@ -116,7 +115,7 @@ def _code(exc: BaseException, what: str) -> ErrorCode:
 
 async def _find_coordinator(
     context: RequestContext, request: Request[FindCoordinatorRequestBody]
-) -> ResponseBody:
+) -> FindCoordinatorResponse:
     body = request.body
     keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
     key_type = getattr(body, "key_type", COORDINATOR_KEY_GROUP)
@@ -160,7 +159,7 @@ async def _find_coordinator(
 
 async def _join_group(
     context: RequestContext, request: Request[JoinGroupRequestBody]
-) -> ResponseBody:
+) -> JoinGroupResponse:
     body = request.body
     version = request.api_version
     try:
@@ -178,10 +177,7 @@ async def _join_group(
         )
     except MemberIdRequired as exc:
         context.count_error(ApiKey.JOIN_GROUP, ErrorCode.MEMBER_ID_REQUIRED)
-        required = cast(
-            "JoinGroupResponse",
-            _join_group_error(request, ErrorCode.MEMBER_ID_REQUIRED, None, context.options),
-        )
+        required = _join_group_error(request, ErrorCode.MEMBER_ID_REQUIRED, None, context.options)
         required.member_id = exc.member_id  # the id to join with next time (KIP-394)
         return required
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
@@ -216,13 +212,14 @@ def _member_id(request: Request[JoinGroupRequestBody], _: BrokerOptions) -> str:
 
 
 _join_group_error = schema_error_body(
-    {"protocol_name": Derived(_no_protocol_name), "member_id": Derived(_member_id)}
+    JoinGroupResponse,
+    {"protocol_name": Derived(_no_protocol_name), "member_id": Derived(_member_id)},
 )
 
 
 async def _sync_group(
     context: RequestContext, request: Request[SyncGroupRequestBody]
-) -> ResponseBody:
+) -> SyncGroupResponse:
     body = request.body
     try:
         assignments: dict[str, bytes] = {}
@@ -251,12 +248,14 @@ async def _sync_group(
     )
 
 
-_sync_error = schema_error_body({"protocol_type": None, "protocol_name": None, "assignment": b""})
+_sync_error = schema_error_body(
+    SyncGroupResponse, {"protocol_type": None, "protocol_name": None, "assignment": b""}
+)
 
 
 async def _heartbeat(
     context: RequestContext, request: Request[HeartbeatRequestBody]
-) -> ResponseBody:
+) -> HeartbeatResponse:
     body = request.body
     code = ErrorCode.NONE
     try:
@@ -274,7 +273,7 @@ async def _heartbeat(
 
 async def _leave_group(
     context: RequestContext, request: Request[LeaveGroupRequestBody]
-) -> ResponseBody:
+) -> LeaveGroupResponse:
     body = request.body
     batched = request.api_version >= 3
     departures: list[tuple[str, str | None]] = (
@@ -307,7 +306,7 @@ async def _leave_group(
     )
 
 
-_leave_error = schema_error_body({})
+_leave_error = schema_error_body(LeaveGroupResponse, {})
 
 
 # --- OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------------------
@@ -315,7 +314,7 @@ _leave_error = schema_error_body({})
 
 async def _offset_commit(
     context: RequestContext, request: Request[OffsetCommitRequestBody]
-) -> ResponseBody:
+) -> OffsetCommitResponse:
     body = request.body
     requests = [
         CommitRequest(
@@ -405,7 +404,7 @@ def _fetched_topics(
 
 async def _offset_fetch(
     context: RequestContext, request: Request[OffsetFetchRequestBody]
-) -> ResponseBody:
+) -> OffsetFetchResponse:
     body = request.body
     if request.api_version >= 8:
         group_class = OffsetFetchResponse.OffsetFetchResponseGroup
@@ -432,7 +431,7 @@ async def _offset_fetch(
 
 async def _offset_delete(
     context: RequestContext, request: Request[OffsetDeleteRequestBody]
-) -> ResponseBody:
+) -> OffsetDeleteResponse:
     body = request.body
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     try:
@@ -457,13 +456,13 @@ async def _offset_delete(
     )
 
 
-_offset_delete_error = schema_error_body({})
+_offset_delete_error = schema_error_body(OffsetDeleteResponse, {})
 
 
 # --- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------------
 
 
-async def _list_groups(context: RequestContext, request: Request[Any]) -> ResponseBody:
+async def _list_groups(context: RequestContext, request: Request[Any]) -> ListGroupsResponse:
     body = request.body
     types = getattr(body, "types_filter", None) or []
     if types and not {t.lower() for t in types} & {"classic", "consumer"}:
@@ -482,12 +481,12 @@ async def _list_groups(context: RequestContext, request: Request[Any]) -> Respon
     )
 
 
-_list_groups_error = schema_error_body({})
+_list_groups_error = schema_error_body(ListGroupsResponse, {})
 
 
 async def _describe_groups(
     context: RequestContext, request: Request[DescribeGroupsRequestBody]
-) -> ResponseBody:
+) -> DescribeGroupsResponse:
     described = DescribeGroupsResponse.DescribedGroup
     member = described.DescribedGroupMember
     groups = []
@@ -529,6 +528,7 @@ async def _describe_groups(
 
 
 _describe_groups_error = schema_error_body(
+    DescribeGroupsResponse,
     {
         "groups": Mirror(
             "groups",
@@ -541,13 +541,13 @@ _describe_groups_error = schema_error_body(
                 "authorized_operations": None,
             },
         )
-    }
+    },
 )
 
 
 async def _delete_groups(
     context: RequestContext, request: Request[DeleteGroupsRequestBody]
-) -> ResponseBody:
+) -> DeleteGroupsResponse:
     result = DeleteGroupsResponse.DeletableGroupResult
     results = []
     for group_id in request.body.groups_names:
@@ -561,13 +561,16 @@ async def _delete_groups(
     return DeleteGroupsResponse(version=request.api_version, throttle_time_ms=0, results=results)
 
 
-_delete_groups_error = schema_error_body({"results": Mirror("groups_names", {"group_id": ITEM})})
+_delete_groups_error = schema_error_body(
+    DeleteGroupsResponse, {"results": Mirror("groups_names", {"group_id": ITEM})}
+)
 
 
 # --- error bodies -----------------------------------------------------------------------------
 
 
 _find_coordinator_error = schema_error_body(
+    FindCoordinatorResponse,
     {
         "node_id": -1,
         "host": "",
@@ -575,22 +578,24 @@ _find_coordinator_error = schema_error_body(
         "coordinators": Mirror(
             "coordinator_keys", {"key": ITEM}, {"node_id": -1, "host": "", "port": -1}
         ),
-    }
+    },
 )
 
 
 _offset_commit_error = schema_error_body(
+    OffsetCommitResponse,
     {
         "topics": Mirror(
             "topics",
             {"name": "name"},
             {"partitions": Mirror("partitions", {"partition_index": "partition_index"})},
         )
-    }
+    },
 )
 
 
 _offset_fetch_error = schema_error_body(
+    OffsetFetchResponse,
     {
         "groups": Mirror("groups", {"group_id": "group_id"}),
         "topics": Mirror(
@@ -604,11 +609,11 @@ _offset_fetch_error = schema_error_body(
                 )
             },
         ),
-    }
+    },
 )
 
 
-_code_only_error = schema_error_body({})
+_code_only_error = schema_error_body(HeartbeatResponse, {})
 
 
 # kafka-python uses v4 (batched keys) when offered, librdkafka <= 2; v5/v6
@@ -691,7 +696,7 @@ def _authorize_delete_groups(may: Checker, request: Request[Any]) -> Plan | None
                  GROUP_DENIED, "results")  # fmt: skip
 
 
-FIND_COORDINATOR: Final[Api[FindCoordinatorRequestBody, ResponseBody]] = Api(
+FIND_COORDINATOR: Final[Api[FindCoordinatorRequestBody, FindCoordinatorResponse]] = Api(
     ApiKey.FIND_COORDINATOR,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -702,7 +707,7 @@ FIND_COORDINATOR: Final[Api[FindCoordinatorRequestBody, ResponseBody]] = Api(
 )
 # kafka-python sends <= 7, librdkafka <= 5; v8/v9 are KIP-800 reasons and
 # KIP-814 skipped assignments.
-JOIN_GROUP: Final[Api[JoinGroupRequestBody, ResponseBody]] = Api(
+JOIN_GROUP: Final[Api[JoinGroupRequestBody, JoinGroupResponse]] = Api(
     ApiKey.JOIN_GROUP,
     JoinGroupRequest,
     JoinGroupResponse,
@@ -711,7 +716,7 @@ JOIN_GROUP: Final[Api[JoinGroupRequestBody, ResponseBody]] = Api(
     _join_group_error,
     authorize=group_rule(Operation.READ),
 )
-HEARTBEAT: Final[Api[HeartbeatRequestBody, ResponseBody]] = Api(
+HEARTBEAT: Final[Api[HeartbeatRequestBody, HeartbeatResponse]] = Api(
     ApiKey.HEARTBEAT,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -720,7 +725,7 @@ HEARTBEAT: Final[Api[HeartbeatRequestBody, ResponseBody]] = Api(
     _code_only_error,
     authorize=group_rule(Operation.READ),
 )
-LEAVE_GROUP: Final[Api[LeaveGroupRequestBody, ResponseBody]] = Api(
+LEAVE_GROUP: Final[Api[LeaveGroupRequestBody, LeaveGroupResponse]] = Api(
     ApiKey.LEAVE_GROUP,
     LeaveGroupRequest,
     LeaveGroupResponse,
@@ -729,7 +734,7 @@ LEAVE_GROUP: Final[Api[LeaveGroupRequestBody, ResponseBody]] = Api(
     _leave_error,
     authorize=group_rule(Operation.READ),
 )
-SYNC_GROUP: Final[Api[SyncGroupRequestBody, ResponseBody]] = Api(
+SYNC_GROUP: Final[Api[SyncGroupRequestBody, SyncGroupResponse]] = Api(
     ApiKey.SYNC_GROUP,
     SyncGroupRequest,
     SyncGroupResponse,
@@ -740,7 +745,7 @@ SYNC_GROUP: Final[Api[SyncGroupRequestBody, ResponseBody]] = Api(
 )
 # v9 is v8 plus KIP-848 member epochs (librdkafka 9, kafka-python 8); v10
 # names topics by id.
-OFFSET_COMMIT: Final[Api[OffsetCommitRequestBody, ResponseBody]] = Api(
+OFFSET_COMMIT: Final[Api[OffsetCommitRequestBody, OffsetCommitResponse]] = Api(
     ApiKey.OFFSET_COMMIT,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -749,7 +754,7 @@ OFFSET_COMMIT: Final[Api[OffsetCommitRequestBody, ResponseBody]] = Api(
     _offset_commit_error,
     authorize=_group_then_topics(Operation.READ),
 )
-OFFSET_FETCH: Final[Api[OffsetFetchRequestBody, ResponseBody]] = Api(
+OFFSET_FETCH: Final[Api[OffsetFetchRequestBody, OffsetFetchResponse]] = Api(
     ApiKey.OFFSET_FETCH,
     OffsetFetchRequest,
     OffsetFetchResponse,
@@ -770,7 +775,7 @@ LIST_GROUPS = Api(
     filter_response=_visible_groups,
 )
 # v6 adds per-group error messages; KFS answers authorized operations as "not requested".
-DESCRIBE_GROUPS: Final[Api[DescribeGroupsRequestBody, ResponseBody]] = Api(
+DESCRIBE_GROUPS: Final[Api[DescribeGroupsRequestBody, DescribeGroupsResponse]] = Api(
     ApiKey.DESCRIBE_GROUPS,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -779,7 +784,7 @@ DESCRIBE_GROUPS: Final[Api[DescribeGroupsRequestBody, ResponseBody]] = Api(
     _describe_groups_error,
     authorize=_authorize_describe_groups,
 )
-DELETE_GROUPS: Final[Api[DeleteGroupsRequestBody, ResponseBody]] = Api(
+DELETE_GROUPS: Final[Api[DeleteGroupsRequestBody, DeleteGroupsResponse]] = Api(
     ApiKey.DELETE_GROUPS,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -788,7 +793,7 @@ DELETE_GROUPS: Final[Api[DeleteGroupsRequestBody, ResponseBody]] = Api(
     _delete_groups_error,
     authorize=_authorize_delete_groups,
 )
-OFFSET_DELETE: Final[Api[OffsetDeleteRequestBody, ResponseBody]] = Api(
+OFFSET_DELETE: Final[Api[OffsetDeleteRequestBody, OffsetDeleteResponse]] = Api(
     ApiKey.OFFSET_DELETE,
     OffsetDeleteRequest,
     OffsetDeleteResponse,

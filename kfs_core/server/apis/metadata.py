@@ -30,12 +30,14 @@ from kfs_core.server.protocol.responses import MetadataResponse
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
-    from kfs_core.server.protocol.bodies import MetadataRequestBody, MetadataTopic, ResponseBody
+    from kfs_core.server.protocol.bodies import MetadataRequestBody, MetadataTopic
 
 __all__ = ["APIS", "METADATA", "broker_entry", "topic_metadata"]
 
 
-async def handle(context: RequestContext, request: Request[MetadataRequestBody]) -> ResponseBody:
+async def handle(
+    context: RequestContext, request: Request[MetadataRequestBody]
+) -> MetadataResponse:
     body = request.body
     requested = body.topics
     options = context.options
@@ -133,12 +135,13 @@ def _cluster_id(_: Request[Any], options: BrokerOptions) -> str:
 
 
 error_body = schema_error_body(
+    MetadataResponse,
     {
         "brokers": Derived(_brokers),
         "cluster_id": Derived(_cluster_id),
         "controller_id": NODE_ID,
         "topics": Mirror("topics", {"name": "name"}, {"is_internal": False, "partitions": []}),
-    }
+    },
 )
 
 
@@ -190,7 +193,7 @@ def _visible_topics(
     return response
 
 
-METADATA: Final[Api[MetadataRequestBody, ResponseBody]] = Api(
+METADATA: Final[Api[MetadataRequestBody, MetadataResponse]] = Api(
     ApiKey.METADATA,
     MetadataRequest,
     MetadataResponse,

@@ -20,14 +20,16 @@ from kfs_core.server.protocol.responses import ListOffsetsResponse
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
-    from kfs_core.server.protocol.bodies import ListOffsetsRequestBody, ResponseBody
+    from kfs_core.server.protocol.bodies import ListOffsetsRequestBody
 
 __all__ = ["APIS", "LIST_OFFSETS"]
 
 EARLIEST_TIMESTAMP: Final = -2  # the log start offset (-1 is the high watermark)
 
 
-async def handle(context: RequestContext, request: Request[ListOffsetsRequestBody]) -> ResponseBody:
+async def handle(
+    context: RequestContext, request: Request[ListOffsetsRequestBody]
+) -> ListOffsetsResponse:
     answer = ListOffsetsResponse.ListOffsetsTopicResponse
     partition_answer = answer.ListOffsetsPartitionResponse
     topics = []
@@ -62,6 +64,7 @@ async def handle(context: RequestContext, request: Request[ListOffsetsRequestBod
 
 
 error_body = schema_error_body(
+    ListOffsetsResponse,
     {
         "topics": Mirror(
             "topics",
@@ -74,14 +77,14 @@ error_body = schema_error_body(
                 )
             },
         )
-    }
+    },
 )
 
 
 # v0 (offset arrays) is gone from the spec.  librdkafka sends <= 7;
 # kafka-python would send 11, but v8+ only add tiered-storage offset specs
 # (-4, -5, -6) and a timeout, none of which KFS implements.
-LIST_OFFSETS: Final[Api[ListOffsetsRequestBody, ResponseBody]] = Api(
+LIST_OFFSETS: Final[Api[ListOffsetsRequestBody, ListOffsetsResponse]] = Api(
     ApiKey.LIST_OFFSETS,
     ListOffsetsRequest,
     ListOffsetsResponse,

@@ -31,7 +31,7 @@ from kfs_core.server.protocol.responses import ProduceResponse
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
-    from kfs_core.server.protocol.bodies import ProduceRequestBody, ResponseBody
+    from kfs_core.server.protocol.bodies import ProduceRequestBody
 
 __all__ = ["APIS", "PRODUCE"]
 
@@ -46,7 +46,7 @@ _ProducePlan = list[tuple[str, list[tuple[int, ErrorCode | int]]]]
 
 async def start(
     context: RequestContext, request: Request[ProduceRequestBody]
-) -> asyncio.Future[ResponseBody]:
+) -> asyncio.Future[ProduceResponse]:
     """Resolve the topics (auto-creating) and open the partitions, then start the appends.
 
     Everything that may wait happens here, before the next request on the
@@ -95,7 +95,7 @@ async def _finish(
     plan: _ProducePlan,
     appends: list[tuple[str, int, Buffer]],
     timeout_s: float,
-) -> ResponseBody:
+) -> ProduceResponse:
     results: list[AppendResult | Exception] = []
     if appends:
         # The request frame is ours: offsets are assigned in it, no copy.
@@ -143,6 +143,7 @@ async def _finish(
 
 
 error_body = schema_error_body(
+    ProduceResponse,
     {
         "responses": Mirror(
             "topic_data",
@@ -153,14 +154,14 @@ error_body = schema_error_body(
                 )
             },
         )
-    }
+    },
 )
 
 
 # v3 is the first to carry RecordBatch v2, the only format KFS stores.
 # kafka-python sends <= 9, librdkafka <= 10; v10 only adds KIP-951 leader
 # hints, meaningless on a single broker; v13 names topics by id.
-PRODUCE: Final[Api[ProduceRequestBody, ResponseBody]] = Api(
+PRODUCE: Final[Api[ProduceRequestBody, ProduceResponse]] = Api(
     ApiKey.PRODUCE,
     ProduceRequest,
     ProduceResponse,

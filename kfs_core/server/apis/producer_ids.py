@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from kfs_core.security.acls import Operation
 from kfs_core.server.apis.access import CLUSTER_DENIED, Checker, Plan
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol import Request
     from kfs_core.server.protocol.bodies import (
         InitProducerIdRequestBody,
-        ResponseBody,
     )
 
 __all__ = [
@@ -82,7 +81,7 @@ class ProducerIds:
 
 async def handle(
     context: RequestContext, request: Request[InitProducerIdRequestBody]
-) -> ResponseBody:
+) -> InitProducerIdResponse:
     if request.body.transactional_id is not None:
         context.count_error(ApiKey.INIT_PRODUCER_ID, _REFUSED)
         return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
@@ -95,7 +94,7 @@ async def handle(
     )
 
 
-error_body = schema_error_body({"producer_id": -1, "producer_epoch": -1})
+error_body = schema_error_body(InitProducerIdResponse, {"producer_id": -1, "producer_epoch": -1})
 
 
 def _authorize_init(may: Checker, request: Request[Any]) -> Plan | None:
@@ -108,7 +107,7 @@ def _authorize_init(may: Checker, request: Request[Any]) -> Plan | None:
 
 
 # Both clients send <= 4; v5 is KIP-890 transactions v2.
-INIT_PRODUCER_ID: Final[Api[InitProducerIdRequestBody, ResponseBody]] = Api(
+INIT_PRODUCER_ID: Final[Api[InitProducerIdRequestBody, InitProducerIdResponse]] = Api(
     ApiKey.INIT_PRODUCER_ID,
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -122,10 +121,13 @@ INIT_PRODUCER_ID: Final[Api[InitProducerIdRequestBody, ResponseBody]] = Api(
 # --- transactions: refused --------------------------------------------------------------
 
 
-def _refusal(error_body: ErrorBody[Any, ResponseBody]) -> Handler[Any, ResponseBody]:
+Refusal = TypeVar("Refusal")
+
+
+def _refusal(error_body: ErrorBody[Any, Refusal]) -> Handler[Any, Refusal]:
     """A handler that refuses every request with ``error_body`` carrying `_REFUSED`."""
 
-    async def refuse(context: RequestContext, request: Request[Any]) -> ResponseBody:
+    async def refuse(context: RequestContext, request: Request[Any]) -> Refusal:
         context.count_error(request.api_key, _REFUSED)
         return error_body(request, _REFUSED, NO_TRANSACTIONS, context.options)
 
@@ -133,27 +135,30 @@ def _refusal(error_body: ErrorBody[Any, ResponseBody]) -> Handler[Any, ResponseB
 
 
 _add_partitions_error = schema_error_body(
+    AddPartitionsToTxnResponse,
     {
         "results_by_topic_v3_and_below": Mirror(
             "v3_and_below_topics",
             {"name": "name"},
             {"results_by_partition": Mirror("partitions", {"partition_index": ITEM})},
         )
-    }
+    },
 )
 
 
-_error_code_only = schema_error_body({})
+_add_offsets_error = schema_error_body(AddOffsetsToTxnResponse, {})
+_end_txn_error = schema_error_body(EndTxnResponse, {})
 
 
 _txn_offset_commit_error = schema_error_body(
+    TxnOffsetCommitResponse,
     {
         "topics": Mirror(
             "topics",
             {"name": "name"},
             {"partitions": Mirror("partitions", {"partition_index": "partition_index"})},
         )
-    }
+    },
 )
 
 
@@ -174,16 +179,16 @@ ADD_OFFSETS_TO_TXN = Api(
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     (0, 3),
-    _refusal(_error_code_only),
-    _error_code_only,
+    _refusal(_add_offsets_error),
+    _add_offsets_error,
 )
 END_TXN = Api(
     ApiKey.END_TXN,
     EndTxnRequest,
     EndTxnResponse,
     (0, 3),
-    _refusal(_error_code_only),
-    _error_code_only,
+    _refusal(_end_txn_error),
+    _end_txn_error,
 )
 TXN_OFFSET_COMMIT = Api(
     ApiKey.TXN_OFFSET_COMMIT,

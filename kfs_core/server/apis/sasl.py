@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from kfs_core.server.apis.context import BrokerOptions, RequestContext
     from kfs_core.server.protocol import Request
     from kfs_core.server.protocol.bodies import (
-        ResponseBody,
         SaslAuthenticateRequestBody,
         SaslHandshakeRequestBody,
     )
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 
 async def _handshake(
     context: RequestContext, request: Request[SaslHandshakeRequestBody]
-) -> ResponseBody:
+) -> SaslHandshakeResponse:
     session = context.session
     authenticator = context.authenticator
     if session is None or authenticator is None:
@@ -48,12 +47,12 @@ async def _handshake(
     )
 
 
-_handshake_error = schema_error_body({"mechanisms": []})
+_handshake_error = schema_error_body(SaslHandshakeResponse, {"mechanisms": []})
 
 
 async def _authenticate(
     context: RequestContext, request: Request[SaslAuthenticateRequestBody]
-) -> ResponseBody:
+) -> SaslAuthenticateResponse:
     session = context.session
     authenticator = context.authenticator
     if session is None or authenticator is None:
@@ -68,12 +67,14 @@ async def _authenticate(
     )
 
 
-_authenticate_error_body = schema_error_body({"auth_bytes": b"", "session_lifetime_ms": 0})
+_authenticate_error_body = schema_error_body(
+    SaslAuthenticateResponse, {"auth_bytes": b"", "session_lifetime_ms": 0}
+)
 
 
 def _authenticate_error(
     request: Request[Any], code: ErrorCode, message: str | None, options: BrokerOptions
-) -> ResponseBody:
+) -> SaslAuthenticateResponse:
     # A failed exchange ends the connection; an error body has no context, so
     # the connection's session is its context variable's.
     session = SESSION.get()

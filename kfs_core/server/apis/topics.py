@@ -118,7 +118,7 @@ _TOPIC_CONFIG_TYPES: Final = {
 
 async def _create_topics(
     context: RequestContext, request: Request[CreateTopicsRequestBody]
-) -> ResponseBody:
+) -> CreateTopicsResponse:
     body = request.body
     validate_only = bool(getattr(body, "validate_only", False))
     result = CreateTopicsResponse.CreatableTopicResult
@@ -199,7 +199,7 @@ def _requested_partitions(context: RequestContext, topic: CreatableTopic) -> int
 
 async def _delete_topics(
     context: RequestContext, request: Request[DeleteTopicsRequestBody]
-) -> ResponseBody:
+) -> DeleteTopicsResponse:
     result = DeleteTopicsResponse.DeletableTopicResult
     results = []
     for name in request.body.topic_names:
@@ -231,7 +231,7 @@ async def _forget_committed_offsets(context: RequestContext, name: str) -> None:
 
 async def _describe_configs(
     context: RequestContext, request: Request[DescribeConfigsRequestBody]
-) -> ResponseBody:
+) -> DescribeConfigsResponse:
     body = request.body
     synonyms = bool(getattr(body, "include_synonyms", False))
     documentation = bool(getattr(body, "include_documentation", False))
@@ -356,7 +356,7 @@ def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -
 
 async def _create_partitions(
     context: RequestContext, request: Request[CreatePartitionsRequestBody]
-) -> ResponseBody:
+) -> CreatePartitionsResponse:
     body = request.body
     validate_only = bool(body.validate_only)
     result = CreatePartitionsResponse.CreatePartitionsTopicResult
@@ -438,6 +438,7 @@ async def _alter(
     key: ApiKey,
     edit_for: Callable[[Sequence[Any]], ConfigEdit],
 ) -> ResponseBody:
+    # Two APIs share this, with response classes of their own: built untyped.
     body = request.body
     validate_only = bool(body.validate_only)
     result = _ALTER_RESULTS[key]
@@ -548,33 +549,41 @@ def _list_items(text: str) -> list[str]:
 
 
 _create_topics_error = schema_error_body(
-    {"topics": Mirror("topics", {"name": "name"}, {"topic_config_error_code": 0})}
+    CreateTopicsResponse,
+    {"topics": Mirror("topics", {"name": "name"}, {"topic_config_error_code": 0})},
 )
 
 
-_delete_topics_error = schema_error_body({"responses": Mirror("topic_names", {"name": ITEM})})
+_delete_topics_error = schema_error_body(
+    DeleteTopicsResponse, {"responses": Mirror("topic_names", {"name": ITEM})}
+)
 
 
 _describe_configs_error = schema_error_body(
+    DescribeConfigsResponse,
     {
         "results": Mirror(
             "resources",
             {"resource_type": "resource_type", "resource_name": "resource_name"},
             {"configs": []},
         )
-    }
+    },
 )
 
 
-_create_partitions_error = schema_error_body({"results": Mirror("topics", {"name": "name"})})
+_create_partitions_error = schema_error_body(
+    CreatePartitionsResponse, {"results": Mirror("topics", {"name": "name"})}
+)
 
 
-_alter_configs_error = schema_error_body(
-    {
-        "responses": Mirror(
-            "resources", {"resource_type": "resource_type", "resource_name": "resource_name"}
-        )
-    }
+_ALTER_CONFIGS_ERROR: Final = {
+    "responses": Mirror(
+        "resources", {"resource_type": "resource_type", "resource_name": "resource_name"}
+    )
+}
+_alter_configs_error = schema_error_body(AlterConfigsResponse, _ALTER_CONFIGS_ERROR)
+_incremental_alter_configs_error = schema_error_body(
+    IncrementalAlterConfigsResponse, _ALTER_CONFIGS_ERROR
 )
 
 
@@ -616,7 +625,7 @@ def _configs_rule(op: Operation, response_field: str) -> Rule:
     return rule
 
 
-CREATE_TOPICS: Final[Api[CreateTopicsRequestBody, ResponseBody]] = Api(
+CREATE_TOPICS: Final[Api[CreateTopicsRequestBody, CreateTopicsResponse]] = Api(
     ApiKey.CREATE_TOPICS,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -626,7 +635,7 @@ CREATE_TOPICS: Final[Api[CreateTopicsRequestBody, ResponseBody]] = Api(
     authorize=_authorize_create_topics,
 )
 # v6 may delete by topic id; at <= 5 topics are named.
-DELETE_TOPICS: Final[Api[DeleteTopicsRequestBody, ResponseBody]] = Api(
+DELETE_TOPICS: Final[Api[DeleteTopicsRequestBody, DeleteTopicsResponse]] = Api(
     ApiKey.DELETE_TOPICS,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
@@ -635,7 +644,7 @@ DELETE_TOPICS: Final[Api[DeleteTopicsRequestBody, ResponseBody]] = Api(
     _delete_topics_error,
     authorize=_authorize_delete_topics,
 )
-DESCRIBE_CONFIGS: Final[Api[DescribeConfigsRequestBody, ResponseBody]] = Api(
+DESCRIBE_CONFIGS: Final[Api[DescribeConfigsRequestBody, DescribeConfigsResponse]] = Api(
     ApiKey.DESCRIBE_CONFIGS,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
@@ -646,7 +655,7 @@ DESCRIBE_CONFIGS: Final[Api[DescribeConfigsRequestBody, ResponseBody]] = Api(
 )
 
 # librdkafka sends <= 2, kafka-python 3 (the same fields as 2).
-CREATE_PARTITIONS: Final[Api[CreatePartitionsRequestBody, ResponseBody]] = Api(
+CREATE_PARTITIONS: Final[Api[CreatePartitionsRequestBody, CreatePartitionsResponse]] = Api(
     ApiKey.CREATE_PARTITIONS,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -672,7 +681,7 @@ INCREMENTAL_ALTER_CONFIGS: Final[Api[AlterConfigsRequestBody, ResponseBody]] = A
     IncrementalAlterConfigsResponse,
     (0, 1),
     _incremental_alter_configs,
-    _alter_configs_error,
+    _incremental_alter_configs_error,
     authorize=_configs_rule(Operation.ALTER_CONFIGS, "responses"),
 )
 

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol.bodies import (
         AlterUserScramCredentialsRequestBody,
         DescribeUserScramCredentialsRequestBody,
-        ResponseBody,
     )
 
 #: Kafka's ScramMechanism numbers.
@@ -71,7 +70,7 @@ def _describe_sync(
 
 async def _describe(
     context: RequestContext, request: Request[DescribeUserScramCredentialsRequestBody]
-) -> ResponseBody:
+) -> DescribeUserScramCredentialsResponse:
     users = context.users
     if users is None:
         return _describe_error(
@@ -100,7 +99,7 @@ async def _describe(
     )
 
 
-_describe_error = schema_error_body({})
+_describe_error = schema_error_body(DescribeUserScramCredentialsResponse, {})
 
 
 def _alter_sync(
@@ -153,7 +152,7 @@ def _alter_sync(
 
 async def _alter(
     context: RequestContext, request: Request[AlterUserScramCredentialsRequestBody]
-) -> ResponseBody:
+) -> AlterUserScramCredentialsResponse:
     users = context.users
     if users is None:
         return _alter_error(request, ErrorCode.SECURITY_DISABLED, "no user store", context.options)
@@ -181,7 +180,9 @@ def _users_named(body: AlterUserScramCredentialsRequestBody) -> list[str]:
     )
 
 
-_alter_error = schema_error_body({"results": Mirror(_users_named, {"user": ITEM})})
+_alter_error = schema_error_body(
+    AlterUserScramCredentialsResponse, {"results": Mirror(_users_named, {"user": ITEM})}
+)
 
 
 APIS = (
