@@ -122,9 +122,9 @@ class Request(Generic[BodyT]):
     def response(self, **fields: Any) -> ResponseBody:
         """A response body of the matching class and version, built from spec field names.
 
-        Unchecked by mypy: for code that serves several APIs (the error-body
-        builder); a handler builds its API's typed class from
-        `kfs_core.server.protocol.responses` instead.
+        Unchecked by mypy: for code that serves several APIs (AlterConfigs
+        and IncrementalAlterConfigs share a handler); a handler builds its
+        API's typed class from `kfs_core.server.protocol.responses` instead.
         """
         return cast(
             "ResponseBody", MESSAGES[self.api_key].response(version=self.api_version, **fields)
