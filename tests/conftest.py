@@ -1,8 +1,7 @@
 """Shared fixtures: object stores on both backends, a moto S3 server over HTTP.
 
 The moto server itself, `wait_for` and the free-port helper live in testkit
-(bench and soak start them too); ``_free_port`` and ``wait_for`` are imported
-here for the tests that import them from this module.
+(bench and soak start them too).
 
 `store` is parametrised over the local-directory store and the S3 store on a
 moto server, so a test that takes it runs against both backends.
@@ -24,10 +23,6 @@ from pathlib import Path
 import pytest
 
 import testkit.moto_s3
-
-# Tests import these from here; they live in testkit (bench and soak use them too).
-from testkit.ports import free_port as _free_port  # noqa: F401
-from testkit.waiting import wait_for  # noqa: F401
 
 # moto needs credentials present, never real ones.
 testkit.moto_s3.fake_credentials()

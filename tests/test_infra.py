@@ -230,7 +230,8 @@ def exported_series(exposition: str) -> dict[str, set[str]]:
 
 @pytest.fixture(scope="module")
 def daemon_series(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, set[str]]]:
-    from tests.server.conftest import DaemonFactory, consume_confluent, produce_confluent
+    from testkit.daemon import DaemonFactory
+    from tests.server.conftest import consume_confluent, produce_confluent
 
     factory = DaemonFactory(tmp_path_factory.mktemp("dashboard"))
     try:

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, _free_port, wait_for
+from testkit.ports import free_port
+from testkit.waiting import wait_for
+from tests.conftest import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -129,7 +131,7 @@ def checkout(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     root = tmp_path / "checkout"
     root.mkdir()
     (root / ".venv").symlink_to(VENV)
-    kafka_port, metrics_port = _free_port(), _free_port()
+    kafka_port, metrics_port = free_port(), free_port()
     bootstrap = f"127.0.0.1:{kafka_port}"
     log = tmp_path / "kfs.log"
     with log.open("wb") as out:

@@ -390,14 +390,9 @@ class LogManager:
     async def forget_topic(self, name: str) -> None:
         """Drop a deleted topic now: its partitions, unflushed batches and cached segments.
 
-        Call once the registry has marked the topic deleted.  From then on
-        appends, reads and lookups of it raise `UnknownTopicOrPartition` at
-        once, without waiting for the topic cache to expire; appends still in
-        flight fail with it.  Batches not yet committed are discarded --
-        deleting a topic discards its data, and retention removes what was
-        committed -- and a WAL checkpoint past each partition's last assigned
-        offset keeps recovery from replaying them.  A topic created later
-        under the same name continues above those offsets (`PartitionTable._load`).
+        Call once the registry has marked the topic deleted; what is dropped,
+        and how a topic created later under the same name continues above the
+        dropped offsets, is `PartitionTable.forget_topic`'s.
         """
         await self._table.forget_topic(name)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.ports import free_port
 from tests.airflow.conftest import kfs_connection_env
-from tests.conftest import _free_port
 
 pytestmark = pytest.mark.airflow
 
@@ -30,7 +30,7 @@ def test_consumer_groups_give_up_at_once_on_a_refused_port(
 
     from kfs_core.kafka_admin import DaemonUnreachable
 
-    nobody = f"127.0.0.1:{_free_port()}"
+    nobody = f"127.0.0.1:{free_port()}"
     env = kfs_connection_env("file:///unused", bootstrap_servers=f" {nobody} ")
     monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
     hook = KfsAdminHook()
@@ -68,11 +68,12 @@ def test_consumer_groups_through_a_sasl_ssl_listener(
     """The connection's extra carries the daemon's TLS/SASL settings; the password is masked."""
     from kfs_airflow.hooks import KfsAdminHook
 
-    from tests.security.conftest import add_user, make_pki
-    from tests.server.conftest import DaemonFactory
+    from testkit.daemon import DaemonFactory
+    from testkit.pki import make_pki
+    from tests.security.conftest import add_user
 
     pki = make_pki(tmp_path / "pki")
-    port = _free_port()
+    port = free_port()
     factory = DaemonFactory(tmp_path)
     try:
         daemon = factory.start(name="sasl", extra_args=[

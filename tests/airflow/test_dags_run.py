@@ -27,9 +27,11 @@ import pytest
 from kfs_core.catalog import PartitionCatalog, PartitionState
 from kfs_core.catalog import snapshots as snaps
 from kfs_core.storage import open_store
+from testkit.daemon import DaemonFactory
+from testkit.waiting import wait_for
 from tests.airflow.conftest import kfs_connection_env
-from tests.conftest import REPO, wait_for
-from tests.server.conftest import DaemonFactory, by_partition, consume_confluent, produce_confluent
+from tests.conftest import REPO
+from tests.server.conftest import by_partition, consume_confluent, produce_confluent
 
 pytestmark = [
     pytest.mark.airflow,

@@ -29,8 +29,8 @@ from kfs_core.catalog import PartitionCatalog, layout
 from kfs_core.storage import ObjectStore, open_store
 from spark_jobs import common
 from spark_jobs.common import JobOptions, JobResult
+from testkit.ports import free_port
 from tests.airflow.conftest import kfs_connection_env
-from tests.conftest import _free_port
 from tests.spark_jobs.data import batch_byte, flip_bit, write_topic
 
 pytestmark = [
@@ -648,7 +648,8 @@ def groups_on_a_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gro
     import confluent_kafka
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from tests.server.conftest import DaemonFactory, produce_confluent
+    from testkit.daemon import DaemonFactory
+    from tests.server.conftest import produce_confluent
 
     factory = DaemonFactory(tmp_path_factory.mktemp("groups-daemon"))
     live: Any = None
@@ -809,7 +810,7 @@ def test_no_daemon_address_or_an_unreachable_daemon_is_a_message_in_the_section(
     html = client.get("/kfs/", headers=auth).text
     assert re.search(r'id="groups-problem">daemon address not configured', html)
 
-    nobody = f"127.0.0.1:{_free_port()}"
+    nobody = f"127.0.0.1:{free_port()}"
     env = kfs_connection_env(reported_store, NS, bootstrap_servers=nobody)
     monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
     started = time.monotonic()

@@ -44,8 +44,9 @@ from typing import Any
 
 import pytest
 
+from testkit.ports import free_port
+from testkit.waiting import wait_for
 from tests.airflow.conftest import AIRFLOW, REPO, kfs_connection_env
-from tests.conftest import _free_port, wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.spark]
 
@@ -236,7 +237,7 @@ def api_server(airflow_db: Path, tmp_path: Path, artifacts: Path) -> Iterator[di
     password = secrets.token_urlsafe(12)
     passwords = tmp_path / "simple_auth_manager_passwords.json"
     passwords.write_text(json.dumps({ADMIN: password}))
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "AIRFLOW__CORE__AUTH_MANAGER": (

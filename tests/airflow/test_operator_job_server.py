@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
+from testkit.ports import free_port
+from testkit.waiting import wait_for
 from tests.airflow.conftest import kfs_connection_env
 from tests.airflow.test_operators import FakeTaskInstance
-from tests.conftest import _free_port, wait_for
 from tests.spark_jobs.data import write_topic
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
@@ -31,7 +32,7 @@ NS = "default"
 @pytest.fixture(scope="module")
 def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``kfs jobs serve`` on a free loopback port; its URL once it answers /healthz."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("jobs-server") / "server.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KFS_")}

@@ -191,9 +191,9 @@ def test_demo_topic_creation_gives_way_to_a_stop_signal() -> None:
     import time
 
     from kfs_core.cli.demo import ensure_topic
-    from tests.conftest import _free_port
+    from testkit.ports import free_port
 
-    nobody = f"127.0.0.1:{_free_port()}"
+    nobody = f"127.0.0.1:{free_port()}"
     started = time.monotonic()
     assert ensure_topic(nobody, should_stop=lambda: True, timeout_s=30) is False
     assert time.monotonic() - started < 5

@@ -26,8 +26,10 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kfs_core.cli import main
-from tests.conftest import _free_port, wait_for
-from tests.server.conftest import Daemon, DaemonFactory, produce_confluent
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.ports import free_port
+from testkit.waiting import wait_for
+from tests.server.conftest import produce_confluent
 
 pytestmark = pytest.mark.integration
 
@@ -410,7 +412,7 @@ def test_mistakes_get_one_line_and_change_nothing(daemon: Daemon, topic: str, gr
 
 
 def test_no_daemon_is_one_line_without_a_traceback(tmp_path: Path) -> None:
-    nowhere = f"127.0.0.1:{_free_port()}"
+    nowhere = f"127.0.0.1:{free_port()}"
     assert "cannot reach the daemon at " + nowhere in refused(nowhere, "list")
     # Mistakes in the arguments are reported before any connection is tried.
     assert "exactly one of" in refused(nowhere, "reset-offsets", "g", "--all-topics")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kfs_core.cli.processes import Child, log_tail, proc_table, rotate_log, stop_children
-from tests.conftest import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.unit
 

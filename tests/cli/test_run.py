@@ -26,7 +26,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import _free_port, wait_for
+from testkit.ports import free_port
+from testkit.waiting import wait_for
 
 KFS_DAGS = {
     "kfs_compaction",
@@ -101,12 +102,12 @@ def kfs_env(home: Path, **extra: str) -> dict[str, str]:
     env.update(
         {
             "KFS_HOME": str(home),
-            "KFS_LISTEN": f"127.0.0.1:{_free_port()}",
-            "KFS_METRICS_LISTEN": f"127.0.0.1:{_free_port()}",
-            "KFS_AIRFLOW_PORT": str(_free_port()),
-            "KFS_JOBS_PORT": str(_free_port()),
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+            "KFS_LISTEN": f"127.0.0.1:{free_port()}",
+            "KFS_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
+            "KFS_AIRFLOW_PORT": str(free_port()),
+            "KFS_JOBS_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         }
     )
     # The DAGs are unpaused, as for a user, but unscheduled: on a 2-core CI machine

@@ -16,7 +16,8 @@ from kfs_core.errors import LogStorageError, RequestTimedOut
 from kfs_core.log.wal import WalWriter
 from kfs_core.storage.base import ObjectStore
 from testkit.batches import make_batch as make_wal_batch
-from tests.conftest import SmallDisk, fill_disk, wait_for, wal_spare_ready
+from testkit.waiting import wait_for
+from tests.conftest import SmallDisk, fill_disk, wal_spare_ready
 from tests.log.log_helpers import (
     TOPIC,
     Harness,

@@ -16,7 +16,7 @@ import pytest
 from kfs_core.errors import CorruptWal, WalNotRecovered
 from kfs_core.log.wal import WalPosition, WalWriter, recover_wal, wal_file_name
 from testkit.batches import make_batch
-from tests.conftest import wait_for
+from testkit.waiting import wait_for
 from tests.log.wal_helpers import SMALL, recovered, recovered_map, reopen, wal_paths
 
 # --- leftover temp files -------------------------------------------------------

@@ -43,7 +43,7 @@ from kfs_core.log.wal.ring import FileRing
 from kfs_core.maintenance_pause import is_paused
 from kfs_core.storage.local import LocalObjectStore
 from testkit.batches import make_batch
-from tests.conftest import wait_for
+from testkit.waiting import wait_for
 from tests.log.conftest import FsyncGate
 from tests.log.wal_helpers import SMALL, recovered, recovered_map, reopen, wal_paths
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from testkit.daemon import Daemon
 from testkit.pki import Pki, make_pki
-from tests.server.conftest import Daemon, daemons  # noqa: F401 - a fixture, used by name
+from tests.server.conftest import daemons  # noqa: F401 - a fixture, used by name
 
 
 @pytest.fixture(scope="session")

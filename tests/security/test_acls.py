@@ -27,10 +27,12 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.conftest import _free_port, wait_for
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.ports import free_port
+from testkit.waiting import wait_for
 from tests.security.conftest import add_user
 from tests.security.test_listeners_sasl import PASSWORD, _confluent, _sasl
-from tests.server.conftest import Daemon, DaemonFactory, confluent_kafka
+from tests.server.conftest import confluent_kafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -38,7 +40,7 @@ KafkaError = confluent_kafka.KafkaError
 
 
 def _start(daemons: DaemonFactory, name: str, store_url: str | None = None) -> tuple[Daemon, int]:
-    port = _free_port()
+    port = free_port()
     args = ["--listeners", f"SASL_PLAINTEXT://127.0.0.1:{port}", "--authorizer", "acl",
             "--super-users", "User:admin"]  # fmt: skip
     return daemons.start(name=name, extra_args=args, store_url=store_url), port

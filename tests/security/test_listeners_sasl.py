@@ -24,9 +24,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import _free_port, wait_for
-from tests.security.conftest import Pki, add_user, tls_args
-from tests.server.conftest import Daemon, DaemonFactory, confluent_kafka
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.pki import Pki
+from testkit.ports import free_port
+from testkit.waiting import wait_for
+from tests.security.conftest import add_user, tls_args
+from tests.server.conftest import confluent_kafka
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -120,7 +123,7 @@ def _auth_fails(conf: dict[str, Any]) -> str:
 def test_ssl_and_plaintext_listeners_each_advertise_themselves(
     daemons: DaemonFactory, pki: Pki
 ) -> None:
-    ssl_port, plain_port = _free_port(), _free_port()
+    ssl_port, plain_port = free_port(), free_port()
     _start(daemons, pki, "two", SSL=ssl_port, PLAINTEXT=plain_port)
     for port, protocol in ((ssl_port, "SSL"), (plain_port, "PLAINTEXT")):
         conf = _confluent(port, protocol, pki)
@@ -141,7 +144,7 @@ def test_ssl_and_plaintext_listeners_each_advertise_themselves(
 
 
 def test_mutual_tls_wants_a_certificate_the_ca_signed(daemons: DaemonFactory, pki: Pki) -> None:
-    port = _free_port()
+    port = free_port()
     daemon = _start(daemons, pki, "mtls", mutual=True, SSL=port)
     good = _confluent(port, "SSL", pki, **{
         "ssl.certificate.location": str(pki.client_cert), "ssl.key.location": str(pki.client_key)})  # fmt: skip
@@ -166,7 +169,7 @@ def test_mutual_tls_wants_a_certificate_the_ca_signed(daemons: DaemonFactory, pk
 
 
 def test_scram_and_plain_over_sasl_ssl_and_sasl_plaintext(daemons: DaemonFactory, pki: Pki) -> None:
-    sasl_ssl, sasl_plain = _free_port(), _free_port()
+    sasl_ssl, sasl_plain = free_port(), free_port()
     daemon = _start(daemons, pki, "sasl", SASL_SSL=sasl_ssl, SASL_PLAINTEXT=sasl_plain)
     add_user(daemon, "alice", PASSWORD)
     scram512 = _confluent(sasl_ssl, "SASL_SSL", pki, **_sasl("SCRAM-SHA-512"))
@@ -210,7 +213,7 @@ def test_scram_and_plain_over_sasl_ssl_and_sasl_plaintext(daemons: DaemonFactory
 def test_users_are_shared_by_daemons_survive_restart_and_change_without_one(
     daemons: DaemonFactory, pki: Pki
 ) -> None:
-    first_port, second_port = _free_port(), _free_port()
+    first_port, second_port = free_port(), free_port()
     first = _start(daemons, pki, "first", SASL_PLAINTEXT=first_port)
     second = _start(daemons, pki, "second", store_url=first.store_url, SASL_PLAINTEXT=second_port)
     add_user(first, "bob", PASSWORD, "SCRAM-SHA-512")
@@ -253,7 +256,7 @@ def test_sighup_reloads_the_certificate_and_keeps_open_connections(
     cert, key = tmp_path / "live.pem", tmp_path / "live.key"
     shutil.copy(pki.server_cert, cert)
     shutil.copy(pki.server_key, key)
-    port = _free_port()
+    port = free_port()
     args = ["--listeners", f"SSL://127.0.0.1:{port}", "--tls-cert-file", str(cert),
             "--tls-key-file", str(key)]  # fmt: skip
     daemon = daemons.start(name="reload", extra_args=args)
@@ -294,7 +297,7 @@ def test_kfs_commands_reach_a_sasl_listener_with_a_command_config(
     import subprocess
     import sys
 
-    port = _free_port()
+    port = free_port()
     daemon = _start(daemons, pki, "cli", SASL_SSL=port)
     add_user(daemon, "alice", PASSWORD)
     properties = tmp_path / "client.properties"
@@ -329,7 +332,7 @@ def test_kfs_commands_reach_a_sasl_listener_with_a_command_config(
 
 def test_clients_re_authenticate_before_the_session_ends(daemons: DaemonFactory, pki: Pki) -> None:
     """KIP-368: with KFS_CONNECTIONS_MAX_REAUTH_MS the client logs in again on the same connection."""
-    port = _free_port()
+    port = free_port()
     args = [
         "--listeners",
         f"SASL_PLAINTEXT://127.0.0.1:{port}",

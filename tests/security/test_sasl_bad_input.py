@@ -17,10 +17,11 @@ import warnings
 import pytest
 
 from kfs_core.server.protocol import ErrorCode
-from tests.conftest import _free_port
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.ports import free_port
+from testkit.raw_client import RawClient
 from tests.security.conftest import add_user
 from tests.security.test_listeners_sasl import PASSWORD, _confluent, _round_trip, _sasl
-from tests.server.conftest import Daemon, DaemonFactory, RawClient
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -33,7 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def sasl_daemon(tmp_path_factory: pytest.TempPathFactory) -> Daemon:
     factory = DaemonFactory(tmp_path_factory.mktemp("sasl-bad"))
-    sasl_port, plain_port = _free_port(), _free_port()
+    sasl_port, plain_port = free_port(), free_port()
     listeners = f"SASL_PLAINTEXT://127.0.0.1:{sasl_port},PLAINTEXT://127.0.0.1:{plain_port}"
     daemon = factory.start(name="sasl-bad", extra_args=["--listeners", listeners])
     daemon.kafka_port = sasl_port  # bootstrap: the SASL listener

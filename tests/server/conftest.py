@@ -11,7 +11,7 @@ too); they are imported here for the tests that import them from this module.
 test can monkeypatch the daemon); the `inprocess` fixture is one over a local
 store in ``tmp_path``, built from `inprocess_settings`.  `create_topic` creates
 a topic through confluent-kafka's admin client.  `produce_request` is a Produce
-for `testkit.raw_client.RawClient` (imported here too) to send.
+for `testkit.raw_client.RawClient` to send.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from kfs_core.config import Settings
 from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server.app import KfsServer
 from testkit.daemon import Daemon, DaemonFactory
-from testkit.raw_client import RawClient  # noqa: F401 - tests import it from here
 from testkit.waiting import wait_for
 
 # kafka-python can warn that importlib.resources.read_text is deprecated when

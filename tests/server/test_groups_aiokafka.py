@@ -19,7 +19,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from tests.server.conftest import Daemon
+from testkit.daemon import Daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

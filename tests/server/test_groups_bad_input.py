@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from kfs_core.server.protocol import ErrorCode
-from tests.server.conftest import Daemon, DaemonFactory, RawClient
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.raw_client import RawClient
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

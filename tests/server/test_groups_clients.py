@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
-from tests.server.conftest import Daemon, DaemonFactory, create_topic
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.waiting import wait_for
+from tests.server.conftest import create_topic
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

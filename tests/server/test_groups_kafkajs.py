@@ -26,8 +26,9 @@ from typing import IO, Any
 import confluent_kafka
 import pytest
 
-from tests.conftest import wait_for
-from tests.server.conftest import Daemon, produce_confluent
+from testkit.daemon import Daemon
+from testkit.waiting import wait_for
+from tests.server.conftest import produce_confluent
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -16,7 +16,8 @@ import uuid
 import confluent_kafka
 import pytest
 
-from tests.server.conftest import Daemon, produce_confluent
+from testkit.daemon import Daemon
+from tests.server.conftest import produce_confluent
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import DaemonFactory
+from testkit.daemon import DaemonFactory
 
 pytestmark = pytest.mark.integration
 

@@ -31,12 +31,11 @@ import pytest
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.server.protocol import ErrorCode
 from kfs_core.storage import open_store
-from tests.conftest import wait_for
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.raw_client import RawClient
+from testkit.waiting import wait_for
 from tests.server.conftest import (
-    Daemon,
-    DaemonFactory,
     KafkaPythonTopicPartition,
-    RawClient,
     confluent_kafka,
     kafka,
     produce_confluent,

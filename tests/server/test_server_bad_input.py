@@ -18,14 +18,9 @@ import pytest
 
 from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server.protocol import ErrorCode
-from tests.server.conftest import (
-    Daemon,
-    DaemonFactory,
-    RawClient,
-    by_partition,
-    consume_confluent,
-    produce_confluent,
-)
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.raw_client import RawClient
+from tests.server.conftest import by_partition, consume_confluent, produce_confluent
 
 with warnings.catch_warnings():
     warnings.filterwarnings(

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from testkit.daemon import Daemon
 from tests.server.conftest import (
     CODECS,
-    Daemon,
     Delivered,
     by_partition,
     consume_confluent,

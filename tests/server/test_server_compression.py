@@ -19,9 +19,9 @@ from kfs_core.config import Settings
 from kfs_core.formats.segment import SegmentReader
 from kfs_core.records import CODEC_ZSTD, decode_batch
 from kfs_core.storage import open_store
-from tests.conftest import wait_for
+from testkit.daemon import DaemonFactory
+from testkit.waiting import wait_for
 from tests.server.conftest import (
-    DaemonFactory,
     by_partition,
     consume_confluent,
     consume_kafka_python,

@@ -17,7 +17,8 @@ import pytest
 from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.server.protocol import ErrorCode
 from kfs_core.storage import open_store
-from tests.server.conftest import RawClient, ThreadedServer, produce_request
+from testkit.raw_client import RawClient
+from tests.server.conftest import ThreadedServer, produce_request
 from tests.server.test_server_ops import creatable, fetch_request
 
 with warnings.catch_warnings():

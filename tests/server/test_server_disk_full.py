@@ -13,9 +13,10 @@ from typing import Any
 import confluent_kafka
 import pytest
 
-from tests.conftest import SmallDisk, fill_disk, wait_for, wal_spare_ready
+from testkit.daemon import DaemonFactory
+from testkit.waiting import wait_for
+from tests.conftest import SmallDisk, fill_disk, wal_spare_ready
 from tests.server.conftest import (
-    DaemonFactory,
     Delivered,
     consume_confluent,
     create_topic,

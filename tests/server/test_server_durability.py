@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
-from tests.server.conftest import Daemon, DaemonFactory, confluent_kafka
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.waiting import wait_for
+from tests.server.conftest import confluent_kafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -28,8 +28,10 @@ import pytest
 from kfs_core.records.batch import Record, encode_batch
 from kfs_core.security.listeners import SecurityProtocol
 from kfs_core.server.protocol import ErrorCode
-from tests.conftest import wait_for
-from tests.server.conftest import DaemonFactory, RawClient, ThreadedServer
+from testkit.daemon import DaemonFactory
+from testkit.raw_client import RawClient
+from testkit.waiting import wait_for
+from tests.server.conftest import ThreadedServer
 
 with warnings.catch_warnings():
     warnings.filterwarnings(

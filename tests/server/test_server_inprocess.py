@@ -30,7 +30,8 @@ from kfs_core.server.app import parse_host_port
 from kfs_core.server.broker import cluster_id_for, error_response
 from kfs_core.server.metrics import CountersCollector
 from kfs_core.server.protocol import MESSAGES, ApiKey, ErrorCode, decode_request, encode_response
-from tests.server.conftest import RawClient, ThreadedServer, produce_request
+from testkit.raw_client import RawClient
+from tests.server.conftest import ThreadedServer, produce_request
 from tests.server.test_protocol import ALL_VERSIONS, client_frame, sample_message
 
 with warnings.catch_warnings():

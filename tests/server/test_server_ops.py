@@ -33,16 +33,11 @@ from kfs_core.server.protocol import ErrorCode
 from kfs_core.storage.base import ObjectInfo, ObjectStore
 from kfs_core.storage.local import LocalObjectStore
 from kfs_core.storage.s3 import S3ObjectStore
+from testkit.daemon import Daemon, DaemonFactory
 from testkit.metrics import parse_metrics
-from tests.conftest import wait_for
-from tests.server.conftest import (
-    Daemon,
-    DaemonFactory,
-    RawClient,
-    confluent_kafka,
-    produce_confluent,
-    produce_request,
-)
+from testkit.raw_client import RawClient
+from testkit.waiting import wait_for
+from tests.server.conftest import confluent_kafka, produce_confluent, produce_request
 
 with warnings.catch_warnings():
     warnings.filterwarnings(

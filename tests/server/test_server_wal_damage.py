@@ -21,13 +21,8 @@ import pytest
 
 from kfs_core.formats.wal import encode_record_frame, scan_wal
 from kfs_core.records.batch import Record, encode_batch
-from tests.server.conftest import (
-    Daemon,
-    DaemonFactory,
-    consume_confluent,
-    create_topic,
-    produce_confluent,
-)
+from testkit.daemon import Daemon, DaemonFactory
+from tests.server.conftest import consume_confluent, create_topic, produce_confluent
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

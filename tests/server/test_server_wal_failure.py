@@ -27,9 +27,9 @@ from kfs_core.errors import WalWriteFailed
 from kfs_core.log.log_manager import LogManager
 from kfs_core.server.app import EXIT_FAILED
 from kfs_core.server.protocol import ErrorCode
-from tests.conftest import wait_for
+from testkit.raw_client import RawClient
+from testkit.waiting import wait_for
 from tests.server.conftest import (
-    RawClient,
     ThreadedServer,
     consume_confluent,
     inprocess_settings,

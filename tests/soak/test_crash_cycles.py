@@ -16,7 +16,7 @@ import pytest
 from soak import crash_cycles, wal_recovery
 from soak.load import Findings, Record, check_log
 from soak.report import Row, format_table
-from tests.server.conftest import DaemonFactory
+from testkit.daemon import DaemonFactory
 
 
 def _record(key: bytes, value: bytes = b"v") -> Record:

@@ -8,7 +8,7 @@ import pytest
 
 from soak import protocol_fuzz
 from soak.report import format_table
-from tests.server.conftest import DaemonFactory
+from testkit.daemon import DaemonFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 

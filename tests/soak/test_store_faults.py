@@ -16,7 +16,7 @@ import pytest
 from soak import store_faults
 from soak.fault_proxy import FaultProxy
 from soak.report import format_table
-from tests.server.conftest import DaemonFactory
+from testkit.daemon import DaemonFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -16,8 +16,9 @@ from kfs_core.groups.offset_log import OFFSETS_TOPIC
 from kfs_core.records import decode_batch
 from kfs_core.storage import open_store
 from spark_jobs import compaction
-from tests.conftest import wait_for
-from tests.server.conftest import DaemonFactory, create_topic
+from testkit.daemon import DaemonFactory
+from testkit.waiting import wait_for
+from tests.server.conftest import create_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -22,7 +22,7 @@ from kfs_core.cli import main as kfs_main
 from kfs_core.jobs_client import JobServerError, cancel_on_server, run_on_server
 from kfs_core.storage import ObjectStore
 from spark_jobs.server import JOBS, JobServer
-from tests.conftest import wait_for
+from testkit.waiting import wait_for
 from tests.spark_jobs.data import write_topic
 
 pytestmark = pytest.mark.spark

@@ -24,8 +24,9 @@ from kfs_core.formats.segment import SegmentReader
 from kfs_core.records import decode_batch
 from kfs_core.storage import ObjectStore, open_store
 from spark_jobs import checkpoint, compaction, index_rebuild, retention, validation
-from tests.conftest import wait_for
-from tests.server.conftest import DaemonFactory, produce_confluent
+from testkit.daemon import DaemonFactory
+from testkit.waiting import wait_for
+from tests.server.conftest import produce_confluent
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -16,7 +16,7 @@ import pytest
 
 from soak import maintenance_live
 from soak.report import format_table
-from tests.server.conftest import DaemonFactory
+from testkit.daemon import DaemonFactory
 
 pytestmark = [
     pytest.mark.spark,
