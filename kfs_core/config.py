@@ -53,7 +53,7 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
-DURABILITY_MODES = ("cautious", "normal", "emergency")
+DURABILITY_MODES = ("cautious", "normal", "emergency", "store")
 #: The SASL mechanisms KFS implements (``KFS_SASL_ENABLED_MECHANISMS``).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: The values of ``KFS_COMPRESSION_CODEC``, Kafka's producer spelling.
@@ -228,11 +228,41 @@ class Settings:
         broker_config="connections.max.reauth.ms",
     )
 
+    # --- several daemons on one namespace (kfs_core.cluster) --------------------------
+    node_id: int = setting(
+        0, "this daemon's node id, unique in the namespace", minimum=0, broker_config="node.id"
+    )
+    broker_heartbeat_interval_ms: int = setting(
+        2000,
+        "how often the daemon writes its heartbeat to the store",
+        minimum=10,
+        broker_config="broker.heartbeat.interval.ms",
+    )
+    broker_session_timeout_ms: int = setting(
+        9000,
+        "a daemon whose heartbeat has not moved for this long is dead; its partitions move",
+        minimum=30,
+        broker_config="broker.session.timeout.ms",
+    )
+    unclean_leader_election_enable: bool = setting(
+        False,
+        "take a dead daemon's partitions even in a local-WAL durability mode, losing "
+        "what only its WAL held",
+        broker_config="unclean.leader.election.enable",
+    )
+    store_wal_interval_ms: int = setting(
+        20,
+        "durability=store: the appends of this long become one WAL object in the store",
+        minimum=1,
+        broker_config="kfs.store.wal.interval.ms",
+    )
+
     # --- durability and the partition log ------------------------------------------
     durability: str = setting(
         "cautious",
         "WAL mode: fsync before the ack (cautious), every 50 frames or 10 ms (normal), "
-        "cautious plus the maintenance pause (emergency)",
+        "cautious plus the maintenance pause (emergency), in the object store before the "
+        "ack, so the loss of the machine loses nothing (store)",
         choices=DURABILITY_MODES,
         broker_config="kfs.durability",
     )
@@ -370,6 +400,11 @@ class Settings:
                 "KFS_GROUP_MIN_SESSION_TIMEOUT_MS must be at most "
                 f"KFS_GROUP_MAX_SESSION_TIMEOUT_MS, got {self.group_min_session_timeout_ms} "
                 f"and {self.group_max_session_timeout_ms}"
+            )
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
+            raise ValueError(
+                "KFS_BROKER_HEARTBEAT_INTERVAL_MS must be below KFS_BROKER_SESSION_TIMEOUT_MS, "
+                f"got {self.broker_heartbeat_interval_ms} and {self.broker_session_timeout_ms}"
             )
         home = default_home()
         if not self.store_url:

@@ -9,6 +9,8 @@ these, whose names start with ``_`` so they sort apart from the topics::
     {ns}/_control/...     the daemon's signals to the jobs (`kfs_core.maintenance_pause`)
     {ns}/_security/...    SASL users and ACLs (`kfs_core.security`)
     {ns}/_page/...        the KFS page's last overview (`kfs_airflow.overview_cache`)
+    {ns}/_cluster/...     the daemons' heartbeats (`kfs_core.cluster`)
+    {ns}/_wal/...         the ``store`` durability mode's WAL objects (`kfs_core.log.wal.store`)
 
 A topic named like one of them would share its objects, so every name here is
 a reserved topic name (`RESERVED_NAMES`, checked by
@@ -22,6 +24,7 @@ DAG files can use it without loading the catalog or the daemon.
 from __future__ import annotations
 
 __all__ = [
+    "CLUSTER_DIR",
     "CONTROL_DIR",
     "DIRECTORIES",
     "PAGE_DIR",
@@ -30,6 +33,7 @@ __all__ = [
     "SECURITY_DIR",
     "SNAPSHOTS_DIR",
     "TOPICS_DIR",
+    "WAL_DIR",
 ]
 
 TOPICS_DIR = "_topics"
@@ -38,9 +42,20 @@ REPORTS_DIR = "_reports"
 CONTROL_DIR = "_control"
 SECURITY_DIR = "_security"
 PAGE_DIR = "_page"
+CLUSTER_DIR = "_cluster"
+WAL_DIR = "_wal"
 
 #: Every directory KFS writes directly under a namespace, other than the topics'.
-DIRECTORIES = (TOPICS_DIR, SNAPSHOTS_DIR, REPORTS_DIR, CONTROL_DIR, SECURITY_DIR, PAGE_DIR)
+DIRECTORIES = (
+    TOPICS_DIR,
+    SNAPSHOTS_DIR,
+    REPORTS_DIR,
+    CONTROL_DIR,
+    SECURITY_DIR,
+    PAGE_DIR,
+    CLUSTER_DIR,
+    WAL_DIR,
+)
 
 #: Topic names that would collide with `DIRECTORIES`.
 RESERVED_NAMES = frozenset(DIRECTORIES)

@@ -19,6 +19,7 @@ ENGINE_LAYERS = (
     ("kfs_core.records",),
     ("kfs_core.formats",),
     ("kfs_core.storage", "kfs_core.catalog"),
+    ("kfs_core.cluster",),
     ("kfs_core.log",),
     ("kfs_core.groups", "kfs_core.server"),
 )
@@ -30,7 +31,7 @@ CONTRACTS = (
     "kfs_core.config",
     "kfs_core.reports",
 )
-DAEMON = ("kfs_core.log", "kfs_core.groups", "kfs_core.server")
+DAEMON = ("kfs_core.cluster", "kfs_core.log", "kfs_core.groups", "kfs_core.server")
 #: The kfs_core modules that drive Kafka clients: the `kfs` command and the admin wrapper
 #: it shares with the Airflow plugin (which imports it, so it takes neither click nor the daemon).
 KAFKA_CLIENTS = ("kfs_core.cli", "kfs_core.kafka_admin")

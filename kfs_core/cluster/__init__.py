@@ -1,0 +1,18 @@
+"""Several daemons on one namespace: heartbeats, the assignment, partition leases.
+
+The design is in ``docs/architecture.md`` ("High availability").  The rooms:
+
+- `view`: the plain values (`NodeInfo`, `Leader`) and `ClusterView`, what the
+  daemon's APIs and its log ask of the cluster (who leads a partition, which
+  daemons are live, does this daemon hold a partition and at which epoch).
+- `nodes`: the heartbeat documents in ``{ns}/_cluster/nodes/`` and the
+  liveness observer (a node is live while its heartbeat's sequence number moves,
+  by this daemon's own monotonic clock).
+- `assignment`: which live node each partition belongs to (rendezvous
+  hashing with a fair share per node), the same on every daemon.
+- `leases`: `LeaseKeeper`, the loop that writes the heartbeat, reads the
+  others', takes the partitions assigned here (a ``lease`` commit in the
+  partition's catalog) and hands over the ones assigned elsewhere.
+
+Nothing here imports the daemon's network side; the log and the APIs import it.
+"""
