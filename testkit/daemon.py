@@ -141,6 +141,16 @@ class Daemon:
         self.proc.kill()
         self.proc.wait(10)
 
+    def pause(self) -> None:
+        """Stop the process where it stands (SIGSTOP), as a long GC pause or a frozen VM would."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused process run again (SIGCONT)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
     def restart(self) -> Daemon:
         if self.alive():
             assert self.stop() == 0, self.log()[-4000:]
@@ -189,9 +199,42 @@ class DaemonFactory:
         self.daemons.append(daemon)
         return daemon.start()
 
+    def start_cluster(
+        self,
+        count: int,
+        *,
+        store_url: str,
+        s3_endpoint_url: str | None = None,
+        durability: str = "store",
+        heartbeat_ms: int = 200,
+        session_timeout_ms: int = 2000,
+        extra_args: Sequence[str] = (),
+        first_node_id: int = 1,
+    ) -> list[Daemon]:
+        """``count`` daemons on one store and namespace, node ids from ``first_node_id``.
+
+        Each has its own data directory and ports; heartbeats and the
+        session timeout are short, so failovers take seconds.
+        """
+        timing = [
+            "--durability", durability,
+            "--broker-heartbeat-interval-ms", str(heartbeat_ms),
+            "--broker-session-timeout-ms", str(session_timeout_ms),
+        ]  # fmt: skip
+        return [
+            self.start(
+                store_url=store_url,
+                s3_endpoint_url=s3_endpoint_url,
+                name=f"node-{node_id}",
+                extra_args=["--node-id", str(node_id), *timing, *extra_args],
+            )
+            for node_id in range(first_node_id, first_node_id + count)
+        ]
+
     def close(self) -> None:
         for daemon in self.daemons:
             if daemon.alive():
                 assert daemon.proc is not None
+                daemon.proc.send_signal(signal.SIGCONT)  # a paused one must not linger
                 daemon.proc.kill()
                 daemon.proc.wait(10)
