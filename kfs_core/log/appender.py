@@ -63,7 +63,7 @@ from kfs_core.log.buffer import BufferedBatch
 from kfs_core.log.failure import LogFailure
 from kfs_core.log.flusher import Flusher
 from kfs_core.log.metrics import LogMetrics
-from kfs_core.log.partition import Partition, PendingAppend, deleted_error
+from kfs_core.log.partition import Partition, PendingAppend, deleted_error, not_leader
 from kfs_core.log.partition_table import PartitionTable
 from kfs_core.log.pool import MemoryPool
 from kfs_core.log.producer_state import BatchMetadata, batch_offsets
@@ -443,6 +443,8 @@ class Appender:
             )
         if p is not None and p.deleted:
             raise deleted_error(p)
+        if p is not None and p.leaving:
+            raise not_leader(p)
 
     def replay(self, p: Partition, record: RecoveredBatch) -> tuple[int, int]:
         """Buffer the batches of one recovered WAL frame that the catalog does not have."""

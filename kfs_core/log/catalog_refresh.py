@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 
 from kfs_core.catalog.state import PartitionState
@@ -51,6 +51,8 @@ class CatalogRefresher:
         self._period_s = refresh_ms / 1000
         self._idle_s = idle_refresh_ms / 1000
         self._slots = asyncio.Semaphore(concurrency)
+        #: Called (by the log) when a refresh shows another daemon took the partition.
+        self.on_fenced: Callable[[Partition], None] | None = None
 
     async def refresh(self, p: Partition) -> None:
         """Read the partition's new catalog commits now (`LogStorageError` if the store fails)."""
@@ -75,6 +77,14 @@ class CatalogRefresher:
             self._fetcher.forget(gone)
             log.info("%s: %d segment(s) left the catalog: %s", p.name, len(gone), gone[0].key)
         p.state = state
+        if p.epoch is not None and state.leader_epoch > p.epoch and self.on_fenced is not None:
+            log.warning(
+                "%s: another daemon took the partition (epoch %d; this one held %d)",
+                p.name,
+                state.leader_epoch,
+                p.epoch,
+            )
+            self.on_fenced(p)
 
     async def run(self, partitions: Iterable[Partition]) -> None:
         """Refresh the partitions due, forever (``partitions`` is read anew every period)."""

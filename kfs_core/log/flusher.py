@@ -49,10 +49,12 @@ from concurrent.futures import Executor
 from typing import TypeVar
 
 from kfs_core.catalog.actions import SegmentEntry, Tombstone
+from kfs_core.catalog.layout import epoch_suffix
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import PartitionState
 from kfs_core.config import Settings
 from kfs_core.errors import (
+    FencedLeaderEpoch,
     InvalidCatalogAction,
     LogError,
     SegmentConflict,
@@ -132,6 +134,8 @@ class Flusher:
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(settings.flush_concurrency)
         self._rng = random.Random()
+        #: Called (by the log) once a flush found another daemon took the partition.
+        self.on_fenced: Callable[[Partition], None] | None = None
 
     # --- when ------------------------------------------------------------------------
 
@@ -212,6 +216,10 @@ class Flusher:
     def _done(self, p: Partition, task: asyncio.Task[None]) -> None:
         p.flush_task = None
         if not task.cancelled() and (exc := task.exception()) is not None:
+            if isinstance(exc, FencedLeaderEpoch):
+                if self.on_fenced is not None:
+                    self.on_fenced(p)
+                return
             log.error("%s: flush failed unexpectedly", p.name, exc_info=exc)
         self.wake()  # more may have become due while it ran
 
@@ -241,6 +249,7 @@ class Flusher:
                         created_ms=created_ms,
                         recompression=recompression,
                         join=cache,
+                        key_suffix=epoch_suffix(p.epoch or 0),
                     ),
                 ),
             )
@@ -288,7 +297,15 @@ class Flusher:
     async def _commit(self, p: Partition, entries: list[SegmentEntry]) -> PartitionState:
         """One attempt at the cycle's catalog commit; a conflict stops `flush_until` waiting."""
         try:
-            state = await run_in(self._executor, _commit_segments, p.catalog, entries)
+            state = await run_in(self._executor, _commit_segments, p.catalog, entries, p.epoch)
+        except FencedLeaderEpoch:
+            log.warning(
+                "%s: another daemon took the partition (this one held epoch %s); its "
+                "unsealed batches are the new holder's to replay",
+                p.name,
+                p.epoch,
+            )
+            raise
         except SegmentConflict as exc:
             p.flush_conflict = exc
             p.flush_conflicted.set()
@@ -409,6 +426,8 @@ class Flusher:
         while True:
             try:
                 return await attempt()
+            except FencedLeaderEpoch:
+                raise  # another daemon leads the partition: retrying cannot succeed
             except Exception as exc:  # noqa: BLE001 - every failure is retried; cancellation is not caught
                 failures += 1
                 self._metrics.flush_retries += 1
@@ -441,7 +460,9 @@ def _share_segment_bytes(sealed: Sequence[Sealed]) -> None:
                 batch.data = view[position : position + batch.size]
 
 
-def _commit_segments(catalog: PartitionCatalog, entries: list[SegmentEntry]) -> PartitionState:
+def _commit_segments(
+    catalog: PartitionCatalog, entries: list[SegmentEntry], epoch: int | None = None
+) -> PartitionState:
     """Add ``entries`` in one commit; idempotent when an earlier attempt's outcome was unknown.
 
     An earlier attempt that landed left these very entries: live, or (compacted
@@ -450,7 +471,7 @@ def _commit_segments(catalog: PartitionCatalog, entries: list[SegmentEntry]) -> 
     Taking it as ours would drop from memory the offsets it does not cover.
     """
     try:
-        catalog.add_segments(entries)
+        catalog.add_segments(entries, leader_epoch=epoch)
     except (SegmentOverlap, InvalidCatalogAction) as exc:
         state = catalog.refresh()
         if all(_landed(state, entry) for entry in entries):

@@ -56,7 +56,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from kfs_core.catalog.config import ConfigValue
 from kfs_core.catalog.partition import PartitionCatalog
@@ -66,11 +66,14 @@ from kfs_core.clock import now_ms
 from kfs_core.config import Settings
 from kfs_core.errors import (
     CatalogError,
+    FencedLeaderEpoch,
     LogClosed,
     LogStartOffsetRegression,
     LogStorageError,
+    NotLeaderOrFollower,
     ObjectStoreError,
     OffsetOutOfRange,
+    WalError,
     WalWriteFailed,
 )
 from kfs_core.log.appender import Appender, AppendResult
@@ -79,7 +82,7 @@ from kfs_core.log.failure import LogFailure
 from kfs_core.log.flusher import Flusher
 from kfs_core.log.metrics import FlushObserver, LogMetrics
 from kfs_core.log.partition import Partition, deleted_error
-from kfs_core.log.partition_table import PartitionTable
+from kfs_core.log.partition_table import Ownership, PartitionTable
 from kfs_core.log.pool import MemoryPool
 from kfs_core.log.producer_state import SnapshotStore
 from kfs_core.log.reader import (
@@ -90,7 +93,7 @@ from kfs_core.log.reader import (
 )
 from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.log.topic_cache import TopicCache, TopicInfo
-from kfs_core.log.wal import TornTail, WalWriter
+from kfs_core.log.wal import RecoveredBatch, TornTail, WalWriter
 from kfs_core.storage.base import ObjectStore
 from kfs_core.threads import name_os_thread, run_in
 
@@ -98,6 +101,18 @@ from kfs_core.threads import name_os_thread, run_in
 __all__ = ["AppendResult", "LogManager", "StartReport"]
 
 log = logging.getLogger(__name__)
+
+
+class PreviousHolders(Protocol):
+    """Where a partition's earlier holders kept acknowledged batches not yet committed.
+
+    The ``store`` durability mode's WAL objects (`kfs_core.log.wal.store`).
+    """
+
+    def read_partition(self, topic: str, partition: int, from_offset: int) -> list[RecoveredBatch]:
+        """The batches from ``from_offset`` on, in offset order, without gaps."""
+        ...
+
 
 T = TypeVar("T")
 
@@ -140,6 +155,8 @@ class LogManager:
         clock: Callable[[], int] | None = None,
         flush_observer: FlushObserver | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
+        ownership: Ownership | None = None,
+        previous_holders: PreviousHolders | None = None,
     ) -> None:
         settings = settings if settings is not None else Settings()
         self.store = store
@@ -203,7 +220,11 @@ class LogManager:
             failure=self._failure,
             executor=self._executor,
             clock=self._clock,
+            ownership=ownership,
         )
+        self._previous_holders = previous_holders
+        if previous_holders is not None:
+            self._table.replay = self._replay_previous_holders
         self._flusher = Flusher(
             self._table.partitions,
             settings=settings,
@@ -231,6 +252,7 @@ class LogManager:
             clock=self._clock,
             lifecycle=lambda: self._lifecycle,
         )
+        self._flusher.on_fenced = self._refresher.on_fenced = self._table.discard
 
     def __repr__(self) -> str:
         return f"LogManager({self.store!r}, {self.namespace!r}, {self._lifecycle})"
@@ -259,8 +281,18 @@ class LogManager:
         self.wal.add_failure_listener(functools.partial(self._on_wal_failure, loop))
         replayed = skipped = 0
         touched: dict[tuple[str, int], Partition] = {}
+        led_elsewhere: set[tuple[str, int]] = set()
         for record in recovery:
-            p = await self._table.open(record.topic, record.partition)
+            if (record.topic, record.partition) in led_elsewhere:
+                continue
+            try:
+                p = await self._table.open(record.topic, record.partition)
+            except NotLeaderOrFollower as exc:
+                # Another daemon took it (an unclean election, or the store
+                # mode's replay of this daemon's objects): its log is theirs.
+                log.warning("WAL replay skips %s-%d: %s", record.topic, record.partition, exc)
+                led_elsewhere.add((record.topic, record.partition))
+                continue
             touched[(p.topic, p.partition)] = p
             added, ignored = self._appender.replay(p, record)
             replayed += added
@@ -338,6 +370,76 @@ class LogManager:
             # same process) never races an orphaned commit under its own keys.
             await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
             self._lifecycle = "closed"
+
+    # --- ownership (several daemons on one namespace) ----------------------------
+
+    async def _replay_previous_holders(self, p: Partition) -> None:
+        """Buffer and commit what earlier holders acknowledged above the catalog, before serving.
+
+        The ``store`` durability mode's objects (`PreviousHolders`) hold every
+        acknowledged batch until it is committed; the partition opens only
+        once they are committed under this daemon's lease.
+        """
+        assert self._previous_holders is not None
+        records = await self._io(
+            self._previous_holders.read_partition, p.topic, p.partition, p.next_offset
+        )
+        if not records:
+            return
+        replayed = skipped = 0
+        for record in records:
+            added, ignored = self._appender.replay(p, record)
+            replayed += added
+            skipped += ignored
+        p.high_watermark = p.next_offset
+        await self._flusher.flush_until(p, p.high_watermark)
+        log.info(
+            "%s: took over at epoch %s with %d batch(es) an earlier holder acknowledged "
+            "(%d already committed); offsets continue at %d",
+            p.name,
+            p.epoch,
+            replayed,
+            skipped,
+            p.next_offset,
+        )
+
+    async def release(self, topic: str, partition: int) -> None:
+        """Hand a partition over: refuse appends, commit what was acknowledged, let it go.
+
+        Clients of the partition get NOT_LEADER_OR_FOLLOWER from now on and
+        find the new holder through Metadata.
+        """
+        p = self._table.partitions.get((topic, partition))
+        if p is None:
+            return
+        p.leaving = True
+        queued = [x.visible for x in p.pending]
+        if queued:
+            await asyncio.wait(queued)
+        try:
+            await self._flusher.flush_until(p, p.high_watermark)
+        except FencedLeaderEpoch:
+            return  # taken already: `Flusher.on_fenced` discarded it
+        self._table.remove(p)
+        if p.next_offset > 0 and self._failure.error is None:
+            with contextlib.suppress(WalError):
+                await self.wal.checkpoint_async(p.topic, p.partition, p.next_offset - 1)
+        log.info("%s: handed over at offset %d", p.name, p.next_offset)
+
+    async def take_over(self, keys: Sequence[tuple[str, int]]) -> None:
+        """Open partitions another daemon held and left (stopped, or died), so they serve again."""
+        outcomes = await asyncio.gather(
+            *(self._table.open(topic, partition) for topic, partition in keys),
+            return_exceptions=True,
+        )
+        for (topic, partition), outcome in zip(keys, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("taking over %s-%d failed: %s", topic, partition, outcome)
+
+    def leader_epoch(self, topic: str, partition: int) -> int | None:
+        """The lease epoch of an open partition; None if it is not open here."""
+        p = self._table.partitions.get((topic, partition))
+        return None if p is None else p.epoch
 
     # --- topics ----------------------------------------------------------------
 
@@ -536,7 +638,7 @@ class LogManager:
         if p.deleted:
             raise deleted_error(p)
         try:
-            state = await self._io(_set_log_start, p.catalog, target)
+            state = await self._io(_set_log_start, p.catalog, target, p.epoch)
         except (ObjectStoreError, CatalogError) as exc:
             raise LogStorageError(f"{p.name}: moving the log start to {target}: {exc}") from exc
         self._refresher.adopt(p, state)
@@ -589,10 +691,12 @@ class LogManager:
         return self._fetcher.l2.keys()
 
 
-def _set_log_start(catalog: PartitionCatalog, offset: int) -> PartitionState:
+def _set_log_start(
+    catalog: PartitionCatalog, offset: int, epoch: int | None = None
+) -> PartitionState:
     """Commit log start ``offset``; a start already past it (retention won a race) stands."""
     try:
-        catalog.set_log_start_offset(offset)
+        catalog.set_log_start_offset(offset, leader_epoch=epoch)
     except LogStartOffsetRegression:
         state = catalog.refresh()
         if state.log_start_offset < offset:

@@ -10,7 +10,9 @@ One `Partition` per open ``(topic, partition)``, in the partition table
 - the catalog refresher (`kfs_core.log.catalog_refresh`): ``state`` and
   ``refreshed_at`` -- the catalog state reads go by;
 - the reader (`kfs_core.log.reader`): ``next_sequential_read``, ``last_read_at``
-  (any read: Fetch, ListOffsets) and ``last_fetch_at`` (Fetch only).
+  (any read: Fetch, ListOffsets) and ``last_fetch_at`` (Fetch only);
+- the partition table (`kfs_core.log.partition_table`): ``epoch``, the lease
+  this daemon holds it at, and ``leaving``, set while it is handed over.
 
 All of them run on the one event loop, so none needs a lock.
 """
@@ -25,11 +27,11 @@ from dataclasses import dataclass
 from kfs_core.catalog.actions import SegmentEntry
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import PartitionState
-from kfs_core.errors import SegmentConflict, UnknownTopicOrPartition
+from kfs_core.errors import NotLeaderOrFollower, SegmentConflict, UnknownTopicOrPartition
 from kfs_core.log.buffer import PartitionBuffer
 from kfs_core.log.producer_state import ProducerStateTable
 
-__all__ = ["Partition", "PendingAppend", "deleted_error"]
+__all__ = ["Partition", "PendingAppend", "deleted_error", "not_leader"]
 
 
 @dataclass(eq=False, slots=True)
@@ -65,6 +67,12 @@ class Partition:
         self.last_fetch_at = 0.0  # a Fetch: flushed segments go into L1 for the next one
         self.refreshed_at = time.monotonic()
         self.deleted = False  # its topic was deleted (`PartitionTable.forget_topic`)
+        # The lease epoch this daemon holds the partition at (`kfs_core.cluster`);
+        # None for a log without leases.  Commits carry it, segment keys name it.
+        self.epoch: int | None = None
+        # Set once the partition is being handed over or was taken by another
+        # daemon: appends get NOT_LEADER_OR_FOLLOWER.
+        self.leaving = False
         self.producers = ProducerStateTable(self.name)  # replaced when the partition opens
 
     def __repr__(self) -> str:
@@ -79,4 +87,13 @@ def deleted_error(p: Partition) -> UnknownTopicOrPartition:
     """What appends and reads of a partition of a deleted topic get."""
     return UnknownTopicOrPartition(
         f"topic {p.topic!r} was deleted", topic=p.topic, partition=p.partition
+    )
+
+
+def not_leader(p: Partition) -> NotLeaderOrFollower:
+    """What appends and reads of a partition this daemon no longer leads get."""
+    return NotLeaderOrFollower(
+        f"{p.name}: this daemon does not lead the partition now; refresh metadata",
+        topic=p.topic,
+        partition=p.partition,
     )

@@ -27,11 +27,14 @@ deleted) drops its partitions at once -- lookups, appends and reads answer
 `UnknownTopicOrPartition` without waiting for the topic cache -- discards
 their unflushed batches and checkpoints the WAL past them.
 
-Ownership.  Which partitions this daemon may serve is decided here: the
-table is where a partition is opened and dropped, so partition leases
-(a daemon owning a partition for a while, giving it up, taking another's)
-belong in this module, checked in `lookup` and `open`, released in
-`_drop`.
+Ownership.  With several daemons on one namespace (`kfs_core.cluster`),
+a partition is opened only under a lease: `_load` asks the `Ownership`
+(the daemon's `LeaseKeeper`) to acquire it first -- a ``lease`` commit in
+its catalog, whose epoch the `Partition` keeps -- and `lookup` refuses a
+partition whose lease this daemon no longer holds (NOT_LEADER_OR_FOLLOWER).
+After loading, ``replay`` (the log's hook) brings in what a previous holder
+acknowledged and did not seal (the ``store`` durability mode).  A partition
+handed over or fenced leaves the table through `remove` or `discard`.
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kfs_core.catalog.actions import SegmentEntry
 from kfs_core.catalog.partition import PartitionCatalog
@@ -53,13 +56,14 @@ from kfs_core.errors import (
     CatalogError,
     CorruptionError,
     LogStorageError,
+    NotLeaderOrFollower,
     ObjectNotFound,
     ObjectStoreError,
     UnknownTopicOrPartition,
     WalWriteFailed,
 )
 from kfs_core.log.failure import LogFailure
-from kfs_core.log.partition import Partition, deleted_error
+from kfs_core.log.partition import Partition, deleted_error, not_leader
 from kfs_core.log.pool import MemoryPool
 from kfs_core.log.producer_state import ProducerStateTable, SnapshotStore
 from kfs_core.log.segment_fetcher import SegmentFetcher
@@ -77,6 +81,31 @@ T = TypeVar("T")
 
 #: Partitions the warm-up after a start opens at once (`PartitionTable.warm_up`).
 WARMUP_CONCURRENCY = 4
+
+
+class Lease(Protocol):
+    """A lease this daemon took: the partition's leader epoch."""
+
+    @property
+    def epoch(self) -> int:
+        """The lease's epoch, Kafka's leader epoch."""
+        ...
+
+
+class Ownership(Protocol):
+    """Which partitions this daemon may serve (`kfs_core.cluster.leases.LeaseKeeper`)."""
+
+    async def acquire(self, topic: str, partition: int) -> Lease:
+        """Take (or confirm) the partition's lease; `NotLeaderOrFollower` if it is not ours."""
+        ...
+
+    def local_epoch(self, topic: str, partition: int) -> int | None:
+        """The epoch this daemon holds the partition at, while its lease is valid."""
+        ...
+
+    def lost(self, topic: str, partition: int) -> None:
+        """The partition's lease is gone (fenced, or handed over)."""
+        ...
 
 
 class PartitionTable:
@@ -101,6 +130,7 @@ class PartitionTable:
         failure: LogFailure,
         executor: ThreadPoolExecutor,
         clock: Callable[[], int],
+        ownership: Ownership | None = None,
     ) -> None:
         self.store = store
         self.namespace = namespace
@@ -113,6 +143,10 @@ class PartitionTable:
         self._failure = failure
         self._executor = executor
         self._clock = clock
+        self.ownership = ownership
+        # Set by the log: buffers what a previous holder acknowledged and did
+        # not seal, before the partition serves (see the module docstring).
+        self.replay: Callable[[Partition], Awaitable[None]] | None = None
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._opening: dict[tuple[str, int], asyncio.Task[Partition]] = {}
 
@@ -154,10 +188,14 @@ class PartitionTable:
         return await self.open(topic, partition), info
 
     async def open(self, topic: str, partition: int) -> Partition:
-        """The partition, loading it first (once, however many callers wait) if it is not open."""
+        """The partition, loading it first (once, however many callers wait) if it is not open.
+
+        `NotLeaderOrFollower` when this daemon does not hold its lease.
+        """
         key = (topic, partition)
         p = self.partitions.get(key)
         if p is not None:
+            self.check_owned(p)
             return p
         task = self._opening.get(key)
         if task is None:
@@ -167,6 +205,15 @@ class PartitionTable:
             task.add_done_callback(functools.partial(self._opened, key))
         return await asyncio.shield(task)
 
+    def check_owned(self, p: Partition) -> None:
+        """Raise `NotLeaderOrFollower` unless this daemon holds ``p``'s lease now."""
+        if p.leaving:
+            raise not_leader(p)
+        if self.ownership is not None and self.ownership.local_epoch(p.topic, p.partition) != (
+            p.epoch
+        ):
+            raise not_leader(p)
+
     def _opened(self, key: tuple[str, int], task: asyncio.Task[Partition]) -> None:
         self._opening.pop(key, None)
         if not task.cancelled():
@@ -174,17 +221,30 @@ class PartitionTable:
 
     async def _load(self, topic: str, partition: int) -> Partition:
         generation = self._topics.generation(topic)
+        epoch = None
+        if self.ownership is not None:
+            epoch = (await self.ownership.acquire(topic, partition)).epoch
         catalog = PartitionCatalog(self.store, self.namespace, topic, partition)
         try:
             state = await self._io(catalog.load)
         except (ObjectStoreError, CatalogError) as exc:
             raise LogStorageError(f"loading the catalog of {topic}-{partition}: {exc}") from exc
+        if epoch is not None and state.leader_epoch != epoch:
+            if self.ownership is not None:
+                self.ownership.lost(topic, partition)
+            raise NotLeaderOrFollower(
+                f"{topic}-{partition}: another daemon took the partition (epoch "
+                f"{state.leader_epoch}) as this one took it at epoch {epoch}",
+                topic=topic,
+                partition=partition,
+            )
         producers = await self._load_producers(topic, partition, state)
         if self._topics.generation(topic) != generation:
             raise UnknownTopicOrPartition(
                 f"topic {topic!r} was deleted", topic=topic, partition=partition
             )
         p = Partition(topic, partition, catalog, state)
+        p.epoch = epoch
         p.producers = producers
         # The WAL checkpoints by topic name.  If it says more is flushed than
         # the catalog holds, those offsets belonged to a deleted topic of this
@@ -201,6 +261,8 @@ class PartitionTable:
             )
             p.next_offset = p.high_watermark = flushed + 1
             p.producers = ProducerStateTable(p.name, self.settings.producer_id_expiration_ms)
+        if self.replay is not None and epoch is not None:
+            await self.replay(p)
         self.partitions[(topic, partition)] = p
         return p
 
@@ -311,10 +373,34 @@ class PartitionTable:
     def _drop(self, p: Partition) -> None:
         """Discard a deleted topic's partition: buffer, pending appends, flush, cached segments."""
         p.deleted = True
+        self._discard(p, deleted_error)
+
+    def remove(self, p: Partition) -> None:
+        """Take a partition handed over to another daemon out of the table (flushed already)."""
+        if self.partitions.get((p.topic, p.partition)) is p:
+            del self.partitions[(p.topic, p.partition)]
+        self._fetcher.forget(p.state.segments)
+        if self.ownership is not None:
+            self.ownership.lost(p.topic, p.partition)
+
+    def discard(self, p: Partition) -> None:
+        """Drop a partition another daemon took (fenced): its unsealed batches go too.
+
+        They are the new holder's to replay (``store`` mode) or lost with
+        the accepted unclean election; pending appends get NOT_LEADER_OR_FOLLOWER.
+        """
+        p.leaving = True
+        if self.partitions.get((p.topic, p.partition)) is p:
+            del self.partitions[(p.topic, p.partition)]
+        self._discard(p, not_leader)
+        if self.ownership is not None:
+            self.ownership.lost(p.topic, p.partition)
+
+    def _discard(self, p: Partition, error: Callable[[Partition], Exception]) -> None:
         self._pool.release(p.buffer.drop_through(p.next_offset))
         for pending in p.pending:
             if not pending.visible.done():
-                pending.visible.set_exception(deleted_error(p))
+                pending.visible.set_exception(error(p))
                 pending.visible.exception()  # its producer may have timed out already
         p.pending.clear()
         if p.flush_task is not None:

@@ -94,13 +94,15 @@ def seal_segments(
     created_ms: int,
     recompression: Recompression = KEEP_AS_PRODUCED,
     join: bool = False,
+    key_suffix: str = "",
 ) -> list[Sealed]:
     """Build the segments that carry ``batches`` (offset order), each at most ``segment_bytes``.
 
     Each batch is stored as produced or re-encoded, as ``recompression`` says.
     A segment is its parts (`SealedSegment`); with ``join`` its bytes are also
     joined into one buffer here (the flush does this on an I/O thread when L1
-    will hold the segment).
+    will hold the segment).  ``key_suffix`` goes into each segment's object
+    key (the writer's lease epoch: `kfs_core.catalog.layout.epoch_suffix`).
     """
     name = f"{topic}-{partition}"
     recoded = [_recoded(batch, recompression, name) for batch in batches]
@@ -122,7 +124,7 @@ def seal_segments(
         segment = writer.finish()
         if join:
             segment.data  # noqa: B018 - joins the parts once, now
-        entry = SegmentEntry.for_sealed(topic, partition, segment)
+        entry = SegmentEntry.for_sealed(topic, partition, segment, key_suffix=key_suffix)
         sealed.append(
             Sealed(
                 segment,
