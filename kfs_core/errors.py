@@ -321,6 +321,20 @@ class CoordinatorNotAvailable(GroupError):
     retriable = True
 
 
+class CoordinatorLoadInProgress(GroupError):
+    """This daemon has just become the group's coordinator and is reading its offsets."""
+
+    kafka_error_code = 14  # COORDINATOR_LOAD_IN_PROGRESS
+    retriable = True
+
+
+class NotCoordinator(GroupError):
+    """Another daemon coordinates the group: the client finds it with FindCoordinator."""
+
+    kafka_error_code = 16  # NOT_COORDINATOR
+    retriable = True
+
+
 class IllegalGeneration(GroupError):
     """The request names a generation other than the group's current one."""
 

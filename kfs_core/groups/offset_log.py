@@ -186,14 +186,39 @@ class OffsetLog:
             info = await self._log.topic(OFFSETS_TOPIC)
         except UnknownTopicOrPartition:
             return groups
+        for partition in range(info.partitions):
+            for group, offsets in (await self.load_partition(partition)).items():
+                groups.setdefault(group, {}).update(offsets)
+        return groups
+
+    async def load_partition(
+        self, partition: int
+    ) -> dict[str, dict[PartitionKey, CommittedOffset]]:
+        """The live offsets of the groups whose commits go to ``partition``.
+
+        Raises what the log raises (`NotLeaderOrFollower` when another
+        daemon leads the partition).  No topic yet: no offsets.
+        """
+        groups: dict[str, dict[PartitionKey, CommittedOffset]] = {}
+        try:
+            info = await self._log.topic(OFFSETS_TOPIC)
+        except UnknownTopicOrPartition:
+            return groups
         self._partitions = info.partitions
         self._topic_ready = True
-        for partition in range(info.partitions):
-            latest = await self._replay_partition(partition)
-            for key, value in latest.items():
-                if value is not None:
-                    _apply(groups, key, value)
+        for key, value in (await self._replay_partition(partition)).items():
+            if value is not None:
+                _apply(groups, key, value)
         return groups
+
+    async def existing_partitions(self) -> int:
+        """How many partitions ``__consumer_offsets`` has; 0 before it exists."""
+        try:
+            info = await self._log.topic(OFFSETS_TOPIC)
+        except UnknownTopicOrPartition:
+            return 0
+        self._partitions = info.partitions
+        return info.partitions
 
     async def _replay_partition(self, partition: int) -> dict[bytes, bytes | None]:
         latest: dict[bytes, bytes | None] = {}

@@ -87,6 +87,35 @@ class CommittedOffsets:
         log.info("loaded %d committed offset(s) of %d group(s) in %.3fs", count, len(loaded), took)
         return count, took
 
+    async def load_partition(self, partition: int) -> int:
+        """Rebuild the offsets of the groups whose commits go to ``partition``; how many.
+
+        The groups of that partition known before are dropped first: this
+        daemon has just (again) become their coordinator, and the log is the
+        truth.  Raises what the log raises (`NotLeaderOrFollower`).
+        """
+        loaded = await self._offset_log.load_partition(partition)
+        self.unload_partition(partition)
+        for group_id, offsets in loaded.items():
+            self._groups[group_id] = Group(group_id, offsets=offsets)
+        count = sum(len(o) for o in loaded.values())
+        log.info(
+            "loaded %d committed offset(s) of %d group(s) from partition %d",
+            count,
+            len(loaded),
+            partition,
+        )
+        return count
+
+    def unload_partition(self, partition: int) -> None:
+        """Forget the groups whose commits go to ``partition`` (another daemon coordinates them)."""
+        for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
+            del self._groups[group_id]
+
+    def partition_for(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition the group's commits go to."""
+        return self._offset_log.partition_for(group_id)
+
     def start_sweeper(self) -> None:
         """Run `expire_offsets` every ``offsets_retention_check_interval_ms``."""
         self._sweeper = asyncio.create_task(self._sweep_loop(), name="kfs-offsets-retention")
