@@ -436,6 +436,15 @@ class LogManager:
             if isinstance(outcome, BaseException):
                 log.warning("taking over %s-%d failed: %s", topic, partition, outcome)
 
+    def cached_partition_count(self, topic: str) -> int | None:
+        """The partition count of a topic this log has looked up; None if it has not."""
+        return self._topics.cached_partitions(topic)
+
+    def holding(self, topic: str, partition: int) -> int | None:
+        """The lease epoch of a partition open here (0 without leases); None if not open."""
+        p = self._table.partitions.get((topic, partition))
+        return None if p is None or p.leaving else (p.epoch or 0)
+
     def leader_epoch(self, topic: str, partition: int) -> int | None:
         """The lease epoch of an open partition; None if it is not open here."""
         p = self._table.partitions.get((topic, partition))

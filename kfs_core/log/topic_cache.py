@@ -133,6 +133,11 @@ class TopicCache:
         self._generations[name] = self._generations.get(name, 0) + 1
         self._topics[name] = _TopicEntry(None, time.monotonic())
 
+    def cached_partitions(self, name: str) -> int | None:
+        """How many partitions the cached record of ``name`` has; None if none is cached."""
+        entry = self._topics.get(name)
+        return None if entry is None or entry.info is None else entry.info.partitions
+
     def generation(self, name: str) -> int:
         """Changes when the topic is deleted: compare before and after an await."""
         return self._generations.get(name, 0)

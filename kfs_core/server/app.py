@@ -48,6 +48,7 @@ import signal
 import socket
 import struct
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,12 +56,15 @@ from typing import Any, Final
 
 from kfs_core import __version__
 from kfs_core.catalog.config import DEFAULT_CONFIGS
+from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.topics import TopicRegistry
+from kfs_core.cluster.leases import LeaseKeeper
 from kfs_core.config import Settings
 from kfs_core.errors import CorruptWal, KfsError, SegmentConflict
 from kfs_core.groups.coordinator import GroupSettings
 from kfs_core.log.log_manager import LogManager
 from kfs_core.log.wal import WalWriter
+from kfs_core.log.wal.lock import WalDirectoryLock
 from kfs_core.security.acls import AclStore, Authorizer
 from kfs_core.security.listeners import (
     Listener,
@@ -225,6 +229,8 @@ class KfsServer:
         self._store: InstrumentedStore | None = None
         self._wal: WalWriter | None = None
         self._log: LogManager | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._wal_lock: WalDirectoryLock | None = None
 
     @property
     def ready(self) -> bool:
@@ -364,9 +370,25 @@ class KfsServer:
             )
             self._kafka_servers.append((listener, server))
         self.kafka_port = self.listener_port(listeners[0].protocol)
+        self.advertised = self._advertise()
         store = open_store(s.store_url, endpoint_url=s.s3_endpoint_url or None)
         self._store = InstrumentedStore(store, self.metrics)
         registry = TopicRegistry(self._store, s.namespace)
+        self._wal_lock = WalDirectoryLock(s.data_dir)
+        incarnation = uuid.uuid4().hex
+        previous = await asyncio.to_thread(self._wal_lock.acquire, incarnation)
+        self._keeper = LeaseKeeper(
+            self._store,
+            s.namespace,
+            s,
+            {str(protocol): address for protocol, address in self.advertised.items()},
+            partition_count=lambda topic: self._log.cached_partition_count(topic)
+            if self._log is not None
+            else None,
+            catalog_for=functools.partial(PartitionCatalog, self._store, s.namespace),
+            incarnation=incarnation,
+        )
+        await self._keeper.start(dead_incarnation=previous)
         self._wal = WalWriter.from_settings(
             s,
             fsync_observer=self.metrics.observe_fsync,
@@ -381,7 +403,9 @@ class KfsServer:
             registry,
             flush_observer=self.metrics.observe_flush,
             on_failure=self._on_log_failure,
+            ownership=self._keeper,
         )
+        self._keeper.set_callbacks(self._log.release, self._log.take_over)
         log.info(
             "recovering the WAL in %s (durability %s); store %s, namespace %r",
             self._wal.directory,
@@ -472,7 +496,6 @@ class KfsServer:
 
     async def _serve_kafka(self, partition_log: LogManager) -> None:
         s = self.settings
-        self.advertised = self._advertise()
         first = self._kafka_servers[0][0].protocol
         host, port = self.advertised[first]
         listeners = ",".join(f"{p}://{h}:{n}" for p, (h, n) in self.advertised.items())
@@ -486,7 +509,7 @@ class KfsServer:
             groups=group_settings(s),
             offsets_topic_partitions=s.offsets_topic_num_partitions,
         )
-        self.broker = Broker(options, partition_log, self.metrics)
+        self.broker = Broker(options, partition_log, self.metrics, cluster=self._keeper)
         assert self._store is not None
         self.broker.users = UserStore(self._store, s.namespace)
         if any(listener.protocol.sasl for listener, _ in self._kafka_servers):
@@ -583,6 +606,11 @@ class KfsServer:
                 self._exit_code = EXIT_FAILED
             else:
                 log.info("log flushed and closed in %.2fs", time.monotonic() - started)
+        if self._keeper is not None:
+            # A clean flush lets the other daemons take this one's partitions at once.
+            flushed = self._stopping and self._exit_code == EXIT_OK and self._log is not None
+            with contextlib.suppress(Exception):
+                await self._keeper.stop(flushed=flushed)
         if self._wal is not None:
             try:
                 await asyncio.to_thread(self._wal.close)
