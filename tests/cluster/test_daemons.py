@@ -1,0 +1,298 @@
+"""Several `kfs serve` processes on one namespace, driven by real Kafka clients.
+
+Three daemons share a store (the local directory store, and S3 on a moto
+server); partitions spread over them; a daemon killed with ``kill -9`` in
+the ``store`` durability mode loses no acknowledged record; a paused owner
+can write nothing once another took over; a graceful stop hands its
+partitions over at once; a node id or a WAL directory is used by one daemon
+at a time.  Every check reads back what the clients were acknowledged.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import confluent_kafka.admin
+import pytest
+
+from testkit.daemon import Daemon, DaemonFactory
+from testkit.waiting import wait_for
+
+PARTITIONS = 6
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> Iterator[DaemonFactory]:
+    daemons = DaemonFactory(tmp_path)
+    try:
+        yield daemons
+    finally:
+        daemons.close()
+
+
+def bootstrap(daemons: list[Daemon]) -> str:
+    return ",".join(d.bootstrap for d in daemons if d.alive())
+
+
+def create_topic(servers: str, partitions: int = PARTITIONS, replication: int = 3) -> str:
+    topic = f"ha-{uuid.uuid4().hex[:8]}"
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": servers})
+    for future in admin.create_topics(
+        [confluent_kafka.admin.NewTopic(topic, partitions, replication)]
+    ).values():
+        future.result(30)
+    return topic
+
+
+def leaders(servers: str, topic: str) -> dict[int, int]:
+    """Partition -> leader node id, from a fresh Metadata request."""
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": servers})
+    meta = admin.list_topics(topic, timeout=10)
+    return {p.id: p.leader for p in meta.topics[topic].partitions.values()}
+
+
+@dataclass
+class History:
+    """Every acknowledgement a producer got: (partition, offset) -> value."""
+
+    acked: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        with self.lock:
+            if err is not None:
+                self.errors.append(str(err))
+            else:
+                key = (msg.partition(), msg.offset())
+                assert key not in self.acked, f"offset {key} acknowledged twice"
+                self.acked[key] = msg.value()
+
+
+class BackgroundProducer:
+    """Produces numbered records over every partition until stopped (idempotent, acks=all)."""
+
+    def __init__(self, servers: str, topic: str) -> None:
+        self.history = History()
+        self.topic = topic
+        self.sent = 0
+        self._stop = threading.Event()
+        self._producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": servers,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 60000,
+                "topic.metadata.refresh.interval.ms": 500,
+                "retry.backoff.ms": 100,
+            }
+        )
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> BackgroundProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = b"record-%08d" % self.sent
+            try:
+                self._producer.produce(
+                    self.topic,
+                    value=value,
+                    partition=self.sent % PARTITIONS,
+                    on_delivery=self.history.on_delivery,
+                )
+                self.sent += 1
+            except BufferError:
+                pass
+            self._producer.poll(0.002)
+
+    def acked_count(self) -> int:
+        with self.history.lock:
+            return len(self.history.acked)
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(30)
+        assert self._producer.flush(90) == 0
+
+
+def read_all(
+    servers: str, topic: str, partitions: int = PARTITIONS
+) -> dict[tuple[int, int], bytes]:
+    """Every record of the topic, read from the start of each partition to its end."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": f"check-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            "topic.metadata.refresh.interval.ms": 500,
+        }
+    )
+    try:
+        ends = {}
+        for p in range(partitions):
+            _, high = consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, p), timeout=30
+            )
+            ends[p] = high
+        consumer.assign(
+            [
+                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in range(partitions)
+            ]
+        )
+        got: dict[tuple[int, int], bytes] = {}
+        positions = dict.fromkeys(range(partitions), 0)
+
+        def caught_up() -> bool:
+            while (msg := consumer.poll(0.2)) is not None:
+                assert msg.error() is None, msg.error()
+                got[(msg.partition(), msg.offset())] = msg.value()
+                positions[msg.partition()] = msg.offset() + 1
+            return all(positions[p] >= ends[p] for p in range(partitions))
+
+        wait_for(caught_up, timeout=60, what="reading every partition to its end")
+        return got
+    finally:
+        consumer.close()
+
+
+def check_history(history: History, stored: dict[tuple[int, int], bytes]) -> None:
+    """Every acknowledged record is at its offset, once; each partition's offsets are dense."""
+    missing = {k: v for k, v in history.acked.items() if stored.get(k) != v}
+    assert not missing, (
+        f"{len(missing)} acknowledged record(s) lost or changed: {sorted(missing)[:5]}"
+    )
+    values = list(stored.values())
+    assert len(values) == len(set(values)), "a record is stored twice"
+    for p in range(PARTITIONS):
+        offsets = sorted(o for q, o in stored if q == p)
+        assert offsets == list(range(len(offsets))), f"partition {p} has gaps"
+
+
+def test_three_daemons_share_the_partitions_and_serve_every_client(
+    factory: DaemonFactory,
+) -> None:
+    daemons = factory.start_cluster(3, store_url=(factory.root / "store").as_uri())
+    servers = bootstrap(daemons)
+    topic = create_topic(servers, replication=3)
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": daemons[0].bootstrap})
+    meta = admin.list_topics(topic, timeout=10)
+    assert sorted(meta.brokers) == [1, 2, 3]
+    for partition in meta.topics[topic].partitions.values():
+        assert len(partition.replicas) == 3
+        assert partition.replicas[0] == partition.leader
+    spread = sorted(leaders(servers, topic).values())
+    assert set(spread) == {1, 2, 3}, spread
+    with BackgroundProducer(daemons[0].bootstrap, topic) as producer:
+        wait_for(lambda: producer.acked_count() >= 600, timeout=60, what="600 acks")
+    check_history(producer.history, read_all(servers, topic))
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_kill_9_of_a_daemon_loses_no_acknowledged_record(
+    factory: DaemonFactory, backend: str, request: pytest.FixtureRequest
+) -> None:
+    if backend == "s3":
+        endpoint = request.getfixturevalue("moto_server")
+        bucket = request.getfixturevalue("s3_bucket")
+        store_url, s3 = f"s3://{bucket}/ha-{uuid.uuid4().hex[:8]}", endpoint
+    else:
+        store_url, s3 = (factory.root / "store").as_uri(), None
+    daemons = factory.start_cluster(3, store_url=store_url, s3_endpoint_url=s3)
+    servers = bootstrap(daemons)
+    topic = create_topic(servers)
+    victim = daemons[1]
+    with BackgroundProducer(servers, topic) as producer:
+        wait_for(lambda: producer.acked_count() >= 300, timeout=60, what="300 acks")
+        victim.kill()
+        before = producer.acked_count()
+        wait_for(
+            lambda: 2 not in leaders(daemons[0].bootstrap, topic).values(),
+            timeout=30,
+            what="the dead daemon's partitions moving",
+        )
+        wait_for(
+            lambda: producer.acked_count() >= before + 300, timeout=60, what="acks after the kill"
+        )
+    assert not producer.history.errors, producer.history.errors[:3]
+    check_history(producer.history, read_all(bootstrap(daemons), topic))
+
+
+def test_a_paused_owner_writes_nothing_once_another_took_over(factory: DaemonFactory) -> None:
+    daemons = factory.start_cluster(3, store_url=(factory.root / "store").as_uri())
+    servers = bootstrap(daemons)
+    topic = create_topic(servers)
+    paused = daemons[2]
+    with BackgroundProducer(servers, topic) as producer:
+        wait_for(lambda: producer.acked_count() >= 300, timeout=60, what="300 acks")
+        paused.pause()
+        others = ",".join(d.bootstrap for d in daemons[:2])
+        wait_for(
+            lambda: 3 not in leaders(others, topic).values(),
+            timeout=30,
+            what="the paused daemon's partitions moving",
+        )
+        before = producer.acked_count()
+        wait_for(lambda: producer.acked_count() >= before + 300, timeout=60, what="acks")
+        paused.resume()
+        before = producer.acked_count()
+        wait_for(lambda: producer.acked_count() >= before + 300, timeout=60, what="acks")
+    check_history(producer.history, read_all(bootstrap(daemons), topic))
+    assert "another daemon took the partition" in paused.log() or "handed over" in paused.log()
+
+
+def test_a_graceful_stop_hands_the_partitions_over(factory: DaemonFactory) -> None:
+    daemons = factory.start_cluster(
+        2, store_url=(factory.root / "store").as_uri(), durability="cautious"
+    )
+    servers = bootstrap(daemons)
+    topic = create_topic(servers)
+    with BackgroundProducer(servers, topic) as producer:
+        wait_for(lambda: producer.acked_count() >= 300, timeout=60, what="300 acks")
+        assert daemons[1].stop() == 0
+        wait_for(
+            lambda: set(leaders(daemons[0].bootstrap, topic).values()) == {1},
+            timeout=30,
+            what="every partition on the remaining daemon",
+        )
+        before = producer.acked_count()
+        wait_for(lambda: producer.acked_count() >= before + 300, timeout=60, what="acks")
+    assert not producer.history.errors, producer.history.errors[:3]
+    check_history(producer.history, read_all(daemons[0].bootstrap, topic))
+
+
+def test_a_node_id_serves_one_daemon_at_a_time(factory: DaemonFactory) -> None:
+    store_url = (factory.root / "store").as_uri()
+    [first] = factory.start_cluster(1, store_url=store_url)
+    with pytest.raises(RuntimeError, match="exited early"):
+        factory.start_cluster(1, store_url=store_url, first_node_id=1)
+    assert "node id 1 is in use" in factory.daemons[-1].log()
+    assert first.alive()
+
+
+def test_a_wal_directory_serves_one_daemon_at_a_time(factory: DaemonFactory) -> None:
+    first = factory.start(extra_args=["--node-id", "1"])
+    with pytest.raises(RuntimeError, match="exited early"):
+        factory.start(
+            name="second",
+            store_url=first.store_url,
+            extra_args=["--data-dir", str(first.data_dir), "--node-id", "2"],
+        )
+    assert "another kfs serve is using the WAL directory" in factory.daemons[-1].log()
+    assert first.alive()
