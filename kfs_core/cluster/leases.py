@@ -415,8 +415,10 @@ class LeaseKeeper:
     ) -> str | None:
         """Why the lease the catalog records may not be taken from its holder; None if it may.
 
-        The catalog knows a holder the heartbeats may not list yet (it took the
-        lease and stopped before its next heartbeat).
+        The catalog knows a holder the heartbeats may not list: one that took
+        the lease and died before its next heartbeat.  A live holder was
+        judged by its heartbeat already (one that no longer lists the
+        partition handed it over).
         """
         if node_id is None or node_id == self.node_id:
             return None
@@ -424,10 +426,8 @@ class LeaseKeeper:
         if node is None or node.incarnation != incarnation:
             # Never seen, or restarted since: its new incarnation recovered that WAL at start.
             return None
-        if node.state == "stopped":
+        if node.state == "stopped" or self._observer.is_live(node_id):
             return None
-        if self._observer.is_live(node_id):
-            return f"live node {node_id} holds its lease"
         return self._dead_holder_refusal(tp, node, self.node_id, warn=True)
 
     async def acquire(self, topic: str, partition: int) -> Acquired:
