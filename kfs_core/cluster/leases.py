@@ -165,6 +165,7 @@ class LeaseKeeper:
         self._read_outage = False
         self._assignment: dict[TopicPartition, int] = {}
         self._assigned_over: tuple[int, ...] = ()
+        self._assigned_partitions: tuple[TopicPartition, ...] = ()
         self._unclean_warned: set[TopicPartition] = set()
         # What each other daemon's last running heartbeat held: a stopped one lists nothing.
         self._last_held: dict[int, dict[TopicPartition, int]] = {}
@@ -505,8 +506,13 @@ class LeaseKeeper:
         return tuple(sorted(ids))
 
     def _refresh_assignment(self) -> None:
-        self._assigned_over = self._live_ids()
-        self._assignment = assign(self._partitions(), self._assigned_over)
+        live = self._live_ids()
+        partitions = tuple(self._partitions())
+        if (live, partitions) == (self._assigned_over, self._assigned_partitions):
+            return  # hashing every partition again would give the same answer
+        self._assigned_over = live
+        self._assigned_partitions = partitions
+        self._assignment = assign(partitions, live)
 
     def _owner(self, tp: TopicPartition) -> int | None:
         """The partition's assignee among the live daemons (recomputed when they changed)."""

@@ -543,10 +543,9 @@ def test_a_second_daemon_with_a_live_node_id_refuses_to_start(tmp_path: Path) ->
         cluster = Cluster(store)
 
         def real_clock_keeper() -> LeaseKeeper:
+            # The newcomer watches for two intervals: wide enough for a loaded machine.
             settings = Settings(
-                node_id=4,
-                broker_heartbeat_interval_ms=INTERVAL_MS,
-                broker_session_timeout_ms=SESSION_MS,
+                node_id=4, broker_heartbeat_interval_ms=400, broker_session_timeout_ms=2000
             )
             return LeaseKeeper(store, NS, settings, {}, lambda: PARTS, cluster.catalog_for)
 
@@ -578,3 +577,36 @@ def test_twin_decision() -> None:
     assert twin_moved(first, _info("a", 4))
     assert twin_moved(first, _info("b", 0))
     assert not twin_moved(first, _info("a", 4, "stopped"))
+
+
+def test_the_loop_writes_a_heartbeat_soon_after_an_acquire(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = LocalObjectStore(tmp_path / "store")
+        cluster = Cluster(store)
+        settings = Settings(
+            node_id=2, broker_heartbeat_interval_ms=60_000, broker_session_timeout_ms=180_000
+        )
+        keeper = LeaseKeeper(store, NS, settings, {}, lambda: PARTS, cluster.catalog_for)
+        await keeper.start()
+        registry = NodeRegistry(store, NS)
+        first = registry.read(2)
+        assert first is not None and first.seq == 1 and not first.held
+        await keeper.acquire("t", 4)
+
+        async def listed() -> NodeInfo:
+            # The interval is a minute: only the acquire's wake-up can write this soon.
+            while True:
+                info = await asyncio.to_thread(registry.read, 2)
+                if info is not None and ("t", 4) in info.held:
+                    return info
+                await asyncio.sleep(0.01)
+
+        info = await asyncio.wait_for(listed(), timeout=10)
+        assert info.held == {("t", 4): 0} and info.state == "running"
+        await keeper.stop(flushed=True)
+        final = registry.read(2)
+        assert final is not None and final.state == "stopped" and not final.held
+        assert final.seq > info.seq
+        store.close()
+
+    asyncio.run(main())
