@@ -436,7 +436,8 @@ class LeaseKeeper:
 
         Raises `NotLeaderOrFollower` when it is another live daemon's, may not be
         taken (`refusal`), another daemon won the epoch, or this daemon's
-        heartbeats are failing.  Concurrent calls for one partition share one attempt.
+        heartbeats are failing; a store error reading or writing the catalog
+        propagates as it is.  Concurrent calls for one partition share one attempt.
         """
         tp = (topic, partition)
         if tp in self._held and self._lease_valid():
@@ -445,8 +446,13 @@ class LeaseKeeper:
         if attempt is None:
             attempt = asyncio.ensure_future(self._acquire(tp))
             self._attempts[tp] = attempt
-            attempt.add_done_callback(lambda _: self._attempts.pop(tp, None))
+            attempt.add_done_callback(functools.partial(self._attempt_done, tp))
         return await asyncio.shield(attempt)
+
+    def _attempt_done(self, tp: TopicPartition, attempt: asyncio.Future[Acquired]) -> None:
+        self._attempts.pop(tp, None)
+        if not attempt.cancelled():
+            attempt.exception()  # retrieved: every waiter may have gone
 
     async def _acquire(self, tp: TopicPartition) -> Acquired:
         name = f"{tp[0]}-{tp[1]}"
