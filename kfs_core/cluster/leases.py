@@ -54,6 +54,7 @@ __all__ = [
     "LeaseState",
     "OnRelease",
     "OnTakeover",
+    "twin_moved",
 ]
 
 log = logging.getLogger(__name__)
