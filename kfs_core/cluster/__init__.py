@@ -7,7 +7,8 @@ The design is in ``docs/architecture.md`` ("High availability").  The rooms:
   daemons are live, does this daemon hold a partition and at which epoch).
 - `nodes`: the heartbeat documents in ``{ns}/_cluster/nodes/`` and the
   liveness observer (a node is live while its heartbeat's sequence number moves,
-  by this daemon's own monotonic clock).
+  by this daemon's own monotonic clock); `NodeIdInUse`, the refusal to start
+  under a node id another live daemon runs as.
 - `assignment`: which live node each partition belongs to (rendezvous
   hashing with a fair share per node), the same on every daemon.
 - `leases`: `LeaseKeeper`, the loop that writes the heartbeat, reads the

@@ -1,0 +1,48 @@
+"""Which live node each partition belongs to: rendezvous hashing with a fair share.
+
+Every daemon computes the assignment on its own, from the same inputs (the
+live node ids and every partition of every topic), so it must come out the
+same on every machine: a weight is a BLAKE2b digest of the topic, the
+partition and the node id joined by NUL bytes, never Python's salted ``hash()``.
+
+Each partition, taken in sorted order, goes to the node that weighs it
+highest among those still below their fair share, ``ceil(partitions /
+nodes)``.  Without the cap, rendezvous hashing moves only ``1/n`` of the
+partitions when a node joins and only the leaver's when one leaves, but can
+pile many on one node; the cap keeps the spread within one partition of even
+at the price of a few more moves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+
+__all__ = ["assign", "weight"]
+
+
+def weight(topic: str, partition: int, node: int) -> int:
+    """The stable rendezvous weight of ``node`` for one partition (64 bits)."""
+    digest = hashlib.blake2b(f"{topic}\0{partition}\0{node}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def assign(
+    partitions: Sequence[tuple[str, int]], nodes: Sequence[int]
+) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): node}`` for every partition; empty when there are no nodes."""
+    candidates = sorted(set(nodes))
+    if not candidates:
+        return {}
+    keys = sorted(set(partitions))
+    share = math.ceil(len(keys) / len(candidates))
+    counts = dict.fromkeys(candidates, 0)
+    result: dict[tuple[str, int], int] = {}
+    for topic, partition in keys:
+        # Ties (astronomically rare) go to the lower node id, the same everywhere.
+        ranked = sorted(candidates, key=lambda n: (-weight(topic, partition, n), n))
+        owner = next(n for n in ranked if counts[n] < share)
+        counts[owner] += 1
+        result[(topic, partition)] = owner
+    return result

@@ -1,0 +1,616 @@
+"""`LeaseKeeper`: a running daemon's heartbeat loop, its partition leases, its `ClusterView`.
+
+One keeper runs in the daemon's event loop.  Every heartbeat interval
+(`tick`) it writes this daemon's heartbeat, reads the others', works out who
+is live (`LivenessObserver`) and the assignment (`assign`), then:
+
+- hands over each partition it holds that is now assigned to another live
+  daemon: the log's ``on_release`` stops appends, flushes and drops it, and
+  the next heartbeat no longer lists it;
+- takes over, through the log's ``on_takeover``, the partitions assigned
+  here that a dead or stopped daemon's heartbeat still lists and that
+  `may_take` allows.
+
+The log opens a partition by calling `acquire`, which commits a ``lease``
+action in the partition's catalog (one epoch more than the last; exactly one
+daemon wins each epoch) and records the epoch in the next heartbeat.
+
+The lease is timed by this daemon's own monotonic clock: a heartbeat that
+landed, sent at ``t``, keeps every held partition valid until ``t + session
+timeout - heartbeat interval``.  Another daemon counts this one dead only a
+session timeout after it first *saw* that heartbeat, which is later.  Once the
+deadline passes without a newer heartbeat landing, `local_epoch` says None (the
+log stops acknowledging) and the next tick gives up every held partition; a
+partition is only held again through a new lease, at a new epoch.
+
+Store calls run on an executor (the loop's default unless one is given);
+everything else is in-memory and cheap, as `ClusterView` requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from kfs_core.cluster.assignment import assign
+from kfs_core.cluster.nodes import LivenessObserver, NodeIdInUse, NodeRegistry
+from kfs_core.cluster.view import NO_LEADER, Leader, NodeInfo, NodeState
+from kfs_core.config import Settings
+from kfs_core.errors import KfsError, LeaseConflict, NotLeaderOrFollower
+from kfs_core.storage import ObjectStore
+
+__all__ = [
+    "Acquired",
+    "LeaseCatalog",
+    "LeaseKeeper",
+    "LeaseState",
+    "OnRelease",
+    "OnTakeover",
+    "twin_moved",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+TopicPartition = tuple[str, int]
+#: The log's hand-over: stop appends to the partition, flush it, drop it.
+OnRelease = Callable[[str, int], Awaitable[None]]
+#: The log's takeover: open these partitions (each open calls `LeaseKeeper.acquire`).
+OnTakeover = Callable[[list[TopicPartition]], Awaitable[None]]
+
+#: How many times `LeaseKeeper.start` looks at a heartbeat of its own node id
+#: while it waits two heartbeat intervals for it to move.
+_TWIN_POLLS = 8
+
+
+class LeaseState(Protocol):
+    """The lease part of a partition's catalog state (`PartitionState`)."""
+
+    @property
+    def leader_epoch(self) -> int:
+        """The newest lease's epoch (-1: none yet)."""
+        ...
+
+    @property
+    def leader_node_id(self) -> int | None:
+        """The node id of the newest lease's holder."""
+        ...
+
+    @property
+    def leader_incarnation(self) -> str | None:
+        """The incarnation of the newest lease's holder."""
+        ...
+
+
+class LeaseCatalog(Protocol):
+    """What the keeper asks of a partition's catalog (`PartitionCatalog`)."""
+
+    def refresh(self) -> LeaseState:
+        """The partition as of its newest commit."""
+        ...
+
+    def take_lease(self, node_id: int, incarnation: str) -> LeaseState:
+        """Commit a ``lease`` action one epoch past the newest; `LeaseConflict` if another won."""
+        ...
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """A lease this daemon holds, and whose it was before (None: nobody's, or unknown)."""
+
+    epoch: int
+    previous_node_id: int | None = None
+    previous_incarnation: str | None = None
+    previous_durability: str | None = None
+
+
+def _holder(state: LeaseState) -> tuple[int | None, str | None]:
+    node_id = state.leader_node_id
+    incarnation = state.leader_incarnation
+    if node_id is None or node_id < 0:
+        return None, None
+    return node_id, incarnation or None
+
+
+class LeaseKeeper:
+    """The `ClusterView` of a running daemon: heartbeats, liveness, assignment and leases.
+
+    ``partitions`` returns every partition of every topic (the daemon's topic
+    cache); ``catalog_for`` the catalog of one.  ``clock`` is the monotonic
+    clock every lease and liveness time is read from (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        namespace: str,
+        settings: Settings,
+        listeners: Mapping[str, tuple[str, int]],
+        partitions: Callable[[], Sequence[TopicPartition]],
+        catalog_for: Callable[[str, int], LeaseCatalog],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        executor: Executor | None = None,
+        rack: str | None = None,
+    ) -> None:
+        self._registry = NodeRegistry(store, namespace)
+        self._settings = settings
+        self._listeners = dict(listeners)
+        self._partitions = partitions
+        self._catalog_for = catalog_for
+        self._clock = clock
+        self._executor = executor
+        self._rack = rack
+        self._interval = settings.broker_heartbeat_interval_ms / 1000
+        self._session = settings.broker_session_timeout_ms / 1000
+        self._observer = LivenessObserver(settings.broker_session_timeout_ms, clock)
+        self._incarnation = ""
+        self._seq = 0
+        self._state: NodeState = "running"
+        self._running = False
+        self._held: dict[TopicPartition, int] = {}
+        self._acquired: dict[TopicPartition, Acquired] = {}
+        self._attempts: dict[TopicPartition, asyncio.Future[Acquired]] = {}
+        self._deadline: float | None = None
+        self._last_heartbeat_ok: bool | None = None
+        self._put_outage = False
+        self._read_outage = False
+        self._assignment: dict[TopicPartition, int] = {}
+        self._assigned_over: tuple[int, ...] = ()
+        self._assigned_partitions: tuple[TopicPartition, ...] = ()
+        self._unclean_warned: set[TopicPartition] = set()
+        # What each other daemon's last running heartbeat held: a stopped one lists nothing.
+        self._last_held: dict[int, dict[TopicPartition, int]] = {}
+        self._on_release: OnRelease | None = None
+        self._on_takeover: OnTakeover | None = None
+        self._wake = asyncio.Event()
+        self._tick_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    # --- life cycle ------------------------------------------------------------------
+
+    async def start(self, *, run_loop: bool = True) -> None:
+        """Refuse a node id live elsewhere, write the first heartbeat, start the loop.
+
+        Raises `NodeIdInUse` when a heartbeat of this node id under another
+        incarnation moves within two heartbeat intervals.  ``run_loop=False``
+        leaves the ticking to the caller (`tick`).
+        """
+        await self._refuse_twin()
+        self._incarnation = uuid.uuid4().hex
+        self._seq = 0
+        self._state = "running"
+        self._running = True
+        await self._heartbeat()
+        if self._last_heartbeat_ok is not True:
+            log.warning("node %d: the first heartbeat failed; retrying", self.node_id)
+        if run_loop:
+            self._task = asyncio.ensure_future(self._loop())
+
+    async def _refuse_twin(self) -> None:
+        first = await self._io(self._registry.read, self.node_id)
+        if first is None or first.state != "running":
+            return
+        for _ in range(_TWIN_POLLS):
+            await asyncio.sleep(2 * self._interval / _TWIN_POLLS)
+            now = await self._io(self._registry.read, self.node_id)
+            if twin_moved(first, now):
+                assert now is not None
+                raise NodeIdInUse(
+                    f"node id {self.node_id} is in use by a running daemon "
+                    f"(incarnation {now.incarnation}) on namespace "
+                    f"{self._registry.namespace!r}; give this one another KFS_NODE_ID"
+                )
+
+    async def stop(self, *, flushed: bool) -> None:
+        """Stop the loop; when ``flushed`` (everything is in the store), say ``stopped``.
+
+        A ``stopped`` heartbeat holds nothing: the other daemons take this
+        one's partitions at their next tick, whatever the durability mode.
+        """
+        self._running = False
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if flushed:
+            self._held.clear()
+            self._acquired.clear()
+            self._state = "stopped"
+            async with self._tick_lock:
+                await self._heartbeat()
+
+    def set_callbacks(self, on_release: OnRelease, on_takeover: OnTakeover) -> None:
+        """Register the log's hand-over and takeover; without them the keeper moves nothing."""
+        self._on_release = on_release
+        self._on_takeover = on_takeover
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval)
+            self._wake.clear()
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("node %d: heartbeat tick failed", self.node_id)
+
+    # --- one heartbeat -------------------------------------------------------------
+
+    async def tick(self) -> None:
+        """One heartbeat: write ours, read theirs, hand over and take over partitions."""
+        async with self._tick_lock:
+            if not self._running:
+                return
+            await self._drop_lapsed()
+            await self._heartbeat()
+            nodes = await self._read_nodes()
+            if nodes is None:
+                return
+            others = [n for n in nodes if n.node_id != self.node_id]
+            self._observer.observe(others)
+            for node in others:
+                if node.state == "running":
+                    self._last_held[node.node_id] = dict(node.held)
+            self._refresh_assignment()
+            if await self._hand_over():
+                await self._heartbeat()
+            await self._take_over()
+
+    async def _drop_lapsed(self) -> None:
+        """Give up every held partition once the lease deadline has passed."""
+        if not self._held or self._lease_valid():
+            return
+        log.warning(
+            "node %d: no heartbeat landed before the lease deadline; giving up %d partitions",
+            self.node_id,
+            len(self._held),
+        )
+        for tp in sorted(self._held):
+            await self._release(tp, "its lease lapsed")
+            self._forget(tp)
+
+    async def _heartbeat(self) -> None:
+        self._seq += 1
+        info = self._info()
+        sent_at = self._clock()
+        try:
+            await self._io(self._registry.write, info)
+        except (KfsError, OSError) as exc:
+            self._last_heartbeat_ok = False
+            if not self._put_outage:
+                self._put_outage = True
+                log.warning("node %d: writing the heartbeat failed: %s", self.node_id, exc)
+            return
+        self._last_heartbeat_ok = True
+        if self._put_outage:
+            self._put_outage = False
+            log.info("node %d: heartbeats land again", self.node_id)
+        self._deadline = sent_at + self._session - self._interval
+
+    async def _read_nodes(self) -> list[NodeInfo] | None:
+        try:
+            nodes = await self._io(self._registry.read_all)
+        except (KfsError, OSError) as exc:
+            if not self._read_outage:
+                self._read_outage = True
+                log.warning("node %d: reading the heartbeats failed: %s", self.node_id, exc)
+            return None
+        self._read_outage = False
+        return nodes
+
+    async def _hand_over(self) -> bool:
+        """Release what another live daemon should have (or already holds); True if any."""
+        released = False
+        live = {n.node_id: n for n in self._observer.live()}
+        for tp, epoch in sorted(self._held.items()):
+            newer = [n.node_id for n in live.values() if n.held.get(tp, -1) > epoch]
+            owner = self._assignment.get(tp)
+            if newer:
+                # Taken while this daemon was paused or cut off: its commits are fenced.
+                await self._release(tp, f"node {newer[0]} holds it at a newer epoch")
+                self._forget(tp)
+                released = True
+            elif owner is not None and owner != self.node_id and owner in live:
+                if self._on_release is None:
+                    continue
+                if await self._release(tp, f"it is assigned to node {owner}"):
+                    self._forget(tp)
+                    released = True
+        return released
+
+    async def _release(self, tp: TopicPartition, why: str) -> bool:
+        log.info("node %d: handing over %s-%d: %s", self.node_id, tp[0], tp[1], why)
+        if self._on_release is None:
+            return True
+        try:
+            await self._on_release(*tp)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("node %d: releasing %s-%d failed", self.node_id, *tp)
+            return False
+        return True
+
+    async def _take_over(self) -> None:
+        if self._on_takeover is None:
+            return
+        gone = self._observer.dead() + self._observer.stopped()
+        orphaned = {
+            tp for node in gone for tp in (*node.held, *self._last_held.get(node.node_id, ()))
+        }
+        keys = [
+            tp
+            for tp, owner in sorted(self._assignment.items())
+            if owner == self.node_id
+            and tp not in self._held
+            and tp in orphaned
+            and self.may_take(*tp)
+        ]
+        if not keys:
+            return
+        try:
+            await self._on_takeover(keys)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("node %d: taking over %d partitions failed", self.node_id, len(keys))
+
+    # --- leases ------------------------------------------------------------------------
+
+    def may_take(self, topic: str, partition: int) -> bool:
+        """Whether this daemon may take the partition now (`refusal` says why not)."""
+        return self.refusal(topic, partition) is None
+
+    def refusal(self, topic: str, partition: int) -> str | None:
+        """Why this daemon may not take the partition now; None when it may."""
+        return self._refusal((topic, partition), self.node_id, warn=True)
+
+    def _refusal(self, tp: TopicPartition, taker: int, *, warn: bool) -> str | None:
+        for node in self._observer.live():
+            if node.node_id != taker and tp in node.held:
+                return f"live node {node.node_id} holds it"
+        for node in self._observer.dead():
+            if tp in node.held:
+                why = self._dead_holder_refusal(tp, node, taker, warn=warn)
+                if why is not None:
+                    return why
+        return None
+
+    def _dead_holder_refusal(
+        self, tp: TopicPartition, node: NodeInfo, taker: int, *, warn: bool
+    ) -> str | None:
+        if node.durability == "store" or node.node_id == taker:
+            return None
+        if self._settings.unclean_leader_election_enable:
+            if warn and tp not in self._unclean_warned:
+                self._unclean_warned.add(tp)
+                log.warning(
+                    "unclean leader election of %s-%d: node %d (durability %s) is dead; "
+                    "the records only its WAL held are lost",
+                    tp[0],
+                    tp[1],
+                    node.node_id,
+                    node.durability,
+                )
+            return None
+        return (
+            f"dead node {node.node_id} holds it and its WAL (durability {node.durability}) "
+            f"may hold acknowledged records: waiting for it to restart "
+            f"(or unclean.leader.election.enable)"
+        )
+
+    def _catalog_holder_refusal(
+        self, tp: TopicPartition, node_id: int | None, incarnation: str | None
+    ) -> str | None:
+        """Why the lease the catalog records may not be taken from its holder; None if it may.
+
+        The catalog knows a holder the heartbeats may not list: one that took
+        the lease and died before its next heartbeat.  A live holder was
+        judged by its heartbeat already (one that no longer lists the
+        partition handed it over).
+        """
+        if node_id is None or node_id == self.node_id:
+            return None
+        node = self._observer.get(node_id)
+        if node is None or node.incarnation != incarnation:
+            # Never seen, or restarted since: its new incarnation recovered that WAL at start.
+            return None
+        if node.state == "stopped" or self._observer.is_live(node_id):
+            return None
+        return self._dead_holder_refusal(tp, node, self.node_id, warn=True)
+
+    async def acquire(self, topic: str, partition: int) -> Acquired:
+        """Hold the partition: its lease from the catalog, or the one already held.
+
+        Raises `NotLeaderOrFollower` when it is another live daemon's, may not be
+        taken (`refusal`), another daemon won the epoch, or this daemon's
+        heartbeats are failing; a store error reading or writing the catalog
+        propagates as it is.  Concurrent calls for one partition share one attempt.
+        """
+        tp = (topic, partition)
+        if tp in self._held and self._lease_valid():
+            return self._acquired[tp]
+        attempt = self._attempts.get(tp)
+        if attempt is None:
+            attempt = asyncio.ensure_future(self._acquire(tp))
+            self._attempts[tp] = attempt
+            attempt.add_done_callback(functools.partial(self._attempt_done, tp))
+        return await asyncio.shield(attempt)
+
+    def _attempt_done(self, tp: TopicPartition, attempt: asyncio.Future[Acquired]) -> None:
+        self._attempts.pop(tp, None)
+        if not attempt.cancelled():
+            attempt.exception()  # retrieved: every waiter may have gone
+
+    async def _acquire(self, tp: TopicPartition) -> Acquired:
+        name = f"{tp[0]}-{tp[1]}"
+        if not self._running:
+            raise NotLeaderOrFollower(f"{name}: node {self.node_id} is not running")
+        if not self._lease_valid():
+            raise NotLeaderOrFollower(f"{name}: node {self.node_id}'s heartbeats are failing")
+        owner = self._owner(tp)
+        if owner is not None and owner != self.node_id:
+            raise NotLeaderOrFollower(f"{name} is assigned to node {owner}")
+        why = self.refusal(*tp)
+        if why is not None:
+            raise NotLeaderOrFollower(f"{name}: {why}")
+        catalog = self._catalog_for(*tp)
+        before = await self._io(catalog.refresh)
+        previous_node, previous_incarnation = _holder(before)
+        why = self._catalog_holder_refusal(tp, previous_node, previous_incarnation)
+        if why is not None:
+            raise NotLeaderOrFollower(f"{name}: {why}")
+        try:
+            state = await self._io(catalog.take_lease, self.node_id, self._incarnation)
+        except LeaseConflict as exc:
+            raise NotLeaderOrFollower(f"{name}: another daemon took the lease: {exc}") from exc
+        previous = self._observer.get(previous_node) if previous_node is not None else None
+        durability = (
+            previous.durability
+            if previous is not None and previous.incarnation == previous_incarnation
+            else None
+        )
+        if previous_node == self.node_id and previous_incarnation == self._incarnation:
+            durability = self._settings.durability
+        acquired = Acquired(state.leader_epoch, previous_node, previous_incarnation, durability)
+        self._held[tp] = acquired.epoch
+        self._acquired[tp] = acquired
+        log.info("node %d: took %s at epoch %d", self.node_id, name, acquired.epoch)
+        self._wake.set()
+        return acquired
+
+    def lost(self, topic: str, partition: int) -> None:
+        """The log found itself fenced on the partition: forget it."""
+        self._forget((topic, partition))
+        self._wake.set()
+
+    def _forget(self, tp: TopicPartition) -> None:
+        self._held.pop(tp, None)
+        self._acquired.pop(tp, None)
+
+    def _lease_valid(self) -> bool:
+        return self._deadline is not None and self._clock() < self._deadline
+
+    # --- assignment --------------------------------------------------------------------
+
+    def _live_ids(self) -> tuple[int, ...]:
+        ids = {n.node_id for n in self._observer.live()}
+        if self._running:
+            ids.add(self.node_id)
+        return tuple(sorted(ids))
+
+    def _refresh_assignment(self) -> None:
+        live = self._live_ids()
+        partitions = tuple(self._partitions())
+        if (live, partitions) == (self._assigned_over, self._assigned_partitions):
+            return  # hashing every partition again would give the same answer
+        self._assigned_over = live
+        self._assigned_partitions = partitions
+        self._assignment = assign(partitions, live)
+
+    def _owner(self, tp: TopicPartition) -> int | None:
+        """The partition's assignee among the live daemons (recomputed when they changed)."""
+        if self._assigned_over != self._live_ids() or tp not in self._assignment:
+            self._refresh_assignment()
+        return self._assignment.get(tp)
+
+    # --- ClusterView -------------------------------------------------------------------
+
+    @property
+    def node_id(self) -> int:
+        """This daemon's node id."""
+        return self._settings.node_id
+
+    @property
+    def incarnation(self) -> str:
+        """This run's random id (empty before `start`)."""
+        return self._incarnation
+
+    def live_nodes(self) -> Sequence[NodeInfo]:
+        """Every live daemon, this one included while it runs, by node id."""
+        others = [n for n in self._observer.live() if n.node_id != self.node_id]
+        if self._running:
+            others.append(self._info())
+        return sorted(others, key=lambda n: n.node_id)
+
+    def leader(self, topic: str, partition: int) -> Leader:
+        """The live holder; else the live assignee if it may take it (epoch -1); else none."""
+        tp = (topic, partition)
+        if self._running and tp in self._held:
+            return Leader(self.node_id, self._held[tp])
+        holders = [n for n in self._observer.live() if tp in n.held]
+        if holders:
+            best = max(holders, key=lambda n: n.held[tp])
+            return Leader(best.node_id, best.held[tp])
+        owner = self._owner(tp)
+        if owner is None or self._refusal(tp, owner, warn=False) is not None:
+            return NO_LEADER
+        return Leader(owner, -1)
+
+    def local_epoch(self, topic: str, partition: int) -> int | None:
+        """The held epoch while the lease deadline has not passed, else None."""
+        epoch = self._held.get((topic, partition))
+        return epoch if epoch is not None and self._lease_valid() else None
+
+    # --- for metrics -------------------------------------------------------------------
+
+    @property
+    def held(self) -> Mapping[TopicPartition, int]:
+        """The partitions this daemon holds, with their epochs (a copy)."""
+        return dict(self._held)
+
+    @property
+    def last_heartbeat_ok(self) -> bool | None:
+        """Whether the last heartbeat landed (None before the first)."""
+        return self._last_heartbeat_ok
+
+    @property
+    def live_node_count(self) -> int:
+        """How many daemons are live, this one included while it runs."""
+        return len(self._live_ids())
+
+    @property
+    def lease_deadline(self) -> float | None:
+        """The monotonic time the held leases lapse at unless a heartbeat lands first."""
+        return self._deadline
+
+    # --- plumbing ----------------------------------------------------------------------
+
+    def _info(self) -> NodeInfo:
+        return NodeInfo(
+            node_id=self.node_id,
+            incarnation=self._incarnation,
+            listeners=self._listeners,
+            durability=self._settings.durability,
+            state=self._state,
+            seq=self._seq,
+            held=dict(self._held),
+            rack=self._rack,
+        )
+
+    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+
+
+def twin_moved(first: NodeInfo, now: NodeInfo | None) -> bool:
+    """Whether a heartbeat of one's own node id, first seen as ``first``, shows a live twin.
+
+    It does when it is still ``running`` and its ``(incarnation, seq)`` changed.
+    """
+    if now is None or now.state != "running":
+        return False
+    return (now.incarnation, now.seq) != (first.incarnation, first.seq)

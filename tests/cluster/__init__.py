@@ -1,0 +1,1 @@
+"""Tests of kfs_core.cluster: heartbeats, liveness, the assignment and partition leases."""

@@ -1,0 +1,615 @@
+"""LeaseKeeper: several daemons' keepers in one event loop over one local store.
+
+Each keeper has its own fake monotonic clock, and the tests call `tick`
+themselves: a node dies by not ticking while another's clock moves past the
+session timeout.  The partition catalogs are a small stand-in with the
+catalog's lease semantics (an epoch per put-if-absent object, so exactly one
+daemon wins each epoch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from kfs_core.cluster.assignment import assign
+from kfs_core.cluster.leases import Acquired, LeaseKeeper, twin_moved
+from kfs_core.cluster.nodes import NodeIdInUse, NodeRegistry
+from kfs_core.cluster.view import NO_LEADER, ClusterView, Leader, NodeInfo
+from kfs_core.config import Settings
+from kfs_core.errors import (
+    LeaseConflict,
+    NotLeaderOrFollower,
+    ObjectAlreadyExists,
+    TransientStoreError,
+)
+from kfs_core.storage import ByteRange, LocalObjectStore, ObjectInfo, ObjectStore
+
+NS = "ns"
+PARTS = [("t", p) for p in range(12)]
+INTERVAL_MS = 50
+SESSION_MS = 300
+SESSION = SESSION_MS / 1000
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FlakyStore(ObjectStore):
+    """A store whose puts fail while ``fail_puts`` is set (a daemon cut off from the store)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.fail_puts = False
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        if self.fail_puts:
+            raise TransientStoreError(f"put {key}: connection refused")
+        return self.inner.put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
+        if self.fail_puts:
+            raise TransientStoreError(f"put {key}: connection refused")
+        return self.inner.put_if_absent(key, data)
+
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes:
+        return self.inner.get(key, byte_range)
+
+    def head(self, key: str) -> ObjectInfo:
+        return self.inner.head(key)
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        return self.inner.list(prefix, start_after)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The lease fields of a catalog state."""
+
+    leader_epoch: int = -1
+    leader_node_id: int | None = None
+    leader_incarnation: str | None = None
+
+
+class FakeCatalog:
+    """One partition's leases: ``lease-{epoch}.json`` objects written put-if-absent."""
+
+    def __init__(self, cluster: Cluster, topic: str, partition: int) -> None:
+        self._store = cluster.store
+        self._prefix = f"{NS}/{topic}/{partition}/lease-"
+        self._cluster = cluster
+
+    def refresh(self) -> LeaseRecord:
+        keys = [o.key for o in self._store.list(self._prefix)]
+        if not keys:
+            return LeaseRecord()
+        doc = json.loads(self._store.get(max(keys)))
+        return LeaseRecord(doc["epoch"], doc["node_id"], doc["incarnation"])
+
+    def take_lease(self, node_id: int, incarnation: str) -> LeaseRecord:
+        epoch = self.refresh().leader_epoch + 1
+        doc = {"epoch": epoch, "node_id": node_id, "incarnation": incarnation}
+        if self._cluster.before_put is not None:
+            self._cluster.before_put()
+        try:
+            self._store.put_if_absent(f"{self._prefix}{epoch:010}.json", json.dumps(doc).encode())
+        except ObjectAlreadyExists as exc:
+            raise LeaseConflict(f"epoch {epoch} is taken") from exc
+        self._cluster.takes.append(epoch)
+        return LeaseRecord(epoch, node_id, incarnation)
+
+
+@dataclass
+class Node:
+    """One daemon's keeper, its clock and what its log was asked to do."""
+
+    keeper: LeaseKeeper
+    clock: FakeClock
+    released: list[tuple[str, int]] = field(default_factory=list)
+    taken: list[list[tuple[str, int]]] = field(default_factory=list)
+    acquired: dict[tuple[str, int], Acquired] = field(default_factory=dict)
+
+    def wire(self) -> None:
+        """Register callbacks that behave like the log: release drops, takeover acquires."""
+
+        async def on_release(topic: str, partition: int) -> None:
+            self.released.append((topic, partition))
+
+        async def on_takeover(keys: list[tuple[str, int]]) -> None:
+            self.taken.append(keys)
+            for tp in keys:
+                self.acquired[tp] = await self.keeper.acquire(*tp)
+
+        self.keeper.set_callbacks(on_release, on_takeover)
+
+    async def acquire_assigned(self) -> None:
+        """Acquire every partition the assignment gives this node now."""
+        for tp in PARTS:
+            if self.keeper.leader(*tp) == Leader(self.keeper.node_id, -1):
+                self.acquired[tp] = await self.keeper.acquire(*tp)
+
+
+class Cluster:
+    """Keepers sharing one store and one set of partition catalogs."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.takes: list[int] = []
+        #: Run by a lease take between reading the newest epoch and writing the next.
+        self.before_put: Callable[[], None] | None = None
+
+    def catalog_for(self, topic: str, partition: int) -> FakeCatalog:
+        return FakeCatalog(self, topic, partition)
+
+    def node(
+        self,
+        node_id: int,
+        *,
+        durability: str = "cautious",
+        unclean: bool = False,
+        store: ObjectStore | None = None,
+        wire: bool = True,
+        partitions: Sequence[tuple[str, int]] = PARTS,
+    ) -> Node:
+        settings = Settings(
+            node_id=node_id,
+            broker_heartbeat_interval_ms=INTERVAL_MS,
+            broker_session_timeout_ms=SESSION_MS,
+            unclean_leader_election_enable=unclean,
+            durability=durability,
+        )
+        clock = FakeClock()
+        keeper = LeaseKeeper(
+            store or self.store,
+            NS,
+            settings,
+            {"PLAINTEXT": ("127.0.0.1", 9092 + node_id)},
+            lambda: partitions,
+            self.catalog_for,
+            clock=clock,
+        )
+        node = Node(keeper, clock)
+        if wire:
+            node.wire()
+        return node
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    store = LocalObjectStore(tmp_path / "store")
+    yield Cluster(store)
+    store.close()
+
+
+async def _tick(*nodes: Node) -> None:
+    for node in nodes:
+        await node.keeper.tick()
+
+
+def _assigned(node_ids: Sequence[int], node_id: int) -> list[tuple[str, int]]:
+    return sorted(tp for tp, n in assign(PARTS, node_ids).items() if n == node_id)
+
+
+def test_partitions_spread_over_the_live_nodes(cluster: Cluster) -> None:
+    async def main() -> None:
+        nodes = [cluster.node(i) for i in range(3)]
+        for node in nodes:
+            await node.keeper.start(run_loop=False)
+        await _tick(*nodes, *nodes)
+        expected = assign(PARTS, [0, 1, 2])
+        for node in nodes:
+            view: ClusterView = node.keeper
+            assert [n.node_id for n in view.live_nodes()] == [0, 1, 2]
+            assert node.keeper.live_node_count == 3
+            assert all(view.leader(*tp) == Leader(expected[tp], -1) for tp in PARTS)
+        counts = [sum(1 for n in expected.values() if n == i) for i in range(3)]
+        assert counts == [4, 4, 4]
+
+        for node in nodes:
+            await node.acquire_assigned()
+        assert sorted(cluster.takes) == [0] * 12
+        await _tick(*nodes, *nodes)  # every heartbeat written, then every one read
+        for node in nodes:
+            assert all(node.keeper.leader(*tp) == Leader(expected[tp], 0) for tp in PARTS)
+            for tp in PARTS:
+                mine = expected[tp] == node.keeper.node_id
+                assert node.keeper.local_epoch(*tp) == (0 if mine else None)
+            assert sorted(node.keeper.held) == _assigned([0, 1, 2], node.keeper.node_id)
+            assert node.keeper.last_heartbeat_ok is True
+
+        # Another node's partition is refused, whoever asks.
+        foreign = next(tp for tp in PARTS if expected[tp] != 0)
+        with pytest.raises(NotLeaderOrFollower, match=f"assigned to node {expected[foreign]}"):
+            await nodes[0].keeper.acquire(*foreign)
+        # The heartbeat lists what the node holds.
+        info = NodeRegistry(cluster.store, NS).read(1)
+        assert info is not None and dict(info.held) == dict(nodes[1].keeper.held)
+        assert info.listeners == {"PLAINTEXT": ("127.0.0.1", 9093)}
+
+    asyncio.run(main())
+
+
+def test_liveness_follows_the_observers_clock(cluster: Cluster) -> None:
+    async def main() -> None:
+        a, b = cluster.node(0), cluster.node(1)
+        await a.keeper.start(run_loop=False)
+        await b.keeper.start(run_loop=False)
+        await _tick(a, b)
+        assert [n.node_id for n in b.keeper.live_nodes()] == [0, 1]
+        b.clock.advance(SESSION - 0.01)
+        await _tick(b)
+        assert b.keeper.live_node_count == 2
+        b.clock.advance(0.02)
+        await _tick(b)
+        assert [n.node_id for n in b.keeper.live_nodes()] == [1]
+        # Its heartbeat moves again: live again.
+        await _tick(a, b)
+        assert [n.node_id for n in b.keeper.live_nodes()] == [0, 1]
+
+    asyncio.run(main())
+
+
+def test_a_stopped_node_is_taken_over_at_once(cluster: Cluster) -> None:
+    async def main() -> None:
+        a, b = cluster.node(0), cluster.node(1)
+        for node in (a, b):
+            await node.keeper.start(run_loop=False)
+        await _tick(a, b, a, b)
+        await a.acquire_assigned()
+        await b.acquire_assigned()
+        await _tick(a, b)
+        a_parts = sorted(a.keeper.held)
+        assert a_parts == _assigned([0, 1], 0)
+
+        await a.keeper.stop(flushed=True)
+        stopped = NodeRegistry(cluster.store, NS).read(0)
+        assert stopped is not None and stopped.state == "stopped" and not stopped.held
+        await _tick(b)  # no clock moved: a stopped holder never blocks
+        assert b.taken == [a_parts]
+        assert sorted(b.keeper.held) == PARTS
+        for tp in a_parts:
+            assert b.acquired[tp] == Acquired(1, 0, a.keeper.incarnation, "cautious")
+            assert b.keeper.leader(*tp) == Leader(1, 1)
+        assert [n.node_id for n in b.keeper.live_nodes()] == [1]
+        await _tick(b)
+        assert len(b.taken) == 1
+
+    asyncio.run(main())
+
+
+def test_a_dead_store_mode_node_is_taken_over_after_the_session_timeout(
+    cluster: Cluster,
+) -> None:
+    async def main() -> None:
+        a, b = cluster.node(0, durability="store"), cluster.node(1)
+        for node in (a, b):
+            await node.keeper.start(run_loop=False)
+        await _tick(a, b, a, b)
+        await a.acquire_assigned()
+        await _tick(a, b)
+        a_parts = sorted(a.keeper.held)
+        # a is killed: it ticks no more.
+        b.clock.advance(SESSION - 0.05)
+        await _tick(b)
+        assert b.taken == []
+        assert b.keeper.leader(*a_parts[0]) == Leader(0, 0)
+        with pytest.raises(NotLeaderOrFollower, match="node 0"):
+            await b.keeper.acquire(*a_parts[0])
+        b.clock.advance(0.06)
+        await _tick(b)
+        assert b.taken == [a_parts]
+        assert all(b.acquired[tp].epoch == 1 for tp in a_parts)
+        assert all(b.acquired[tp].previous_durability == "store" for tp in a_parts)
+        assert all(b.keeper.leader(*tp) == Leader(1, 1) for tp in a_parts)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+def test_a_dead_local_wal_node_waits_unless_unclean(
+    cluster: Cluster, unclean: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        a, b = cluster.node(0), cluster.node(1, unclean=unclean)
+        for node in (a, b):
+            await node.keeper.start(run_loop=False)
+        await _tick(a, b, a, b)
+        await a.acquire_assigned()
+        await _tick(a, b)
+        a_parts = sorted(a.keeper.held)
+        b.clock.advance(SESSION + 0.01)
+        with caplog.at_level(logging.WARNING, logger="kfs_core.cluster.leases"):
+            await _tick(b, b)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        if not unclean:
+            assert b.taken == []
+            assert warnings == []
+            assert all(b.keeper.leader(*tp) == NO_LEADER for tp in a_parts)
+            assert not b.keeper.may_take(*a_parts[0])
+            assert "dead node 0" in (b.keeper.refusal(*a_parts[0]) or "")
+            with pytest.raises(NotLeaderOrFollower, match="dead node 0"):
+                await b.keeper.acquire(*a_parts[0])
+        else:
+            assert b.taken == [a_parts]
+            assert all(b.acquired[tp].epoch == 1 for tp in a_parts)
+            assert len(warnings) == len(a_parts)  # one line per partition, not per tick
+            assert all("node 0" in w and "lost" in w for w in warnings)
+        # b's own partitions were never in question.
+        assert set(_assigned([0, 1], 1)) <= {tp for tp in PARTS if b.keeper.may_take(*tp)}
+
+    asyncio.run(main())
+
+
+def test_the_same_node_id_restarted_takes_its_partitions_back(cluster: Cluster) -> None:
+    async def main() -> None:
+        old = cluster.node(0)
+        await old.keeper.start(run_loop=False)
+        await _tick(old)
+        await old.acquire_assigned()
+        await _tick(old)
+        assert sorted(old.keeper.held) == PARTS
+        # Killed; started again with its WAL (cautious mode).
+        new = cluster.node(0)
+        await new.keeper.start(run_loop=False)
+        assert new.keeper.incarnation != old.keeper.incarnation
+        await _tick(new)
+        assert all(new.keeper.leader(*tp) == Leader(0, -1) for tp in PARTS)
+        got = await new.keeper.acquire("t", 3)
+        assert got == Acquired(1, 0, old.keeper.incarnation, None)
+
+    asyncio.run(main())
+
+
+def test_a_joining_node_gets_its_share_by_hand_over(cluster: Cluster) -> None:
+    async def main() -> None:
+        a = cluster.node(0)
+        await a.keeper.start(run_loop=False)
+        await _tick(a)
+        await a.acquire_assigned()
+        await _tick(a)
+        assert sorted(a.keeper.held) == PARTS
+
+        b = cluster.node(1)
+        await b.keeper.start(run_loop=False)
+        await _tick(b)
+        moving = _assigned([0, 1], 1)
+        assert all(b.keeper.leader(*tp) == Leader(0, 0) for tp in moving)
+        with pytest.raises(NotLeaderOrFollower, match="live node 0 holds it"):
+            await b.keeper.acquire(*moving[0])
+
+        await _tick(a)  # a sees b, hands over b's share and says so at once
+        assert sorted(a.released) == moving
+        assert sorted(a.keeper.held) == _assigned([0, 1], 0)
+        assert all(a.keeper.local_epoch(*tp) is None for tp in moving)
+        await _tick(b)
+        assert b.taken == []  # a is live: nothing to take over, b takes on request
+        await b.acquire_assigned()
+        assert sorted(b.keeper.held) == moving
+        assert all(
+            b.acquired[tp] == Acquired(1, 0, a.keeper.incarnation, "cautious") for tp in moving
+        )
+        await _tick(b, a)
+        assert all(a.keeper.leader(*tp) == Leader(1, 1) for tp in moving)
+
+    asyncio.run(main())
+
+
+def test_without_callbacks_nothing_moves(cluster: Cluster) -> None:
+    async def main() -> None:
+        a = cluster.node(0, wire=False)
+        await a.keeper.start(run_loop=False)
+        await _tick(a)
+        for tp in PARTS:
+            await a.keeper.acquire(*tp)
+        b = cluster.node(1, wire=False)
+        await b.keeper.start(run_loop=False)
+        await _tick(b, a)
+        assert sorted(a.keeper.held) == PARTS
+
+    asyncio.run(main())
+
+
+def test_concurrent_acquires_share_one_attempt(cluster: Cluster) -> None:
+    async def main() -> None:
+        a = cluster.node(0)
+        await a.keeper.start(run_loop=False)
+        await _tick(a)
+        results = await asyncio.gather(*(a.keeper.acquire("t", 5) for _ in range(5)))
+        assert set(results) == {Acquired(0)}
+        assert cluster.takes == [0]
+        assert await a.keeper.acquire("t", 5) == Acquired(0)
+        assert cluster.takes == [0]
+
+    asyncio.run(main())
+
+
+def test_losing_the_epoch_race_is_not_leader(cluster: Cluster) -> None:
+    async def main() -> None:
+        a = cluster.node(0)
+        await a.keeper.start(run_loop=False)
+        await _tick(a)
+
+        def another_daemon_wins() -> None:
+            cluster.before_put = None
+            cluster.catalog_for("t", 1).take_lease(7, "elsewhere")
+
+        cluster.before_put = another_daemon_wins
+        outcomes = await asyncio.gather(
+            *(a.keeper.acquire("t", 1) for _ in range(3)), return_exceptions=True
+        )
+        assert all(isinstance(o, NotLeaderOrFollower) for o in outcomes), outcomes
+        assert "another daemon took the lease" in str(outcomes[0])
+        assert cluster.takes == [0]  # the other daemon's; this one tried once and lost
+        assert a.keeper.local_epoch("t", 1) is None
+
+    asyncio.run(main())
+
+
+def test_lost_forgets_the_partition(cluster: Cluster) -> None:
+    async def main() -> None:
+        a = cluster.node(0)
+        await a.keeper.start(run_loop=False)
+        await _tick(a)
+        await a.keeper.acquire("t", 2)
+        await _tick(a)
+        a.keeper.lost("t", 2)
+        assert a.keeper.local_epoch("t", 2) is None
+        await _tick(a)
+        info = NodeRegistry(cluster.store, NS).read(0)
+        assert info is not None and ("t", 2) not in info.held
+
+    asyncio.run(main())
+
+
+def test_the_lease_lapses_when_heartbeats_fail(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        flaky = FlakyStore(cluster.store)
+        a = cluster.node(0, store=flaky)
+        await a.keeper.start(run_loop=False)
+        await _tick(a)
+        sent_at = a.clock.now
+        await a.keeper.acquire("t", 0)
+        assert a.keeper.local_epoch("t", 0) == 0
+        assert a.keeper.lease_deadline == pytest.approx(sent_at + SESSION - INTERVAL_MS / 1000)
+
+        flaky.fail_puts = True
+        with caplog.at_level(logging.WARNING, logger="kfs_core.cluster.leases"):
+            for _ in range(4):
+                a.clock.advance(0.05)
+                await _tick(a)
+        assert a.keeper.last_heartbeat_ok is False
+        assert a.keeper.local_epoch("t", 0) == 0  # 0.2 s since the last heartbeat landed
+        failures = [r for r in caplog.records if "writing the heartbeat failed" in r.getMessage()]
+        assert len(failures) == 1  # once per outage
+        a.clock.advance(0.06)
+        assert a.keeper.local_epoch("t", 0) is None
+        with pytest.raises(NotLeaderOrFollower, match="heartbeats are failing"):
+            await a.keeper.acquire("t", 1)
+        await _tick(a)
+        assert a.keeper.held == {}
+
+        flaky.fail_puts = False
+        await _tick(a)
+        assert a.keeper.last_heartbeat_ok is True
+        assert await a.keeper.acquire("t", 0) == Acquired(1, 0, a.keeper.incarnation, "cautious")
+        assert a.keeper.local_epoch("t", 0) == 1
+
+    asyncio.run(main())
+
+
+def test_a_resumed_holder_drops_what_was_taken_at_a_newer_epoch(cluster: Cluster) -> None:
+    async def main() -> None:
+        a, b = cluster.node(0, durability="store"), cluster.node(1)
+        for node in (a, b):
+            await node.keeper.start(run_loop=False)
+        await _tick(a, b, a, b)
+        await a.acquire_assigned()
+        await _tick(a, b)
+        a_parts = sorted(a.keeper.held)
+        b.clock.advance(SESSION + 0.01)  # a is paused
+        await _tick(b, b)
+        assert b.taken == [a_parts]
+        # a resumes: its next tick sees b hold them at a newer epoch.
+        await _tick(a)
+        assert sorted(a.released) == a_parts
+        assert a.keeper.held == {}
+        assert all(a.keeper.leader(*tp) == Leader(1, 1) for tp in a_parts)
+
+    asyncio.run(main())
+
+
+def test_a_second_daemon_with_a_live_node_id_refuses_to_start(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = LocalObjectStore(tmp_path / "store")
+        cluster = Cluster(store)
+
+        def real_clock_keeper() -> LeaseKeeper:
+            # The newcomer watches for two intervals: wide enough for a loaded machine.
+            settings = Settings(
+                node_id=4, broker_heartbeat_interval_ms=400, broker_session_timeout_ms=2000
+            )
+            return LeaseKeeper(store, NS, settings, {}, lambda: PARTS, cluster.catalog_for)
+
+        first = real_clock_keeper()
+        await first.start()  # its loop ticks every heartbeat interval
+        with pytest.raises(NodeIdInUse, match="node id 4 is in use") as refused:
+            await real_clock_keeper().start()
+        assert "\n" not in str(refused.value)
+        # Killed: its heartbeat stops moving, and the node id is free again.
+        await first.stop(flushed=False)
+        again = real_clock_keeper()
+        await again.start(run_loop=False)
+        info = NodeRegistry(store, NS).read(4)
+        assert info is not None and info.incarnation == again.incarnation
+        await again.stop(flushed=True)
+        store.close()
+
+    asyncio.run(main())
+
+
+def _info(incarnation: str, seq: int, state: str = "running") -> NodeInfo:
+    return NodeInfo(4, incarnation, {}, "cautious", state=state, seq=seq)  # type: ignore[arg-type]
+
+
+def test_twin_decision() -> None:
+    first = _info("a", 3)
+    assert not twin_moved(first, None)
+    assert not twin_moved(first, _info("a", 3))
+    assert twin_moved(first, _info("a", 4))
+    assert twin_moved(first, _info("b", 0))
+    assert not twin_moved(first, _info("a", 4, "stopped"))
+
+
+def test_the_loop_writes_a_heartbeat_soon_after_an_acquire(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = LocalObjectStore(tmp_path / "store")
+        cluster = Cluster(store)
+        settings = Settings(
+            node_id=2, broker_heartbeat_interval_ms=60_000, broker_session_timeout_ms=180_000
+        )
+        keeper = LeaseKeeper(store, NS, settings, {}, lambda: PARTS, cluster.catalog_for)
+        await keeper.start()
+        registry = NodeRegistry(store, NS)
+        first = registry.read(2)
+        assert first is not None and first.seq == 1 and not first.held
+        await keeper.acquire("t", 4)
+
+        async def listed() -> NodeInfo:
+            # The interval is a minute: only the acquire's wake-up can write this soon.
+            while True:
+                info = await asyncio.to_thread(registry.read, 2)
+                if info is not None and ("t", 4) in info.held:
+                    return info
+                await asyncio.sleep(0.01)
+
+        info = await asyncio.wait_for(listed(), timeout=10)
+        assert info.held == {("t", 4): 0} and info.state == "running"
+        await keeper.stop(flushed=True)
+        final = registry.read(2)
+        assert final is not None and final.state == "stopped" and not final.held
+        assert final.seq > info.seq
+        store.close()
+
+    asyncio.run(main())
