@@ -301,13 +301,6 @@ class LogClosed(LogError):
     retriable = True
 
 
-class NotLeaderOrFollower(LogError):
-    """This daemon does not lead the partition (now): the client refreshes metadata and retries."""
-
-    kafka_error_code = 6
-    retriable = True
-
-
 # --- consumer groups -------------------------------------------------------
 #
 # What the group coordinator (`kfs_core.groups`) refuses.

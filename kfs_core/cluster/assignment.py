@@ -1,7 +1,9 @@
 """Which live node each partition belongs to: rendezvous hashing with a fair share.
 
 Every daemon computes the assignment on its own, from the same inputs (the
-live node ids and every partition of every topic), so it must come out the
+live node ids and a topic's partition count: each topic is spread on its
+own, `assign_topic`, so a daemon needs to know only the topics it is asked
+about), so it must come out the
 same on every machine: a weight is a BLAKE2b digest of the topic, the
 partition and the node id joined by NUL bytes, never Python's salted ``hash()``.
 
@@ -19,7 +21,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 
-__all__ = ["assign", "weight"]
+__all__ = ["assign", "assign_topic", "weight"]
 
 
 def weight(topic: str, partition: int, node: int) -> int:
@@ -46,3 +48,9 @@ def assign(
         counts[owner] += 1
         result[(topic, partition)] = owner
     return result
+
+
+def assign_topic(topic: str, partitions: int, nodes: Sequence[int]) -> tuple[int, ...]:
+    """The node of each of ``topic``'s partitions, by partition number; empty without nodes."""
+    owners = assign([(topic, p) for p in range(partitions)], nodes)
+    return tuple(owners[(topic, p)] for p in range(partitions)) if owners else ()

@@ -40,7 +40,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from kfs_core.cluster.assignment import assign
+from kfs_core.cluster.assignment import assign_topic
 from kfs_core.cluster.nodes import LivenessObserver, NodeIdInUse, NodeRegistry
 from kfs_core.cluster.view import NO_LEADER, Leader, NodeInfo, NodeState
 from kfs_core.config import Settings
@@ -135,17 +135,18 @@ class LeaseKeeper:
         namespace: str,
         settings: Settings,
         listeners: Mapping[str, tuple[str, int]],
-        partitions: Callable[[], Sequence[TopicPartition]],
+        partition_count: Callable[[str], int | None],
         catalog_for: Callable[[str, int], LeaseCatalog],
         *,
         clock: Callable[[], float] = time.monotonic,
         executor: Executor | None = None,
         rack: str | None = None,
+        incarnation: str = "",
     ) -> None:
         self._registry = NodeRegistry(store, namespace)
         self._settings = settings
         self._listeners = dict(listeners)
-        self._partitions = partitions
+        self._partition_count = partition_count
         self._catalog_for = catalog_for
         self._clock = clock
         self._executor = executor
@@ -153,7 +154,8 @@ class LeaseKeeper:
         self._interval = settings.broker_heartbeat_interval_ms / 1000
         self._session = settings.broker_session_timeout_ms / 1000
         self._observer = LivenessObserver(settings.broker_session_timeout_ms, clock)
-        self._incarnation = ""
+        # This run's random id; given, it is the one the WAL directory lock records.
+        self._incarnation = incarnation
         self._seq = 0
         self._state: NodeState = "running"
         self._running = False
@@ -164,9 +166,9 @@ class LeaseKeeper:
         self._last_heartbeat_ok: bool | None = None
         self._put_outage = False
         self._read_outage = False
-        self._assignment: dict[TopicPartition, int] = {}
+        # Each topic's owners by partition, for one set of live nodes (`_owner`).
+        self._owners: dict[tuple[str, int], tuple[int, ...]] = {}
         self._assigned_over: tuple[int, ...] = ()
-        self._assigned_partitions: tuple[TopicPartition, ...] = ()
         self._unclean_warned: set[TopicPartition] = set()
         # What each other daemon's last running heartbeat held: a stopped one lists nothing.
         self._last_held: dict[int, dict[TopicPartition, int]] = {}
@@ -178,27 +180,34 @@ class LeaseKeeper:
 
     # --- life cycle ------------------------------------------------------------------
 
-    async def start(self, *, run_loop: bool = True) -> None:
+    async def start(self, *, run_loop: bool = True, dead_incarnation: str | None = None) -> None:
         """Refuse a node id live elsewhere, write the first heartbeat, start the loop.
 
         Raises `NodeIdInUse` when a heartbeat of this node id under another
         incarnation moves within two heartbeat intervals.  ``run_loop=False``
-        leaves the ticking to the caller (`tick`).
+        leaves the ticking to the caller (`tick`).  ``dead_incarnation`` is
+        one known not to run any more (the WAL directory lock's previous
+        holder): its heartbeat is not watched.  The other daemons' heartbeats
+        are read before this returns, so the first partitions taken respect them.
         """
-        await self._refuse_twin()
-        self._incarnation = uuid.uuid4().hex
+        await self._refuse_twin(dead_incarnation)
+        if not self._incarnation:
+            self._incarnation = uuid.uuid4().hex
         self._seq = 0
         self._state = "running"
         self._running = True
         await self._heartbeat()
         if self._last_heartbeat_ok is not True:
             log.warning("node %d: the first heartbeat failed; retrying", self.node_id)
+        nodes = await self._read_nodes()
+        if nodes is not None:
+            self._observe(nodes)
         if run_loop:
             self._task = asyncio.ensure_future(self._loop())
 
-    async def _refuse_twin(self) -> None:
+    async def _refuse_twin(self, dead_incarnation: str | None) -> None:
         first = await self._io(self._registry.read, self.node_id)
-        if first is None or first.state != "running":
+        if first is None or first.state != "running" or first.incarnation == dead_incarnation:
             return
         for _ in range(_TWIN_POLLS):
             await asyncio.sleep(2 * self._interval / _TWIN_POLLS)
@@ -259,15 +268,17 @@ class LeaseKeeper:
             nodes = await self._read_nodes()
             if nodes is None:
                 return
-            others = [n for n in nodes if n.node_id != self.node_id]
-            self._observer.observe(others)
-            for node in others:
-                if node.state == "running":
-                    self._last_held[node.node_id] = dict(node.held)
-            self._refresh_assignment()
+            self._observe(nodes)
             if await self._hand_over():
                 await self._heartbeat()
             await self._take_over()
+
+    def _observe(self, nodes: Sequence[NodeInfo]) -> None:
+        others = [n for n in nodes if n.node_id != self.node_id]
+        self._observer.observe(others)
+        for node in others:
+            if node.state == "running":
+                self._last_held[node.node_id] = dict(node.held)
 
     async def _drop_lapsed(self) -> None:
         """Give up every held partition once the lease deadline has passed."""
@@ -317,7 +328,7 @@ class LeaseKeeper:
         live = {n.node_id: n for n in self._observer.live()}
         for tp, epoch in sorted(self._held.items()):
             newer = [n.node_id for n in live.values() if n.held.get(tp, -1) > epoch]
-            owner = self._assignment.get(tp)
+            owner = self._owner(tp)
             if newer:
                 # Taken while this daemon was paused or cut off: its commits are fenced.
                 await self._release(tp, f"node {newer[0]} holds it at a newer epoch")
@@ -353,8 +364,8 @@ class LeaseKeeper:
         }
         keys = [
             tp
-            for tp, owner in sorted(self._assignment.items())
-            if owner == self.node_id
+            for tp in sorted(orphaned)
+            if self._owner(tp) == self.node_id
             and tp not in self._held
             and tp in orphaned
             and self.may_take(*tp)
@@ -512,20 +523,27 @@ class LeaseKeeper:
             ids.add(self.node_id)
         return tuple(sorted(ids))
 
-    def _refresh_assignment(self) -> None:
-        live = self._live_ids()
-        partitions = tuple(self._partitions())
-        if (live, partitions) == (self._assigned_over, self._assigned_partitions):
-            return  # hashing every partition again would give the same answer
-        self._assigned_over = live
-        self._assigned_partitions = partitions
-        self._assignment = assign(partitions, live)
-
     def _owner(self, tp: TopicPartition) -> int | None:
-        """The partition's assignee among the live daemons (recomputed when they changed)."""
-        if self._assigned_over != self._live_ids() or tp not in self._assignment:
-            self._refresh_assignment()
-        return self._assignment.get(tp)
+        """The partition's assignee among the live daemons: its topic spread over them.
+
+        A topic this daemon has not looked up yet is spread as if it had
+        just enough partitions; the daemon looks a topic up before it serves
+        one of its partitions, so the answers it acts on agree with the others'.
+        """
+        live = self._live_ids()
+        if not live:
+            return None
+        if live != self._assigned_over:
+            self._assigned_over = live
+            self._owners.clear()
+        topic, partition = tp
+        count = self._partition_count(topic)
+        if count is None or partition >= count:
+            count = partition + 1
+        owners = self._owners.get((topic, count))
+        if owners is None:
+            owners = self._owners[(topic, count)] = assign_topic(topic, count, live)
+        return owners[partition]
 
     # --- ClusterView -------------------------------------------------------------------
 

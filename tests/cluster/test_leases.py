@@ -38,6 +38,14 @@ SESSION_MS = 300
 SESSION = SESSION_MS / 1000
 
 
+def _counts(partitions: Sequence[tuple[str, int]]) -> Callable[[str], int | None]:
+    """The partition count of each topic ``partitions`` names, as the daemon's topic cache says."""
+    counts: dict[str, int] = {}
+    for topic, partition in partitions:
+        counts[topic] = max(counts.get(topic, 0), partition + 1)
+    return counts.get
+
+
 class FakeClock:
     """A monotonic clock that moves only when told."""
 
@@ -184,7 +192,7 @@ class Cluster:
             NS,
             settings,
             {"PLAINTEXT": ("127.0.0.1", 9092 + node_id)},
-            lambda: partitions,
+            _counts(partitions),
             self.catalog_for,
             clock=clock,
         )
@@ -550,7 +558,7 @@ def test_a_second_daemon_with_a_live_node_id_refuses_to_start(tmp_path: Path) ->
             settings = Settings(
                 node_id=4, broker_heartbeat_interval_ms=400, broker_session_timeout_ms=2000
             )
-            return LeaseKeeper(store, NS, settings, {}, lambda: PARTS, cluster.catalog_for)
+            return LeaseKeeper(store, NS, settings, {}, _counts(PARTS), cluster.catalog_for)
 
         first = real_clock_keeper()
         await first.start()  # its loop ticks every heartbeat interval
@@ -589,7 +597,7 @@ def test_the_loop_writes_a_heartbeat_soon_after_an_acquire(tmp_path: Path) -> No
         settings = Settings(
             node_id=2, broker_heartbeat_interval_ms=60_000, broker_session_timeout_ms=180_000
         )
-        keeper = LeaseKeeper(store, NS, settings, {}, lambda: PARTS, cluster.catalog_for)
+        keeper = LeaseKeeper(store, NS, settings, {}, _counts(PARTS), cluster.catalog_for)
         await keeper.start()
         registry = NodeRegistry(store, NS)
         first = registry.read(2)
