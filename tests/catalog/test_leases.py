@@ -10,10 +10,12 @@ together on barriers; nothing sleeps to synchronise.
 
 from __future__ import annotations
 
+import json
 import pickle
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +31,7 @@ from kfs_core.catalog import (
 )
 from kfs_core.catalog.actions import encode_commit
 from kfs_core.catalog.state import StateBuilder, decode_checkpoint
+from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.errors import (
     CatalogError,
     CorruptCatalog,
@@ -39,6 +42,7 @@ from kfs_core.errors import (
     UnknownLeaderEpoch,
 )
 from kfs_core.formats.segment import parse_object_name
+from kfs_core.storage import LocalObjectStore
 from kfs_core.storage.base import ObjectInfo, ObjectStore
 from tests.catalog.conftest import NS, PARTITION, TOPIC, FaultyStore, seg
 
@@ -416,6 +420,32 @@ def test_epoch_keys_name_their_base_offset_and_keep_offset_order(store: ObjectSt
         "segment-00000000000000000010-e1.kfs",
         "segment-00000000000000000020-e2.kfs",
     ]
+
+
+# --- readers of the log ------------------------------------------------------------
+
+
+def test_kfs_catalog_show_prints_the_lease(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kfs_core.cli import main
+
+    store = LocalObjectStore(tmp_path / "store")
+    TopicRegistry(store, NS).create_topic(TOPIC, partitions=2)
+    cat = catalog(store)
+    cat.add_segments([seg(0)])
+    cat.take_lease(4, "boot-4")
+    args = ["--store-url", (tmp_path / "store").as_uri(), "--namespace", NS, "catalog", "show"]
+    shown = CliRunner().invoke(main, [*args, TOPIC])
+    assert shown.exit_code == 0, shown.output
+    assert f"{TOPIC}/0: version 1" in shown.output
+    assert "leader epoch 1 (node 4)" in shown.output
+    assert (
+        f"{TOPIC}/1: version -1" in shown.output
+        and "leader epoch" not in shown.output.split(f"{TOPIC}/1:")[1]
+    )
+    as_json = json.loads(CliRunner().invoke(main, [*args, TOPIC, "0", "--json"]).output)
+    assert as_json[0]["leader_epoch"] == 1 and as_json[0]["leader_incarnation"] == "boot-4"
 
 
 # --- errors -----------------------------------------------------------------------------
