@@ -448,6 +448,34 @@ def test_kfs_catalog_show_prints_the_lease(tmp_path: Path) -> None:
     assert as_json[0]["leader_epoch"] == 1 and as_json[0]["leader_incarnation"] == "boot-4"
 
 
+def test_retention_removes_a_fenced_upload_as_an_orphan_and_keeps_the_live_one(
+    store: ObjectStore,
+) -> None:
+    """A deposed owner's upload (its epoch's key, its commit fenced) is an orphan."""
+    from spark_jobs.retention import SweepTask, sweep_partition
+
+    old = catalog(store)
+    old.take_lease(1, "old")
+    new = catalog(store)
+    new.take_lease(2, "new")
+    fenced, live = seg(0, suffix=layout.epoch_suffix(1)), seg(0, suffix=layout.epoch_suffix(2))
+    for entry in (fenced, live):
+        for key in (entry.key, entry.index_key):
+            store.put(old.object_key(key), b"bytes")
+    with pytest.raises(FencedLeaderEpoch):
+        old.add_segments([fenced], leader_epoch=1)
+    new.add_segments([live], leader_epoch=2)
+
+    day = 86_400_000
+    task = SweepTask(NS, TOPIC, PARTITION, new.state.timestamp_ms + 2 * day, 3_600_000, day, False)
+    swept = sweep_partition(store, task)
+    assert not swept.error and not swept.unknown
+    assert swept.orphans_deleted == sorted(
+        old.object_key(k) for k in (fenced.key, fenced.index_key)
+    )
+    assert all(store.exists(old.object_key(k)) for k in (live.key, live.index_key))
+
+
 # --- errors -----------------------------------------------------------------------------
 
 
