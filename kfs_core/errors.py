@@ -194,6 +194,34 @@ class LogStartOffsetRegression(InvalidCatalogAction):
     """The log start offset may only move forwards, and never past the high watermark."""
 
 
+class LeaseConflict(CatalogError):
+    """Another daemon took the lease first: a lease's epoch must be the newest lease's plus one.
+
+    Never retried into success: the epoch it asked for is taken.  ``epoch``
+    is the one asked for, ``catalog_epoch`` the newest lease's.
+    """
+
+    epoch: int
+    catalog_epoch: int
+
+
+class FencedLeaderEpoch(CatalogError):
+    """A daemon's commit carries a leader epoch that is no longer the partition's newest lease.
+
+    Another daemon took the partition (its lease commit is newer): the commit
+    is refused, and the daemon must stop serving the partition.
+    ``leader_epoch`` is the commit's, ``catalog_epoch`` the catalog's.
+    """
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    catalog_epoch: int
+
+    kafka_error_code = 74  # FENCED_LEADER_EPOCH
+    retriable = True
+
+
 class CatalogVersionNotFound(CatalogError):
     """The requested catalog version does not exist: not yet committed, or expired."""
 
@@ -298,6 +326,20 @@ class LogClosed(LogError):
     """The log is shutting down; the client should look for the partition again."""
 
     kafka_error_code = 6  # NOT_LEADER_OR_FOLLOWER
+    retriable = True
+
+
+class NotLeaderOrFollower(LogError):
+    """This daemon does not lead the partition (another holds its lease, or it is handing it over)."""
+
+    kafka_error_code = 6  # NOT_LEADER_OR_FOLLOWER
+    retriable = True
+
+
+class UnknownLeaderEpoch(LogError):
+    """A request names a leader epoch newer than the one this daemon knows for the partition."""
+
+    kafka_error_code = 75  # UNKNOWN_LEADER_EPOCH
     retriable = True
 
 

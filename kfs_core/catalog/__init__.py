@@ -26,6 +26,7 @@ from kfs_core.catalog.actions import (
     SegmentRef,
     SetLogStartOffset,
     SetTopicConfig,
+    TakeLease,
     Tombstone,
 )
 from kfs_core.catalog.checkpoints import ExpireResult
@@ -62,6 +63,7 @@ __all__ = [
     "SegmentRef",
     "SetLogStartOffset",
     "SetTopicConfig",
+    "TakeLease",
     "Tombstone",
     "TopicConfig",
     "TopicDescription",

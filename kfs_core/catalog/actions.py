@@ -17,6 +17,12 @@ Actions:
   (compaction); an input that is not live aborts the whole commit.
 - ``set_log_start_offset``: moves the log start offset forwards.
 - ``topic_config``: the topic config overrides in effect from this commit on.
+- ``lease``: ``{"action":"lease","epoch":E,"node_id":N,"incarnation":"…"}``,
+  daemon ``node_id`` (its run ``incarnation``) owns the partition from this
+  commit on, as leader epoch ``E``; a writer may only commit the newest
+  lease's epoch plus one (`LeaseConflict`), so exactly one daemon wins each
+  epoch.  A daemon's own commits carry its epoch and are refused once a newer
+  lease stands (`FencedLeaderEpoch`, see `kfs_core.catalog.commit`).
 
 Field order is declaration order, so the same commit always encodes to the
 same bytes.  Unknown fields are refused (``extra="forbid"``): an old reader
@@ -238,8 +244,17 @@ class SetTopicConfig(_Model):
     configs: dict[StrictStr, StrictStr]
 
 
+class TakeLease(_Model):
+    """Daemon ``node_id`` (run ``incarnation``) leads the partition as leader epoch ``epoch``."""
+
+    action: Literal["lease"] = "lease"
+    epoch: Annotated[StrictInt, Field(ge=1)]
+    node_id: NonNegative
+    incarnation: StrictStr
+
+
 Action = Annotated[
-    AddSegment | RemoveSegment | ReplaceSegments | SetLogStartOffset | SetTopicConfig,
+    AddSegment | RemoveSegment | ReplaceSegments | SetLogStartOffset | SetTopicConfig | TakeLease,
     Field(discriminator="action"),
 ]
 

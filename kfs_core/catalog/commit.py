@@ -11,6 +11,14 @@ outcome of a put unknown, the writer reads the version back and recognises
 its own commit by the ``commit_id`` every commit carries; if it cannot find
 out, `CatalogCommitStateUnknown` (with ``commit_id``) says so.
 
+Fencing.  A daemon's own commits carry its leader epoch (``leader_epoch``):
+such a commit is refused with `FencedLeaderEpoch` unless the newest state's
+lease has that epoch, checked on every attempt against the state the attempt
+builds on.  A lease commit after the one the writer knows takes a version
+the writer's put then loses, so the writer reads it before its next attempt
+and is fenced: a deposed owner never lands a commit after its successor's
+lease.  Commits without an epoch (maintenance jobs) are never fenced.
+
 Every put of a commit file goes through `CommitProtocol.commit`; the winner
 of a checkpoint version also writes the checkpoint (`Checkpoints`), and a
 failed checkpoint never fails the commit.
@@ -38,6 +46,7 @@ from kfs_core.errors import (
     CatalogCommitStateUnknown,
     CatalogError,
     CorruptCatalog,
+    FencedLeaderEpoch,
     ObjectAlreadyExists,
     ObjectStoreError,
 )
@@ -101,7 +110,9 @@ class CommitProtocol:
         self._clock = clock
         self._rng = random.Random()
 
-    def commit(self, actions: Sequence[Action], operation: str) -> CommitResult:
+    def commit(
+        self, actions: Sequence[Action], operation: str, *, leader_epoch: int | None = None
+    ) -> CommitResult:
         """See `PartitionCatalog.commit`."""
         actions = tuple(actions)
         if not actions:
@@ -112,13 +123,16 @@ class CommitProtocol:
         while True:
             attempt += 1
             try:
+                self._check_fence(builder, leader_epoch)
                 ops = builder.plan(actions, writer_checks=True)
             except CatalogError:
                 if fresh:
                     raise
                 # The cache may predate a change that makes the actions
-                # valid (a segment removed, one added): judge the newest state.
+                # valid (a segment removed, one added, our own lease taken
+                # through another catalog): judge the newest state.
                 builder, fresh = self.cache.refreshed(), True
+                self._check_fence(builder, leader_epoch)
                 ops = builder.plan(actions, writer_checks=True)
             version = builder.version + 1
             timestamp_ms = self._clock()
@@ -155,6 +169,20 @@ class CommitProtocol:
                     commit_id=commit_id,
                 )
             time.sleep(self.retry.delay(attempt, self._rng))
+
+    def _check_fence(self, builder: StateBuilder, leader_epoch: int | None) -> None:
+        """`FencedLeaderEpoch` unless ``leader_epoch`` is None or ``builder``'s lease epoch."""
+        if leader_epoch is None or leader_epoch == builder.leader_epoch:
+            return
+        raise FencedLeaderEpoch(
+            f"{self.loader.topic}/{self.loader.partition}: commit with leader epoch "
+            f"{leader_epoch} refused, the catalog's leader epoch is {builder.leader_epoch} "
+            f"(node {builder.leader_node_id} at version {builder.version})",
+            topic=self.loader.topic,
+            partition=self.loader.partition,
+            leader_epoch=leader_epoch,
+            catalog_epoch=builder.leader_epoch,
+        )
 
     def _try_put(self, key: str, data: bytes, version: int, commit_id: str) -> PutOutcome:
         try:

@@ -4,6 +4,8 @@ Everything for a partition lives under ``{ns}/{topic}/{partition}/``::
 
     segment-{base_offset:020d}.kfs          segment data (key relative to {ns} in the catalog)
     segment-{base_offset:020d}.index        its offset index
+    segment-{base_offset:020d}-e{epoch}.kfs a segment a daemon wrote as leader epoch `epoch`
+    segment-{base_offset:020d}-c{run}.kfs   a compaction output (-m{run} merged; -r{hex} restored)
     _log/{version:020d}.json                commit `version` (0 is the first)
     _log/{version:020d}.checkpoint.json     full partition state at `version`
     _log/_last_checkpoint                   pointer to the newest checkpoint (a hint)
@@ -11,8 +13,12 @@ Everything for a partition lives under ``{ns}/{topic}/{partition}/``::
 Twenty-digit zero padding makes key order version (and offset) order, so a
 listing with ``start_after`` resumes exactly where a reader left off; in key
 order ``N.checkpoint.json`` sorts before ``N.json`` and ``_last_checkpoint``
-after every version.  The topic registry lives in ``{ns}/_topics/``; every
-directory directly under a namespace is named in `kfs_core.namespace`.
+after every version.  A daemon that leads the partition as leader epoch
+``E > 0`` writes its segments under keys suffixed `epoch_suffix` (``-eE``),
+so a deposed owner's upload never lands on its successor's key; epoch 0 (a
+partition never leased) keeps the plain keys.  The topic registry lives in
+``{ns}/_topics/``; every directory directly under a namespace is named in
+`kfs_core.namespace`.
 """
 
 from __future__ import annotations
@@ -51,6 +57,13 @@ def segment_key(topic: str, partition: int, base_offset: int, suffix: str = "") 
     order because the suffix follows the padded offset.
     """
     return f"{partition_dir(topic, partition)}/segment-{base_offset:0{VERSION_DIGITS}d}{suffix}{SEGMENT_SUFFIX}"
+
+
+def epoch_suffix(epoch: int) -> str:
+    """The segment key suffix of leader epoch ``epoch``: "" for 0, ``-e{epoch}`` otherwise."""
+    if epoch < 0:
+        raise ValueError(f"leader epoch must be >= 0, got {epoch}")
+    return f"-e{epoch}" if epoch else ""
 
 
 def index_key_for(segment_key_: str) -> str:

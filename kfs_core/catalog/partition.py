@@ -14,7 +14,9 @@ The catalog is a façade over four parts, each in its own module:
 
 `PartitionCatalog` owns the lock that serialises them and keeps the public
 methods: load, refresh, commit (and its forms: add, replace, remove,
-log start offset, topic config), checkpoint, snapshots by version, expiry.
+log start offset, topic config, lease), checkpoint, snapshots by version,
+expiry.  The commit forms a daemon uses for its partitions take its
+``leader_epoch``, which fences them once another daemon's lease is newer.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from kfs_core.catalog.actions import (
     SegmentRef,
     SetLogStartOffset,
     SetTopicConfig,
+    TakeLease,
 )
 from kfs_core.catalog.checkpoints import (
     COMMIT_EXPIRY_MIN_AGE_MS,
@@ -196,21 +199,35 @@ class PartitionCatalog:
 
     # --- writing ---------------------------------------------------------------
 
-    def commit(self, actions: Sequence[Action], *, operation: str = "commit") -> CommitResult:
+    def commit(
+        self,
+        actions: Sequence[Action],
+        *,
+        operation: str = "commit",
+        leader_epoch: int | None = None,
+    ) -> CommitResult:
         """Commit ``actions`` atomically as the next version, retrying lost races.
 
         Raises the typed validation errors (`SegmentOverlap`, `ReplaceConflict`,
-        `RemoveConflict`, `LogStartOffsetRegression`, `InvalidCatalogAction`)
-        as soon as the actions do not apply to the newest state,
-        `CatalogCommitConflict` after ``retry.max_attempts`` lost races and
-        `CatalogCommitStateUnknown` if a store error hides whether it landed.
+        `RemoveConflict`, `LogStartOffsetRegression`, `InvalidCatalogAction`,
+        `LeaseConflict`) as soon as the actions do not apply to the newest
+        state, `CatalogCommitConflict` after ``retry.max_attempts`` lost races
+        and `CatalogCommitStateUnknown` if a store error hides whether it
+        landed.  With ``leader_epoch`` (a daemon's commit for a partition it
+        leads), `FencedLeaderEpoch` unless the newest lease has that epoch.
         """
         with self._lock:
-            return self._committer.commit(actions, operation)
+            return self._committer.commit(actions, operation, leader_epoch=leader_epoch)
 
-    def add_segments(self, segments: Sequence[SegmentEntry]) -> CommitResult:
+    def add_segments(
+        self, segments: Sequence[SegmentEntry], *, leader_epoch: int | None = None
+    ) -> CommitResult:
         """Make ``segments`` live in one commit (one flush cycle's worth)."""
-        return self.commit([AddSegment(segment=s) for s in segments], operation="add_segments")
+        return self.commit(
+            [AddSegment(segment=s) for s in segments],
+            operation="add_segments",
+            leader_epoch=leader_epoch,
+        )
 
     def replace(
         self,
@@ -218,6 +235,7 @@ class PartitionCatalog:
         outputs: Sequence[SegmentEntry],
         *,
         removed_ms: int | None = None,
+        leader_epoch: int | None = None,
     ) -> CommitResult:
         """Swap live ``inputs`` (entries or keys) for ``outputs`` atomically: compaction.
 
@@ -230,7 +248,7 @@ class PartitionCatalog:
             outputs=tuple(outputs),
             removed_ms=self._clock() if removed_ms is None else removed_ms,
         )
-        return self.commit([action], operation="replace")
+        return self.commit([action], operation="replace", leader_epoch=leader_epoch)
 
     def remove(
         self,
@@ -238,6 +256,7 @@ class PartitionCatalog:
         *,
         removed_ms: int | None = None,
         log_start_offset: int | None = None,
+        leader_epoch: int | None = None,
     ) -> CommitResult:
         """Turn live segments (entries, keys or base offsets) into tombstones.
 
@@ -254,16 +273,34 @@ class PartitionCatalog:
                 )
         if log_start_offset is not None:
             actions.append(SetLogStartOffset(offset=log_start_offset))
-        return self.commit(actions, operation="remove")
+        return self.commit(actions, operation="remove", leader_epoch=leader_epoch)
 
-    def set_log_start_offset(self, offset: int) -> CommitResult:
+    def set_log_start_offset(self, offset: int, *, leader_epoch: int | None = None) -> CommitResult:
         """Move the log start offset forwards (`LogStartOffsetRegression` otherwise)."""
-        return self.commit([SetLogStartOffset(offset=offset)], operation="set_log_start_offset")
+        return self.commit(
+            [SetLogStartOffset(offset=offset)],
+            operation="set_log_start_offset",
+            leader_epoch=leader_epoch,
+        )
 
     def set_topic_config(self, configs: Mapping[str, ConfigValue]) -> CommitResult:
         """Record the topic config overrides in effect for this partition from now on."""
         action = SetTopicConfig(configs=validate_configs(configs))
         return self.commit([action], operation="topic_config")
+
+    def take_lease(self, node_id: int, incarnation: str) -> PartitionState:
+        """Lead the partition: commit a lease with the newest lease's epoch plus one.
+
+        Reads the newest state first, so the epoch is taken from the store,
+        not the cache.  Returns the state with the new lease.  `LeaseConflict`
+        if another writer took that epoch first (the caller decides whether
+        to try again); never retried into success.
+        """
+        with self._lock:
+            epoch = self._cache.refreshed().leader_epoch + 1
+            action = TakeLease(epoch=epoch, node_id=node_id, incarnation=incarnation)
+            self._committer.commit([action], "lease")
+            return self._cache.get().snapshot()
 
     def checkpoint_every(self, checkpoint_bytes: int) -> int:
         """Commits between checkpoints after a checkpoint of ``checkpoint_bytes``."""

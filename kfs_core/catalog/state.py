@@ -25,6 +25,10 @@ segment or tombstone a line::
     ]}
 
 and ``_log/_last_checkpoint`` is ``{"format":1,"version":40,"size":123456}``.
+A partition that has had a lease commit also has ``"leader_epoch"``,
+``"leader_node_id"`` and ``"leader_incarnation"`` in the header, after
+``"config"``; one that never had one leaves them out (the checkpoint reads
+as it did before leases existed).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from pydantic import StrictInt
+from pydantic import StrictInt, StrictStr
 
 from kfs_core.catalog.actions import (
     FORMAT_VERSION,
@@ -48,6 +52,7 @@ from kfs_core.catalog.actions import (
     SegmentEntry,
     SetLogStartOffset,
     SetTopicConfig,
+    TakeLease,
     Tombstone,
     _Model,
     encode_document_blocks,
@@ -57,6 +62,7 @@ from kfs_core.errors import (
     CatalogError,
     CorruptCatalog,
     InvalidCatalogAction,
+    LeaseConflict,
     LogStartOffsetRegression,
     RemoveConflict,
     ReplaceConflict,
@@ -81,6 +87,9 @@ class Checkpoint(_Model):
     log_start_offset: NonNegative
     high_watermark: NonNegative
     config: dict[str, str]
+    leader_epoch: NonNegative = 0
+    leader_node_id: StrictInt = -1
+    leader_incarnation: StrictStr = ""
     segments: tuple[SegmentEntry, ...]
     tombstones: tuple[Tombstone, ...]
 
@@ -101,6 +110,8 @@ class PartitionState:
     for a partition with no commits.  The high watermark is the offset after
     the newest live segment (or the log start offset); it never moves back,
     even when segments are removed, because offsets are never reused.
+    ``leader_epoch``, ``leader_node_id`` and ``leader_incarnation`` are the
+    newest lease's (0, -1 and "" when the partition never had one).
     """
 
     topic: str
@@ -112,6 +123,9 @@ class PartitionState:
     high_watermark: int
     config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     timestamp_ms: int = 0
+    leader_epoch: int = 0
+    leader_node_id: int = -1
+    leader_incarnation: str = ""
     # No segment live at this version or later was removed by a later one:
     # every segment of the state at any version >= ``removals_through`` is
     # still live here.  -1 when no segment was ever removed; a state loaded
@@ -174,6 +188,7 @@ _Op = (
     | tuple[Literal["remove"], SegmentEntry, int]
     | tuple[Literal["log_start"], int]
     | tuple[Literal["config"], dict[str, str]]
+    | tuple[Literal["lease"], int, int, str]
 )
 
 
@@ -185,6 +200,7 @@ class _Overlay:
     added: dict[str, SegmentEntry] = field(default_factory=dict)
     log_start_offset: int = 0
     high_watermark: int = 0
+    leader_epoch: int = 0
     ops: list[_Op] = field(default_factory=list)
 
 
@@ -206,6 +222,9 @@ class StateBuilder:
         self.log_start_offset = 0
         self.high_watermark = 0
         self.config: dict[str, str] = {}
+        self.leader_epoch = 0
+        self.leader_node_id = -1
+        self.leader_incarnation = ""
         #: The size of the checkpoint this state was loaded from or last wrote (0: none).
         self.checkpoint_bytes = 0
         self._bases: list[int] = []  # sorted base offsets of the live segments
@@ -261,6 +280,9 @@ class StateBuilder:
         builder.log_start_offset = checkpoint.log_start_offset
         builder.high_watermark = checkpoint.high_watermark
         builder.config = dict(checkpoint.config)
+        builder.leader_epoch = checkpoint.leader_epoch
+        builder.leader_node_id = checkpoint.leader_node_id
+        builder.leader_incarnation = checkpoint.leader_incarnation
         previous: SegmentEntry | None = None
         for segment in checkpoint.segments:
             if previous is not None and segment.base_offset <= previous.last_offset:
@@ -301,9 +323,14 @@ class StateBuilder:
         is not live, `SegmentOverlap`, `LogStartOffsetRegression` or
         `InvalidCatalogAction` otherwise.  ``writer_checks`` adds the checks
         that depend on more than the replayed state (keys of tombstones, keys
-        outside this partition's directory); replays leave them out.
+        outside this partition's directory, a lease's epoch: `LeaseConflict`
+        unless it is the newest lease's plus one); replays leave them out.
         """
-        o = _Overlay(log_start_offset=self.log_start_offset, high_watermark=self.high_watermark)
+        o = _Overlay(
+            log_start_offset=self.log_start_offset,
+            high_watermark=self.high_watermark,
+            leader_epoch=self.leader_epoch,
+        )
         for action in actions:
             if isinstance(action, AddSegment):
                 segment = action.segment
@@ -345,6 +372,17 @@ class StateBuilder:
                 o.ops.append(("log_start", action.offset))
             elif isinstance(action, SetTopicConfig):
                 o.ops.append(("config", dict(action.configs)))
+            elif isinstance(action, TakeLease):
+                if writer_checks and action.epoch != o.leader_epoch + 1:
+                    raise LeaseConflict(
+                        f"{self.topic}/{self.partition}: lease epoch {action.epoch} is not the "
+                        f"next after the catalog's {o.leader_epoch}: another daemon took the "
+                        "lease first",
+                        epoch=action.epoch,
+                        catalog_epoch=o.leader_epoch,
+                    )
+                o.leader_epoch = action.epoch
+                o.ops.append(("lease", action.epoch, action.node_id, action.incarnation))
             else:  # pragma: no cover - the Action union is closed
                 raise InvalidCatalogAction(f"unknown action {action!r}")
         return o.ops
@@ -480,6 +518,10 @@ class StateBuilder:
             elif op[0] == "log_start":
                 self.log_start_offset = op[1]
                 self.high_watermark = max(self.high_watermark, op[1])
+            elif op[0] == "lease":
+                self.leader_epoch = op[1]
+                self.leader_node_id = op[2]
+                self.leader_incarnation = op[3]
             else:
                 self.config = op[1]
         self.version = version
@@ -566,6 +608,9 @@ class StateBuilder:
                 high_watermark=self.high_watermark,
                 config=MappingProxyType(dict(self.config)),
                 timestamp_ms=self.timestamp_ms,
+                leader_epoch=self.leader_epoch,
+                leader_node_id=self.leader_node_id,
+                leader_incarnation=self.leader_incarnation,
                 removals_through=self._removals_through,
             )
         return self._snapshot
@@ -581,7 +626,7 @@ class StateBuilder:
         if self.version < 0:
             raise CatalogError("an empty partition has no checkpoint")
         self._expire_tombstones()
-        header = {
+        header: dict[str, object] = {
             "format": FORMAT_VERSION,
             "version": self.version,
             "timestamp_ms": self.timestamp_ms,
@@ -589,6 +634,10 @@ class StateBuilder:
             "high_watermark": self.high_watermark,
             "config": self.config,
         }
+        if self.leader_epoch:
+            header["leader_epoch"] = self.leader_epoch
+            header["leader_node_id"] = self.leader_node_id
+            header["leader_incarnation"] = self.leader_incarnation
         segments = self.snapshot().segments
         # The lines of a prefix of ``segments`` are kept from the previous call.
         blocks, lines = self._segment_blocks, self._segment_lines

@@ -43,6 +43,9 @@ def catalog_show(ctx: click.Context, topic: str, partition: int | None, as_json:
                 "version": s.version,
                 "log_start_offset": s.log_start_offset,
                 "high_watermark": s.high_watermark,
+                "leader_epoch": s.leader_epoch,
+                "leader_node_id": s.leader_node_id,
+                "leader_incarnation": s.leader_incarnation,
                 "segments": [seg.model_dump() for seg in s.segments],
             }
             for p, s in report
@@ -51,9 +54,13 @@ def catalog_show(ctx: click.Context, topic: str, partition: int | None, as_json:
         return
     for p, s in report:
         total = sum(seg.size_bytes for seg in s.segments)
+        lease = (
+            f"  leader epoch {s.leader_epoch} (node {s.leader_node_id})" if s.leader_epoch else ""
+        )
         click.echo(
             f"{topic}/{p}: version {s.version}  log start {s.log_start_offset}  "
             f"high watermark {s.high_watermark}  {len(s.segments)} live segments, {total} bytes"
+            f"{lease}"
         )
         for seg in s.segments:
             click.echo(

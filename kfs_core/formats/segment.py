@@ -100,7 +100,9 @@ NO_TIMESTAMP = -1  # Kafka's "no timestamp"
 assert SEGMENT_HEADER_SIZE == 32
 assert SEGMENT_FOOTER_SIZE == 16
 
-_OBJECT_NAME = re.compile(r"segment-(\d{20})\.(kfs|index)")
+# An optional suffix after the base offset: -e{epoch} (a leader's), -c/-m{run}
+# (compaction), -r{hex} (restore); see `kfs_core.catalog.layout`.
+_OBJECT_NAME = re.compile(r"segment-(\d{20})(?:-[0-9a-z]+)?\.(kfs|index)")
 
 
 # --- header and footer -----------------------------------------------------
