@@ -129,10 +129,6 @@ class CatalogCommitConflict(CatalogError):
     retriable = True
 
 
-class LeaseConflict(CatalogCommitConflict):
-    """Another daemon's ``lease`` commit won the epoch this one tried to take."""
-
-
 class CatalogCommitStateUnknown(CatalogError):
     """The commit request failed in a way that leaves its outcome unknown."""
 
@@ -312,13 +308,6 @@ class LogStorageError(LogError):
     """The WAL or the object store failed underneath a produce or fetch."""
 
     kafka_error_code = 56  # KAFKA_STORAGE_ERROR: clients refresh metadata and retry
-    retriable = True
-
-
-class NotLeaderOrFollower(LogError):
-    """This daemon does not hold the partition's lease; clients refresh metadata and retry."""
-
-    kafka_error_code = 6  # NOT_LEADER_OR_FOLLOWER
     retriable = True
 
 
