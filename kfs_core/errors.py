@@ -290,6 +290,13 @@ class LogClosed(LogError):
     retriable = True
 
 
+class NotLeaderOrFollower(LogError):
+    """Another daemon serves the partition (or none does yet): refresh metadata and retry."""
+
+    kafka_error_code = 6  # NOT_LEADER_OR_FOLLOWER
+    retriable = True
+
+
 # --- consumer groups -------------------------------------------------------
 #
 # What the group coordinator (`kfs_core.groups`) refuses.
