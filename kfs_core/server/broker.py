@@ -1,8 +1,8 @@
 """The broker: dispatches decoded requests to their API handlers (`kfs_core.server.apis`).
 
 `Broker` is one node of a cluster of daemons (`ClusterView`; alone, a
-`SingleNode` that leads every partition); it holds what
-the handlers share - options, the cluster view, the partition log, the topic directory, the
+`SingleNode` that leads every partition); it holds what the handlers share
+- options, the cluster view, the partition log, the topic directory, the
 fetch notifier, the group coordinator, producer ids, metrics - and turns a
 `Request` into a future of its response body through `REGISTRY`.  A handler
 never sees the broker: each request gets a `RequestContext` with the

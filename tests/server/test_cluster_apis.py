@@ -11,17 +11,21 @@ does not hold, as the leased log does.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.cluster.view import NO_LEADER, Leader, NodeInfo
 from kfs_core.errors import NotLeaderOrFollower
 from kfs_core.groups.offset_log import OFFSETS_TOPIC
 from kfs_core.server.protocol import ErrorCode
+from kfs_core.storage.local import LocalObjectStore
 from testkit.raw_client import RawClient
 
 from .conftest import ThreadedServer, inprocess_settings, produce_request
@@ -608,3 +612,19 @@ def test_a_partition_served_elsewhere_answers_not_leader_or_follower(
     assert (listed.error_code, listed.offset, listed.leader_epoch) == (not_leader, -1, -1)
     assert (here.error_code, here.high_watermark) == (0, 1)
     assert here.current_leader is None  # only a refusal names a leader (a tagged field)
+
+
+def test_registry_documents_carry_a_replication_factor_only_above_one(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path)
+    registry = TopicRegistry(store, "ns")
+    registry.create_topic("plain", 1)
+    registry.create_topic("tripled", 1, replication_factor=3)
+    plain = store.get("ns/_topics/plain.json")
+    # What readers without the field wrote and read: unchanged for factor 1.
+    assert b"replication_factor" not in plain
+    assert json.loads(store.get("ns/_topics/tripled.json"))["replication_factor"] == 3
+    assert registry.get("plain").replication_factor == 1
+    altered = registry.alter_configs("tripled", {"retention.ms": "1000"})
+    assert (altered.revision, altered.replication_factor) == (1, 3)
+    with pytest.raises(ValidationError):
+        registry.create_topic("none", 1, replication_factor=0)
