@@ -78,6 +78,9 @@ class TopicRecord(_Model):
     deleted: StrictBool = False
     created_ms: StrictInt
     updated_ms: StrictInt
+    # What CreateTopics asked for and Metadata reports; not stored durability.
+    # Documents written before it existed read as 1.
+    replication_factor: Annotated[StrictInt, Field(ge=1)] = 1
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,7 @@ class TopicRegistry:
         name: str,
         partitions: int = 1,
         configs: Mapping[str, ConfigValue] | None = None,
+        replication_factor: int = 1,
     ) -> TopicRecord:
         """Create a topic; `TopicAlreadyExists` if it exists (or awaits purge)."""
         validate_topic_name(name)
@@ -195,6 +199,7 @@ class TopicRegistry:
             configs=validate_configs(configs),
             created_ms=now,
             updated_ms=now,
+            replication_factor=replication_factor,
         )
         try:
             self.store.put_if_absent(self._record_key(name), _encode(record))
@@ -337,7 +342,9 @@ def _check_partitions(partitions: object) -> None:
 
 
 def _encode(record: TopicRecord) -> bytes:
-    return record.model_dump_json(indent=1).encode() + b"\n"
+    # Replication factor 1 is left out: the document stays what older readers accept.
+    unset = {"replication_factor"} if record.replication_factor == 1 else None
+    return record.model_dump_json(indent=1, exclude=unset).encode() + b"\n"
 
 
 def _decode(data: bytes, key: str, name: str, topic_id: str | None, revision: int) -> TopicRecord:

@@ -382,9 +382,9 @@ class KfsServer:
             s.namespace,
             s,
             {str(protocol): address for protocol, address in self.advertised.items()},
-            partition_count=lambda topic: self._log.cached_partition_count(topic)
-            if self._log is not None
-            else None,
+            partition_count=lambda topic: (
+                self._log.cached_partition_count(topic) if self._log is not None else None
+            ),
             catalog_for=functools.partial(PartitionCatalog, self._store, s.namespace),
             incarnation=incarnation,
         )
@@ -503,6 +503,9 @@ class KfsServer:
             advertised_host=host,
             advertised_port=port,
             cluster_id=cluster_id_for(s.store_url, s.namespace),
+            node_id=s.node_id,
+            listeners={str(p): address for p, address in self.advertised.items()},
+            durability=s.durability,
             auto_create_topics=s.auto_create_topics,
             default_partitions=s.default_partitions,
             broker_configs=_broker_configs(s, listeners),

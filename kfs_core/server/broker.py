@@ -1,7 +1,8 @@
 """The broker: dispatches decoded requests to their API handlers (`kfs_core.server.apis`).
 
-`Broker` is a single node (id 0) that leads every partition; it holds what
-the handlers share - options, the partition log, the topic directory, the
+`Broker` is one node of a cluster of daemons (`ClusterView`; alone, a
+`SingleNode` that leads every partition); it holds what the handlers share
+- options, the cluster view, the partition log, the topic directory, the
 fetch notifier, the group coordinator, producer ids, metrics - and turns a
 `Request` into a future of its response body through `REGISTRY`.  A handler
 never sees the broker: each request gets a `RequestContext` with the
@@ -16,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 from typing import Any
 
+from kfs_core.cluster.view import ClusterView, NodeInfo, SingleNode
 from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.groups.coordinator import GroupCoordinator
-from kfs_core.groups.offset_log import OffsetLog
+from kfs_core.groups.offset_log import OFFSETS_TOPIC, OffsetLog
 from kfs_core.log.log_manager import LogManager
 from kfs_core.security.acls import AclStore, Authorizer
 from kfs_core.security.sasl import Authenticator
@@ -37,7 +40,7 @@ from kfs_core.server.notifier import AppendNotifier
 from kfs_core.server.protocol import ErrorCode, Request
 from kfs_core.server.protocol.bodies import ResponseBody
 
-__all__ = ["CLIENT_HOST", "Broker", "cluster_id_for", "error_response"]
+__all__ = ["CLIENT_HOST", "Broker", "cluster_id_for", "error_response", "single_node"]
 
 
 def cluster_id_for(store_url: str, namespace: str) -> str:
@@ -56,13 +59,38 @@ def error_response(
     return REGISTRY[request.api_key].error_body(request, code, message, options)
 
 
+def single_node(options: BrokerOptions) -> SingleNode:
+    """The view of a daemon alone on its namespace, as ``options`` describe it."""
+    listeners = options.listeners or {
+        "PLAINTEXT": (options.advertised_host, options.advertised_port)
+    }
+    return SingleNode(
+        NodeInfo(
+            node_id=options.node_id,
+            incarnation="",
+            listeners=dict(listeners),
+            durability=options.durability,
+        )
+    )
+
+
 class Broker:
-    """Serves Kafka requests from the partition log (`LogManager`) and the topic registry."""
+    """Serves Kafka requests from the partition log (`LogManager`) and the topic registry.
+
+    ``cluster`` is the daemons serving the namespace (`ClusterView`); None:
+    this daemon alone (`single_node`).  Each request reads the attribute,
+    so it may be replaced while the broker serves.
+    """
 
     def __init__(
-        self, options: BrokerOptions, partition_log: LogManager, metrics: ServerMetrics
+        self,
+        options: BrokerOptions,
+        partition_log: LogManager,
+        metrics: ServerMetrics,
+        cluster: ClusterView | None = None,
     ) -> None:
         self.options = options
+        self.cluster: ClusterView = cluster if cluster is not None else single_node(options)
         self.log = partition_log
         self.topics = TopicDirectory(partition_log)
         self.metrics = metrics
@@ -76,10 +104,16 @@ class Broker:
         # The SASL users in the store (Describe/AlterUserScramCredentials); None outside a daemon.
         self.users: UserStore | None = None
         self.audit = AuditLog()
+        self.offset_log = OffsetLog(partition_log, partitions=options.offsets_topic_partitions)
         self.groups = GroupCoordinator(
-            OffsetLog(partition_log, partitions=options.offsets_topic_partitions),
+            self.offset_log,
             self._topic_partitions,
             options.groups,
+            # With other daemons on the namespace, this one coordinates only the
+            # groups of the offsets partitions it holds.
+            leadership=None
+            if cluster is None
+            else functools.partial(partition_log.holding, OFFSETS_TOPIC),
         )
 
     async def start(self) -> None:
@@ -135,6 +169,8 @@ class Broker:
         """What a handler of a request on the current connection may use."""
         return RequestContext(
             options=self.options,
+            cluster=self.cluster,
+            offsets_partition=self.offset_log.partition_for,
             log=self.log,
             topics=self.topics,
             groups=self.groups,

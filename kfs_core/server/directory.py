@@ -48,6 +48,26 @@ class TopicDirectory:
     def __init__(self, partition_log: LogManager) -> None:
         self._log = partition_log
         self._registry: TopicRegistry = partition_log.registry
+        # (name, topic id) -> replication factor: fixed at creation, so never stale.
+        self._replication: dict[tuple[str, str], int] = {}
+
+    async def replication_factor(self, info: LogTopicInfo) -> int:
+        """The replication factor the topic was created with (1 if the registry cannot say).
+
+        Read from the registry once per topic (it never changes), then kept.
+        """
+        key = (info.name, info.topic_id)
+        factor = self._replication.get(key)
+        if factor is None:
+            try:
+                record = await asyncio.to_thread(self._registry.get, info.name)
+            except Exception as exc:  # noqa: BLE001 - a listing must not fail on one topic
+                log.debug("replication factor of topic %r: %s", info.name, exc)
+                return 1
+            if record.topic_id != info.topic_id:
+                return 1  # deleted and created again since the lookup
+            factor = self._replication[key] = record.replication_factor
+        return factor
 
     async def lookup(self, name: str) -> LogTopicInfo | None:
         """The topic, or None if it does not exist; `InvalidTopicName` for an illegal name."""
@@ -75,9 +95,19 @@ class TopicDirectory:
         return [info for info in found if isinstance(info, LogTopicInfo)]
 
     async def create(
-        self, name: str, partitions: int, configs: Mapping[str, str], *, validate_only: bool
+        self,
+        name: str,
+        partitions: int,
+        configs: Mapping[str, str],
+        *,
+        validate_only: bool,
+        replication_factor: int = 1,
     ) -> tuple[LogTopicInfo, dict[str, str]]:
-        """Create a topic (or only check that it could be); the info and its config overrides."""
+        """Create a topic (or only check that it could be); the info and its config overrides.
+
+        ``replication_factor`` (at least 1) is kept in the registry for
+        Metadata to report; durability does not depend on it.
+        """
         validate_topic_name(name)
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidPartitions(
@@ -89,7 +119,15 @@ class TopicDirectory:
                 raise TopicAlreadyExists(f"topic {name!r} already exists", topic=name)
             config = TopicConfig.from_configs(overrides)
             return LogTopicInfo(name, uuid.uuid4().hex, partitions, config), overrides
-        return await self._log.create_topic(name, partitions, overrides), overrides
+        if replication_factor == 1:
+            info = await self._log.create_topic(name, partitions, overrides)
+        else:  # the log creates with the default factor only
+            record = await asyncio.to_thread(
+                self._registry.create_topic, name, partitions, overrides, replication_factor
+            )
+            info = self._log.adopt_topic(record)
+        self._replication[(name, info.topic_id)] = replication_factor
+        return info, overrides
 
     async def describe(self, name: str) -> TopicDescription:
         validate_topic_name(name)

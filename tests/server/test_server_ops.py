@@ -126,6 +126,7 @@ def test_create_topics_and_their_errors(local_daemon: Daemon, admin: AdminClient
         local_daemon,
         creatable("adm-zero", partitions=0),
         creatable("adm-triple", replication=3),
+        creatable("adm-no-replicas", replication=0),
         creatable("adm-bad-config", retention_ms="soon"),
         creatable("adm-unknown-config", **{"no_such_config": "1"}),
         creatable("bad name!"),
@@ -133,7 +134,9 @@ def test_create_topics_and_their_errors(local_daemon: Daemon, admin: AdminClient
     )
     codes = {t.name: (t.error_code, t.error_message) for t in response.topics}
     assert codes["adm-zero"][0] == ErrorCode.INVALID_PARTITIONS
-    assert codes["adm-triple"][0] == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert codes["adm-triple"] == (0, None)  # durability is the store's; the factor is kept
+    assert codes["adm-no-replicas"][0] == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert "at least 1" in codes["adm-no-replicas"][1]
     assert codes["adm-bad-config"][0] == ErrorCode.INVALID_CONFIG
     assert "retention.ms" in codes["adm-bad-config"][1]
     assert codes["adm-unknown-config"][0] == ErrorCode.INVALID_CONFIG

@@ -9,8 +9,9 @@ them; nothing else lists APIs.
 
 Handlers are ``async def handle(context, request) -> response body``; the
 context (`kfs_core.server.apis.context.RequestContext`, built by the broker
-for each request) holds what they may use: options, the partition log, the
-topic directory, the group coordinator, metrics, the principal's session.
+for each request) holds what they may use: options, the cluster view, the
+partition log, the topic directory, the group coordinator, metrics, the
+principal's session.
 
 The connection's state lives in context variables the connection sets
 (``CLIENT_HOST``, ``SESSION``, ``ADVERTISED``); the broker reads them into
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ADVERTISED",
     "CLIENT_HOST",
-    "LEADER_EPOCH",
-    "NODE_ID",
     "SESSION",
     "Api",
     "Refused",
@@ -54,9 +53,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-NODE_ID: Final = 0
-LEADER_EPOCH: Final = 0
 
 # The client's address as Kafka shows it ("/127.0.0.1"); the connection sets it,
 # and the handler tasks it starts inherit it.

@@ -1,7 +1,7 @@
 """Cluster and log administration: DescribeCluster, DescribeLogDirs, DeleteRecords.
 
-KFS is one node (id 0) that is its own controller, so DescribeCluster lists
-it alone.  Its one "log directory" is the namespace in the object store
+DescribeCluster lists every live daemon at the address of the client's
+listener, the lowest node id as the controller (as Metadata).  Its one "log directory" is the namespace in the object store
 (``{store url}/{namespace}``): DescribeLogDirs reports each partition's live
 segment bytes plus its unflushed batches, and -1 (unknown) for the volume's
 total and usable bytes, which an object store does not have.  Partitions that
@@ -24,7 +24,6 @@ from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.security.acls import Operation
 from kfs_core.server.apis.access import cluster_rule, topics_rule
 from kfs_core.server.apis.base import (
-    NODE_ID,
     Api,
     error_code_for,
     log_failure,
@@ -89,15 +88,16 @@ async def _describe_cluster(
         error_message=None,
         endpoint_type=endpoint,
         cluster_id=options.cluster_id,
-        controller_id=NODE_ID,
+        controller_id=context.controller_id(),
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
-                broker_id=NODE_ID,
-                host=context.advertised[0],
-                port=context.advertised[1],
-                rack=None,
+                broker_id=node.node_id,
+                host=host,
+                port=port,
+                rack=node.rack,
                 is_fenced=False,
             )
+            for node, (host, port) in context.brokers()
         ],
     )
 

@@ -9,6 +9,12 @@ the API modules sit below it.
 
 `BrokerOptions` is the settings part: what the broker tells clients about
 itself and how it treats unknown topics.
+
+The cluster (`kfs_core.cluster.view.ClusterView`) is the context's
+``cluster``; the questions every API asks of it - which brokers a client
+on this listener can reach, who leads or coordinates what, whether a
+request's leader epoch is current - are `RequestContext` methods, so each
+API answers them the same way.
 """
 
 from __future__ import annotations
@@ -16,12 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from kfs_core.cluster.view import ClusterView, Leader, NodeInfo
 from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
-from kfs_core.groups.offset_log import DEFAULT_PARTITIONS
+from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OFFSETS_TOPIC
 from kfs_core.log.log_manager import LogManager
 from kfs_core.security.acls import CLUSTER_NAME, AclStore, Authorizer, Operation, ResourceType
 from kfs_core.security.sasl import Authenticator, Session
 from kfs_core.security.users import UserStore
+from kfs_core.server.apis.base import Refused
 from kfs_core.server.directory import TopicDirectory
 from kfs_core.server.metrics import ServerMetrics
 from kfs_core.server.notifier import AppendNotifier
@@ -32,11 +40,20 @@ __all__ = ["BrokerOptions", "RequestContext"]
 
 @dataclass
 class BrokerOptions:
-    """What the broker tells clients about itself and how it treats unknown topics."""
+    """What the broker tells clients about itself and how it treats unknown topics.
+
+    ``node_id``, ``listeners`` (listener name -> advertised (host, port);
+    empty: one PLAINTEXT listener at the advertised host and port) and
+    ``durability`` describe this daemon in the `SingleNode` view the broker
+    builds when it is given no cluster view.
+    """
 
     advertised_host: str
     advertised_port: int
     cluster_id: str
+    node_id: int = 0
+    listeners: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    durability: str = "cautious"
     auto_create_topics: bool = True
     default_partitions: int = 1
     broker_configs: Mapping[str, str] = field(default_factory=dict)
@@ -54,10 +71,15 @@ class RequestContext:
     the connection's listener; ``client_host`` the client's address as
     Kafka shows it ("/127.0.0.1").  The security services are None when the
     daemon runs without them (no SASL listener, no ACL authorizer, no store
-    of users).
+    of users).  ``cluster`` is the daemons serving the namespace as this
+    one sees them; ``offsets_partition`` maps a group id to its
+    ``__consumer_offsets`` partition, whose leader is the group's
+    coordinator.
     """
 
     options: BrokerOptions
+    cluster: ClusterView
+    offsets_partition: Callable[[str], int]
     log: LogManager
     topics: TopicDirectory
     groups: GroupCoordinator
@@ -90,3 +112,76 @@ class RequestContext:
             authorizer.authorize(session.principal, session.host, Operation.CREATE, rtype, res)
             for rtype, res in ((ResourceType.CLUSTER, CLUSTER_NAME), (ResourceType.TOPIC, name))
         )
+
+    # --- the cluster as this request sees it ------------------------------------------
+
+    @property
+    def listener_name(self) -> str:
+        """The name of the listener this request came through (its security protocol)."""
+        return str(self.session.protocol) if self.session is not None else "PLAINTEXT"
+
+    def endpoint(self, node: NodeInfo) -> tuple[str, int] | None:
+        """Where a client on this request's listener reaches ``node``; None: it cannot."""
+        if node.node_id == self.cluster.node_id:
+            return self.advertised
+        return node.listeners.get(self.listener_name)
+
+    def brokers(self) -> list[tuple[NodeInfo, tuple[str, int]]]:
+        """Every live node a client on this listener can reach, by node id, with its address."""
+        found = []
+        for node in sorted(self.cluster.live_nodes(), key=lambda n: n.node_id):
+            address = self.endpoint(node)
+            if address is not None:
+                found.append((node, address))
+        return found
+
+    def controller_id(self) -> int:
+        """The controller Kafka clients are told of: the lowest live node id."""
+        return min((n.node_id for n in self.cluster.live_nodes()), default=self.cluster.node_id)
+
+    def replicas(self, leader_id: int, factor: int) -> list[int]:
+        """The leader, then the next listed brokers in ascending cyclic order, ``factor`` in all.
+
+        Fewer when fewer brokers are live; no leader (-1): the first
+        ``factor`` brokers.  Durability comes from the object store, so
+        these are the replicas Kafka tools expect to see, not copies.
+        """
+        ids = [node.node_id for node, _ in self.brokers()]
+        after = [i for i in ids if i > leader_id] + [i for i in ids if i < leader_id]
+        if leader_id < 0:
+            return after[: max(factor, 1)]
+        return [leader_id, *after[: max(factor, 1) - 1]]
+
+    def coordinator(self, group_id: str) -> Leader:
+        """The node coordinating ``group_id``: the leader of its offsets partition."""
+        return self.cluster.leader(OFFSETS_TOPIC, self.offsets_partition(group_id))
+
+    def check_coordinator(self, group_id: str) -> None:
+        """Raise `Refused` (NOT_COORDINATOR) unless this node coordinates ``group_id``."""
+        node_id = self.coordinator(group_id).node_id
+        if node_id != self.cluster.node_id:
+            raise Refused(
+                ErrorCode.NOT_COORDINATOR,
+                f"node {self.cluster.node_id} is not the coordinator of group {group_id!r}"
+                + (f" (node {node_id} is)" if node_id >= 0 else ""),
+            )
+
+    def leader_epoch_error(self, topic: str, partition: int, requested: int) -> ErrorCode:
+        """FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when ``requested`` is not this node's epoch.
+
+        -1 asks for no check.  A partition this node holds no lease on is
+        the log's to refuse (NOT_LEADER_OR_FOLLOWER), not the epoch's.
+        """
+        if requested < 0:
+            return ErrorCode.NONE
+        local = self.cluster.local_epoch(topic, partition)
+        if local is None or requested == local:
+            return ErrorCode.NONE
+        return (
+            ErrorCode.FENCED_LEADER_EPOCH if requested < local else ErrorCode.UNKNOWN_LEADER_EPOCH
+        )
+
+    def local_epoch(self, topic: str, partition: int) -> int:
+        """This node's leader epoch of the partition for a response; -1 if it holds none."""
+        epoch = self.cluster.local_epoch(topic, partition)
+        return -1 if epoch is None else epoch

@@ -7,6 +7,13 @@ first partition with data (KIP-74).  Read-committed is answered like
 read-uncommitted with LSO = HW: there are no transactions.  No fetch sessions
 (KIP-227): every response says session 0, which clients read as "send full
 requests".
+
+Leader epochs (v9+): a partition whose ``current_leader_epoch`` is older
+than this daemon's lease epoch answers FENCED_LEADER_EPOCH, a newer one
+UNKNOWN_LEADER_EPOCH, without reading.  From v12 a partition answering
+NOT_LEADER_OR_FOLLOWER (the log's: another daemon serves it) or
+FENCED_LEADER_EPOCH names its current leader, so the client need not wait
+for a metadata refresh.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.security.acls import Operation
 from kfs_core.server.apis.access import topics_rule
-from kfs_core.server.apis.base import Api, error_code_for, log_failure
+from kfs_core.server.apis.base import Api, Refused, error_code_for, log_failure
 from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.framing import MAX_REQUEST_BYTES
@@ -40,12 +47,18 @@ READ_COMMITTED: Final = 1
 _BATCH_PREFIX = struct.Struct(">qi")
 
 
+# The first version whose partitions may carry current_leader (a tagged field).
+_CURRENT_LEADER_FROM: Final = 12
+_NAMES_LEADER: Final = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
+
+
 @dataclass(frozen=True, slots=True)
 class _FetchTarget:
     topic: str
     partition: int
     offset: int
     max_bytes: int
+    epoch_error: ErrorCode = ErrorCode.NONE  # answered without reading unless NONE
 
 
 def trim_to_batches(records: Buffer, limit: int) -> Buffer:
@@ -81,6 +94,9 @@ async def handle(context: RequestContext, request: Request[FetchRequestBody]) ->
             p.partition,
             p.fetch_offset,
             max(1, min(p.partition_max_bytes, max_bytes)),
+            context.leader_epoch_error(
+                topic.topic, p.partition, getattr(p, "current_leader_epoch", -1)
+            ),
         )
         for topic in body.topics
         for p in topic.partitions
@@ -93,7 +109,9 @@ async def handle(context: RequestContext, request: Request[FetchRequestBody]) ->
         while True:
             # Cleared before reading: an append during the read wakes the wait below.
             woken.clear()
-            answers, total, failed = await _read_once(context, targets, max_bytes, read_committed)
+            answers, total, failed = await _read_once(
+                context, targets, max_bytes, read_committed, request.api_version
+            )
             remaining = deadline - loop.time()
             enough = total >= body.min_bytes or failed or not targets
             if enough or remaining <= 0 or notifier.stopping:
@@ -123,7 +141,11 @@ async def handle(context: RequestContext, request: Request[FetchRequestBody]) ->
 
 
 async def _read_once(
-    context: RequestContext, targets: Sequence[_FetchTarget], max_bytes: int, read_committed: bool
+    context: RequestContext,
+    targets: Sequence[_FetchTarget],
+    max_bytes: int,
+    read_committed: bool,
+    version: int,
 ) -> tuple[list[Any], int, bool]:
     """Read every partition in parallel, then apply the byte budget in request order.
 
@@ -131,7 +153,11 @@ async def _read_once(
     whether any partition failed (a failure ends the long poll).
     """
     reads = [
-        asyncio.ensure_future(context.log.read(t.topic, t.partition, t.offset, t.max_bytes))
+        asyncio.ensure_future(
+            context.log.read(t.topic, t.partition, t.offset, t.max_bytes)
+            if t.epoch_error == ErrorCode.NONE
+            else _refuse(t.epoch_error)
+        )
         for t in targets
     ]
     if reads:
@@ -155,20 +181,29 @@ async def _read_once(
             if total and records:  # KIP-74: only the first partition with data may overshoot
                 records = trim_to_batches(records, max_bytes - total)
             total += len(records)
-        answers.append(
-            data(
-                partition_index=target.partition,
-                error_code=code,
-                high_watermark=high_watermark,
-                # No transactions: everything below the high watermark is stable.
-                last_stable_offset=high_watermark,
-                log_start_offset=log_start,
-                aborted_transactions=[] if read_committed else None,
-                preferred_read_replica=-1,
-                records=records,
-            )
+        answer = data(
+            partition_index=target.partition,
+            error_code=code,
+            high_watermark=high_watermark,
+            # No transactions: everything below the high watermark is stable.
+            last_stable_offset=high_watermark,
+            log_start_offset=log_start,
+            aborted_transactions=[] if read_committed else None,
+            preferred_read_replica=-1,
+            records=records,
         )
+        if code in _NAMES_LEADER and version >= _CURRENT_LEADER_FROM:
+            leader = context.cluster.leader(target.topic, target.partition)
+            answer.current_leader = data.LeaderIdAndEpoch(
+                leader_id=leader.node_id, leader_epoch=leader.epoch
+            )
+        answers.append(answer)
     return answers, total, failed
+
+
+async def _refuse(code: ErrorCode) -> Any:
+    """A read that fails with ``code``: a partition refused before reading."""
+    raise Refused(code, f"leader epoch: {code.name}")
 
 
 error_body = schema_error_body(

@@ -1,11 +1,17 @@
 """The consumer-group APIs, answered by the group coordinator (`kfs_core.groups`).
 
-FindCoordinator (this broker, for groups and - so a transactional producer
-gets InitProducerId's clear refusal - for transactional ids), JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
-DescribeGroups, DeleteGroups and OffsetDelete.  This module only
-translates: wire fields in, `GroupCoordinator` calls, wire fields out; a
-`GroupError` becomes its Kafka error code.
+FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete.  This
+module only translates: wire fields in, `GroupCoordinator` calls, wire fields
+out; a `GroupError` becomes its Kafka error code.
+
+A group's coordinator is the daemon leading its ``__consumer_offsets``
+partition (`RequestContext.coordinator`): FindCoordinator names it
+(COORDINATOR_NOT_AVAILABLE while no daemon leads it), and every other
+daemon answers the group's requests NOT_COORDINATOR, per group where a
+request names several; ListGroups lists the groups this daemon
+coordinates.  A transactional id's coordinator is the daemon asked, so a
+transactional producer gets InitProducerId's clear refusal.
 
 The KIP-848 ConsumerGroupHeartbeat API is not offered, so clients use the
 classic protocol (librdkafka's ``group.protocol=classic`` default;
@@ -30,7 +36,6 @@ from kfs_core.server.apis.access import (
     split,
 )
 from kfs_core.server.apis.base import (
-    NODE_ID,
     Api,
     error_code_for,
     log_failure,
@@ -122,18 +127,27 @@ async def _find_coordinator(
     answers: list[FindCoordinatorResponse.Coordinator] = []
     for key in keys:
         code, message = ErrorCode.NONE, None
+        node_id, (host, port) = context.cluster.node_id, context.advertised
         if key_type not in (COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION):
             code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         elif key_type == COORDINATOR_KEY_GROUP and not key:
             code, message = ErrorCode.INVALID_GROUP_ID, "the group id is empty"
+        elif key_type == COORDINATOR_KEY_GROUP:
+            node_id = context.coordinator(key).node_id
+            found = _reachable(context, node_id)
+            if found is None:
+                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                message = f"no live daemon coordinates group {key!r} now"
+            else:
+                host, port = found
         context.count_error(ApiKey.FIND_COORDINATOR, code)
         ok = code == ErrorCode.NONE
         answers.append(
             FindCoordinatorResponse.Coordinator(
                 key=key,
-                node_id=NODE_ID if ok else -1,
-                host=context.advertised[0] if ok else "",
-                port=context.advertised[1] if ok else -1,
+                node_id=node_id if ok else -1,
+                host=host if ok else "",
+                port=port if ok else -1,
                 error_code=int(code),
                 error_message=message,
             )
@@ -154,6 +168,14 @@ async def _find_coordinator(
     )
 
 
+def _reachable(context: RequestContext, node_id: int) -> tuple[str, int] | None:
+    """Where a client on this request's listener reaches live node ``node_id``, if it can."""
+    for node, address in context.brokers():
+        if node.node_id == node_id:
+            return address
+    return None
+
+
 # --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------
 
 
@@ -163,6 +185,7 @@ async def _join_group(
     body = request.body
     version = request.api_version
     try:
+        context.check_coordinator(body.group_id)
         result = await context.groups.join(
             body.group_id,
             body.member_id,
@@ -222,6 +245,7 @@ async def _sync_group(
 ) -> SyncGroupResponse:
     body = request.body
     try:
+        context.check_coordinator(body.group_id)
         assignments: dict[str, bytes] = {}
         for a in body.assignments:
             assignments[a.member_id] = bytes(a.assignment)
@@ -259,6 +283,7 @@ async def _heartbeat(
     body = request.body
     code = ErrorCode.NONE
     try:
+        context.check_coordinator(body.group_id)
         context.groups.heartbeat(
             body.group_id,
             body.member_id,
@@ -283,6 +308,7 @@ async def _leave_group(
     )
     answer = LeaveGroupResponse.MemberResponse
     try:
+        context.check_coordinator(body.group_id)
         outcomes = context.groups.leave(body.group_id, departures)
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"leave group {body.group_id!r}")
@@ -328,6 +354,7 @@ async def _offset_commit(
         for p in t.partitions
     ]
     try:
+        context.check_coordinator(body.group_id)
         outcomes: Sequence[BaseException | None] = await context.groups.commit(
             body.group_id,
             requests,
@@ -362,6 +389,7 @@ def _fetched_topics(
     flexible_groups: bool,
 ) -> list[Any]:
     """The committed offsets of ``topics`` (None: every committed one) as response topics."""
+    context.check_coordinator(group_id)
     response = OffsetFetchResponse
     # v8+ nests topics in groups, with classes of their own names: the same fields.
     topic_class: Any = (
@@ -435,6 +463,7 @@ async def _offset_delete(
     body = request.body
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     try:
+        context.check_coordinator(body.group_id)
         outcomes = await context.groups.delete_offsets(body.group_id, keys)
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"offset delete of group {body.group_id!r}")
@@ -468,7 +497,11 @@ async def _list_groups(context: RequestContext, request: Request[Any]) -> ListGr
     if types and not {t.lower() for t in types} & {"classic", "consumer"}:
         listed: list[tuple[str, str, str]] = []
     else:
-        listed = context.groups.list_groups(getattr(body, "states_filter", None) or None)
+        listed = [
+            g
+            for g in context.groups.list_groups(getattr(body, "states_filter", None) or None)
+            if context.coordinator(g[0]).node_id == context.cluster.node_id
+        ]
     group = ListGroupsResponse.ListedGroup
     return ListGroupsResponse(
         version=request.api_version,
@@ -492,6 +525,7 @@ async def _describe_groups(
     groups = []
     for group_id in request.body.groups:
         try:
+            context.check_coordinator(group_id)
             d = context.groups.describe(group_id)
         except Exception as exc:  # noqa: BLE001 - any failure is this group's error code
             code = _code(exc, f"describe group {group_id!r}")
@@ -553,6 +587,7 @@ async def _delete_groups(
     for group_id in request.body.groups_names:
         code = ErrorCode.NONE
         try:
+            context.check_coordinator(group_id)
             await context.groups.delete_group(group_id)
         except Exception as exc:  # noqa: BLE001 - any failure is this group's error code
             code = _code(exc, f"delete group {group_id!r}")

@@ -1,9 +1,16 @@
-"""Metadata: one broker (node 0) leading every partition, ISR ``[0]``.
+"""Metadata: every live daemon is a broker; each partition is led by the daemon that holds it.
 
 Every topic (null list; an empty list at v0), or the named ones,
 auto-creating those a client may create; INVALID_TOPIC_EXCEPTION and
-UNKNOWN_TOPIC_OR_PARTITION per topic.  Replication factor 1 is the only one
-there is: durability comes from the WAL and the object store, not replicas.
+UNKNOWN_TOPIC_OR_PARTITION per topic.  The brokers are the live daemons
+(`ClusterView.live_nodes`) at the address of the listener the client came
+through (a daemon without that listener is left out); the controller is
+the lowest live node id.  Each partition's leader and leader epoch are
+`ClusterView.leader`'s (no leader: LEADER_NOT_AVAILABLE for that
+partition).  Replicas and in-sync replicas are the leader and the next
+brokers, up to the replication factor the topic was created with: what
+Kafka tools expect to see, while durability comes from the WAL and the
+object store, not from copies.
 """
 
 from __future__ import annotations
@@ -14,8 +21,6 @@ from kfs_core.log.topic_cache import TopicInfo as LogTopicInfo
 from kfs_core.security.acls import Operation, ResourceType
 from kfs_core.server.apis.access import TOPIC_DENIED, Checker, Plan, split, with_items
 from kfs_core.server.apis.base import (
-    LEADER_EPOCH,
-    NODE_ID,
     Api,
     advertised_address,
     error_code_for,
@@ -45,17 +50,21 @@ async def handle(
         getattr(body, "allow_auto_topic_creation", True)
     )
     if requested is None or (request.api_version == 0 and not requested):  # every topic
-        topics = [topic_metadata(info) for info in await context.topics.all()]
+        topics = [await topic_metadata(context, info) for info in await context.topics.all()]
     else:
         topics = [await _one_topic(context, entry, allow_create) for entry in requested]
     for topic in topics:
         context.count_error(ApiKey.METADATA, topic.error_code)
+        for partition in topic.partitions:
+            context.count_error(ApiKey.METADATA, partition.error_code)
     return MetadataResponse(
         version=request.api_version,
         throttle_time_ms=0,
-        brokers=[broker_entry(context.advertised)],
+        brokers=[
+            broker_entry(node.node_id, address, node.rack) for node, address in context.brokers()
+        ],
         cluster_id=options.cluster_id,
-        controller_id=NODE_ID,
+        controller_id=context.controller_id(),
         topics=topics,
     )
 
@@ -91,43 +100,57 @@ async def _one_topic(context: RequestContext, entry: MetadataTopic, allow_create
             is_internal=False,
             partitions=[],
         )
-    return topic_metadata(info)
+    return await topic_metadata(context, info)
 
 
-def broker_entry(advertised: tuple[str, int]) -> MetadataResponse.MetadataResponseBroker:
-    """This broker as Metadata lists it, at the (host, port) the connection's listener advertises."""
-    host, port = advertised
-    return MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=host, port=port, rack=None)
+def broker_entry(
+    node_id: int, address: tuple[str, int], rack: str | None = None
+) -> MetadataResponse.MetadataResponseBroker:
+    """A broker as Metadata lists it, at the (host, port) of the client's listener."""
+    host, port = address
+    return MetadataResponse.MetadataResponseBroker(node_id=node_id, host=host, port=port, rack=rack)
 
 
-def topic_metadata(info: LogTopicInfo) -> _Topic:
-    """A topic's Metadata entry: every partition led by this broker."""
+async def topic_metadata(context: RequestContext, info: LogTopicInfo) -> _Topic:
+    """A topic's Metadata entry: each partition's leader, epoch and replicas, from the cluster."""
     topic = MetadataResponse.MetadataResponseTopic
     partition = topic.MetadataResponsePartition
+    factor = await context.topics.replication_factor(info)
+    partitions = []
+    for index in range(info.partitions):
+        leader = context.cluster.leader(info.name, index)
+        replicas = context.replicas(leader.node_id, factor)
+        partitions.append(
+            partition(
+                error_code=ErrorCode.NONE
+                if leader.node_id >= 0
+                else ErrorCode.LEADER_NOT_AVAILABLE,
+                partition_index=index,
+                leader_id=leader.node_id,
+                leader_epoch=leader.epoch,
+                replica_nodes=replicas,
+                isr_nodes=replicas if leader.node_id >= 0 else [],
+                offline_replicas=[],
+            )
+        )
     return topic(
         error_code=0,
         name=info.name,
         topic_id=topic_uuid(info.topic_id),
         is_internal=info.name.startswith("__"),
-        partitions=[
-            partition(
-                error_code=0,
-                partition_index=index,
-                leader_id=NODE_ID,
-                leader_epoch=LEADER_EPOCH,
-                replica_nodes=[NODE_ID],
-                isr_nodes=[NODE_ID],
-                offline_replicas=[],
-            )
-            for index in range(info.partitions)
-        ],
+        partitions=partitions,
     )
 
 
 def _brokers(
     _: Request[Any], options: BrokerOptions
 ) -> list[MetadataResponse.MetadataResponseBroker]:
-    return [broker_entry(advertised_address(options))]
+    # An error body has no cluster view: this broker alone, as a client can always reach it.
+    return [broker_entry(options.node_id, advertised_address(options))]
+
+
+def _controller_id(_: Request[Any], options: BrokerOptions) -> int:
+    return options.node_id
 
 
 def _cluster_id(_: Request[Any], options: BrokerOptions) -> str:
@@ -139,7 +162,7 @@ error_body = schema_error_body(
     {
         "brokers": Derived(_brokers),
         "cluster_id": Derived(_cluster_id),
-        "controller_id": NODE_ID,
+        "controller_id": Derived(_controller_id),
         "topics": Mirror("topics", {"name": "name"}, {"is_internal": False, "partitions": []}),
     },
 )

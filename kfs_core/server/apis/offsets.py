@@ -3,6 +3,11 @@
 The max-timestamp spec (-3, KIP-734) and the tiered-storage specs get
 INVALID_REQUEST.  (Committed consumer offsets are the groups' business:
 `kfs_core.server.apis.groups`.)
+
+From v4 a partition's ``current_leader_epoch`` older than this daemon's
+lease epoch answers FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH;
+an answer carries this daemon's epoch.  A partition another daemon serves
+is NOT_LEADER_OR_FOLLOWER, from the log.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 from kfs_core.security.acls import Operation
 from kfs_core.server.apis.access import topics_rule
-from kfs_core.server.apis.base import LEADER_EPOCH, Api, Refused, error_code_for, log_failure
+from kfs_core.server.apis.base import Api, Refused, error_code_for, log_failure
 from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest
@@ -38,6 +43,11 @@ async def handle(
         for p in topic.partitions:
             code, offset, timestamp = ErrorCode.NONE, -1, -1
             try:
+                epoch_error = context.leader_epoch_error(
+                    topic.name, p.partition_index, getattr(p, "current_leader_epoch", -1)
+                )
+                if epoch_error != ErrorCode.NONE:
+                    raise Refused(epoch_error, f"leader epoch: {epoch_error.name}")
                 if p.timestamp < EARLIEST_TIMESTAMP:
                     # -3 (max timestamp, KIP-734) and the tiered-storage specs.
                     raise Refused(
@@ -56,7 +66,9 @@ async def handle(
                     error_code=code,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=LEADER_EPOCH if code == ErrorCode.NONE else -1,
+                    leader_epoch=context.local_epoch(topic.name, p.partition_index)
+                    if code == ErrorCode.NONE
+                    else -1,
                 )
             )
         topics.append(answer(name=topic.name, partitions=partitions))

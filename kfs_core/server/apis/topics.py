@@ -1,7 +1,9 @@
 """Topic administration: CreateTopics, DeleteTopics, CreatePartitions, and topic configs.
 
-Through the `TopicRegistry`, with Kafka's error codes and messages;
-replication factor 1 (or -1) only.  DescribeConfigs, AlterConfigs and
+Through the `TopicRegistry`, with Kafka's error codes and messages.  Any
+replication factor of at least 1 (-1: the default, 1) is accepted and kept in
+the registry for Metadata to report; durability comes from the WAL and the
+object store, not from replicas, so the factor changes nothing else.  DescribeConfigs, AlterConfigs and
 IncrementalAlterConfigs speak Kafka's topic config names (`CONFIG_KEYS`):
 an unknown name or a bad value is INVALID_CONFIG for its resource, and a
 change is served by the log as soon as it is answered (`TopicDirectory`).
@@ -35,7 +37,6 @@ from kfs_core.server.apis.access import (
     topics_rule,
 )
 from kfs_core.server.apis.base import (
-    NODE_ID,
     Api,
     Refused,
     error_code_for,
@@ -129,9 +130,13 @@ async def _create_topics(
         try:
             if names.count(name) > 1:
                 raise Refused(ErrorCode.INVALID_REQUEST, f"topic {name!r} is listed twice")
-            partitions = _requested_partitions(context, topic)
+            partitions, factor = _requested_layout(context, topic)
             info, overrides = await context.topics.create(
-                name, partitions, _requested_configs(topic), validate_only=validate_only
+                name,
+                partitions,
+                _requested_configs(topic),
+                validate_only=validate_only,
+                replication_factor=factor,
             )
         except Exception as exc:  # noqa: BLE001 - any failure is this topic's error code
             code = error_code_for(exc)
@@ -150,7 +155,7 @@ async def _create_topics(
                 error_message=None,
                 topic_config_error_code=0,
                 num_partitions=info.partitions,
-                replication_factor=1,
+                replication_factor=factor,
                 configs=[
                     result.CreatableTopicConfigs(
                         name=key,
@@ -166,28 +171,45 @@ async def _create_topics(
     return CreateTopicsResponse(version=request.api_version, throttle_time_ms=0, topics=results)
 
 
-def _requested_partitions(context: RequestContext, topic: CreatableTopic) -> int:
-    """The partition count a CreatableTopic asks for, on a one-broker cluster."""
+DEFAULT_REPLICATION_FACTOR: Final = 1
+
+
+def _requested_layout(context: RequestContext, topic: CreatableTopic) -> tuple[int, int]:
+    """The partition count and replication factor a CreatableTopic asks for.
+
+    Manual replica assignments must name partitions 0..n-1, each with the
+    same number of replicas, which becomes the factor.  Their node ids are
+    not checked against the live daemons: leaders follow the cluster's
+    assignment and durability comes from the object store, so the ids only
+    say how many replicas Metadata reports.
+    """
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
             raise Refused(
                 ErrorCode.INVALID_REQUEST,
                 "with replica assignments, num_partitions and replication_factor must be -1",
             )
-        replicas = {tuple(a.broker_ids) for a in topic.assignments}
+        counts = {len(a.broker_ids) for a in topic.assignments}
         indexes = sorted(a.partition_index for a in topic.assignments)
-        if replicas != {(NODE_ID,)} or indexes != list(range(len(indexes))):
+        if len(counts) != 1 or 0 in counts or indexes != list(range(len(indexes))):
             raise Refused(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"assign every partition to broker {NODE_ID} alone, partitions 0..n-1",
+                "assign partitions 0..n-1 the same number (at least 1) of brokers each",
             )
-        return len(indexes)
-    if topic.replication_factor not in (-1, 1):
+        return len(indexes), counts.pop()
+    factor = topic.replication_factor
+    if factor == -1:
+        factor = DEFAULT_REPLICATION_FACTOR
+    elif factor < 1:
         raise Refused(
             ErrorCode.INVALID_REPLICATION_FACTOR,
-            "replication factor must be 1 (or -1 for the default) on this one-broker "
-            f"cluster, got {topic.replication_factor}",
+            f"replication factor must be at least 1 (or -1 for the default), got {factor}",
         )
+    return _requested_partitions(context, topic), factor
+
+
+def _requested_partitions(context: RequestContext, topic: CreatableTopic) -> int:
+    """The partition count a CreatableTopic without replica assignments asks for."""
     if topic.num_partitions == -1:
         return context.options.default_partitions
     if topic.num_partitions < 1:
@@ -287,8 +309,9 @@ async def _configs_of(context: RequestContext, resource_type: int, name: str) ->
             for key, value in sorted(description.effective_configs.items())
         ]
     if resource_type == RESOURCE_BROKER:
-        if name not in ("", str(NODE_ID)):
-            raise Refused(ErrorCode.INVALID_REQUEST, f"broker {name!r} is not this one ({NODE_ID})")
+        node_id = context.cluster.node_id
+        if name not in ("", str(node_id)):
+            raise Refused(ErrorCode.INVALID_REQUEST, f"broker {name!r} is not this one ({node_id})")
         return [
             _ConfigEntry(
                 name=key,
@@ -371,7 +394,7 @@ async def _create_partitions(
             before = (await context.topics.describe(name)).partitions
             _check_growth(name, before, topic.count)
             if topic.assignments is not None:
-                _check_new_assignments(topic.assignments, topic.count - before)
+                _check_new_assignments(context, topic.assignments, topic.count - before)
             if not validate_only:
                 await context.topics.create_partitions(name, topic.count)
         except Exception as exc:  # noqa: BLE001 - any failure is this topic's error code
@@ -397,12 +420,17 @@ def _check_growth(name: str, current: int, total: int) -> None:
         )
 
 
-def _check_new_assignments(assignments: Sequence[PartitionsAssignment], added: int) -> None:
-    """Assignments name the brokers of each new partition: here, broker 0 alone."""
-    if len(assignments) != added or any(list(a.broker_ids) != [NODE_ID] for a in assignments):
+def _check_new_assignments(
+    context: RequestContext, assignments: Sequence[PartitionsAssignment], added: int
+) -> None:
+    """Assignments name the brokers of each new partition: at least one, each a live node."""
+    live = {node.node_id for node in context.cluster.live_nodes()}
+    if len(assignments) != added or any(
+        not a.broker_ids or not set(a.broker_ids) <= live for a in assignments
+    ):
         raise Refused(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            f"assign each of the {added} new partition(s) to broker {NODE_ID} alone",
+            f"assign each of the {added} new partition(s) to live brokers {sorted(live)}",
         )
 
 
