@@ -290,6 +290,20 @@ class LogClosed(LogError):
     retriable = True
 
 
+class NotLeaderOrFollower(LogError):
+    """This daemon does not hold the partition (any more); the client looks for its leader."""
+
+    kafka_error_code = 6  # NOT_LEADER_OR_FOLLOWER
+    retriable = True
+
+
+class StoreWalUnavailable(LogStorageError):
+    """A ``store``-mode WAL object could not be written: its appends are not acknowledged.
+
+    Unlike `WalWriteFailed` the WAL goes on: later appends are tried again.
+    """
+
+
 # --- consumer groups -------------------------------------------------------
 #
 # What the group coordinator (`kfs_core.groups`) refuses.
