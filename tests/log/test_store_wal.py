@@ -59,6 +59,7 @@ class CountingStore(ObjectStore):
         self.hold = threading.Event()
         self.hold.set()
         self.entered = threading.Event()
+        self.ghosts: list[ObjectInfo] = []  # listed, but gone by the time they are read
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
         return self.put_parts(key, [data])
@@ -84,7 +85,8 @@ class CountingStore(ObjectStore):
         return self.inner.head(key)
 
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
-        return self.inner.list(prefix, start_after)
+        ghosts = [g for g in self.ghosts if g.key.startswith(prefix)]
+        return iter(sorted([*self.inner.list(prefix, start_after), *ghosts], key=lambda i: i.key))
 
     def delete(self, key: str) -> None:
         if self.fail_deletes is not None:
@@ -423,6 +425,18 @@ def test_a_header_longer_than_the_first_read_costs_one_more_get(
     reader = StoreWalReader(store, NS, header_read_bytes=64)
     assert len(reader.read_partition("topic-7", 0, 0)) == 1
     assert len(store.gets) == 3  # 64 bytes, the rest of the header, the frame
+
+
+def test_objects_deleted_since_the_listing_are_skipped(
+    store: CountingStore, open_wal: Callable[..., StoreWal]
+) -> None:
+    wal = open_wal()
+    batch = appended(wal, 0, 0)
+    gone = wal_object_key(NS, 1, "inc-a", 99)
+    store.ghosts.append(ObjectInfo(gone, 500, "etag", 0.0))
+    reader = StoreWalReader(store, NS)
+    assert [b.batch for b in reader.read_partition("t", 0, 0)] == [batch]
+    assert reader.sweep(lambda t, p: 0, set()) == 0
 
 
 def test_a_damaged_object_is_reported_with_its_key(

@@ -81,6 +81,7 @@ import crc32c
 from kfs_core.errors import (
     CorruptWal,
     NotLeaderOrFollower,
+    ObjectNotFound,
     ObjectStoreError,
     StoreWalUnavailable,
     WalClosed,
@@ -809,7 +810,7 @@ class StoreWal:
         for frame in item.frames:
             first_lost = lost.get((frame.topic, frame.partition))
             if first_lost is not None and frame.base_offset <= first_lost:
-                del lost[(frame.topic, frame.partition)]  # the log rewound: go on
+                lost.pop((frame.topic, frame.partition), None)  # the log rewound: go on
         return True
 
     def _lose(self, item: _Pending, error: BaseException) -> None:
@@ -1091,14 +1092,20 @@ class StoreWalReader:
         offset -- the highest leader epoch (not lower than the previous
         frame's) winning, then the later object of one writer.  Stops at the
         first offset no frame starts at.  Raises `CorruptWal` naming the key
-        and byte offset for a damaged header or frame.
+        and byte offset for a damaged header or frame, and `ObjectNotFound`
+        when an object of the chain was deleted between its header read and
+        its frames' (its writer flushed it meanwhile: read again).
         """
         candidates: dict[int, list[_Candidate]] = {}
         straddling: list[_Candidate] = []
         for order, (info, _node, incarnation, seq) in enumerate(self.objects()):
             if incarnation == exclude_incarnation:
                 continue
-            for entry in self.header(info).entries_for(topic, partition):
+            try:
+                header = self.header(info)
+            except ObjectNotFound:
+                continue  # its writer deleted it since the listing: everything in it is flushed
+            for entry in header.entries_for(topic, partition):
                 if entry.last_offset < from_offset:
                     continue
                 candidate = _Candidate(info.key, order, seq, entry)
@@ -1214,6 +1221,8 @@ class StoreWalReader:
                 continue
             try:
                 header = self.header(info)
+            except ObjectNotFound:
+                continue  # deleted since the listing
             except CorruptWal as exc:
                 log.error("store WAL sweep: leaving the damaged object %s alone: %s", info.key, exc)
                 continue
