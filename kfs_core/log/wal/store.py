@@ -869,7 +869,7 @@ class StoreWal:
                 pk = (frame.topic, frame.partition)
                 ok = valid.get(pk)
                 if ok is None:
-                    ok = valid[pk] = self._lease_valid(*pk)
+                    ok = valid[pk] = self._lease_holds(*pk)
                 if not ok and error is None:
                     error = NotLeaderOrFollower(
                         f"{frame.topic}-{frame.partition}: this daemon's lease ended before "
@@ -884,6 +884,13 @@ class StoreWal:
                 _reject(item, error)
         if refused:
             self._counters.count(lease_refusals=refused)
+
+    def _lease_holds(self, topic: str, partition: int) -> bool:
+        try:
+            return bool(self._lease_valid(topic, partition))
+        except Exception:  # not knowing is not holding; a bug there must not stop the WAL
+            log.exception("store WAL: the lease check of %s-%d failed", topic, partition)
+            return False
 
     def _observe(self, stage: str, seconds: float) -> None:
         if self._stage_observer is None:
