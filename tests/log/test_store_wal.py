@@ -8,6 +8,7 @@ PUT, so the tests see exactly what reaches the store and when.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 import threading
@@ -29,6 +30,7 @@ from kfs_core.errors import (
     WalNotRecovered,
 )
 from kfs_core.formats.wal import encode_record_frame
+from kfs_core.log import LogManager
 from kfs_core.log.wal import StoreWal, StoreWalReader, WalAppend, WalPosition
 from kfs_core.log.wal.store import (
     decode_header,
@@ -40,6 +42,8 @@ from kfs_core.storage.base import ByteRange, ObjectInfo, ObjectStore
 from kfs_core.storage.local import LocalObjectStore
 from testkit.batches import make_batch
 from testkit.waiting import wait_for
+from tests.log.log_helpers import MANUAL_FLUSH, TOPIC, offsets_and_values, read_all, run
+from tests.log.log_helpers import make_batch as log_batch
 
 NS = "ns"
 Buffer = bytes | bytearray | memoryview
@@ -584,3 +588,55 @@ def test_round_trip_on_s3(s3_store: ObjectStore, tmp_path: Path) -> None:
     assert [b.batch for b in chain] == [batches[1], more]
     assert reader.sweep(lambda t, p: 5, set()) == 2
     assert not list(s3_store.list(wal_prefix(NS)))
+
+
+# --- under the partition log ---------------------------------------------------
+
+
+def test_the_partition_log_runs_on_a_store_wal_and_a_takeover_replays_it(
+    store: CountingStore, tmp_path: Path
+) -> None:
+    """`LogManager` with a `StoreWal` where a `WalWriter` would be, then a takeover.
+
+    The takeover is what a store-mode daemon does for a partition it takes
+    from a dead holder: open it (catalog end), replay the chain above it
+    through `Appender.replay`, flush -- `LogManager.start`'s replay loop.
+    """
+    settings = Settings(**MANUAL_FLUSH)
+
+    async def body() -> None:
+        wal_a = StoreWal(store, NS, 1, "a", tmp_path / "a", interval_ms=5)
+        holder = LogManager(store, NS, wal_a, settings)  # type: ignore[arg-type]
+        await holder.start()
+        await holder.create_topic(TOPIC, partitions=2)
+        for n in range(3):
+            await holder.append(TOPIC, 0, log_batch(2, tag=f"p0-{n}-"), timeout_s=10)
+        await holder.flush()
+        await asyncio.to_thread(wait_for, lambda: not store.wal_keys(), what="objects deleted")
+        for n in range(3):
+            for partition in (0, 1):
+                await holder.append(TOPIC, partition, log_batch(2, tag=f"x{n}-"), timeout_s=10)
+        acked = {p: await read_all(holder, TOPIC, p) for p in (0, 1)}
+        assert len(store.wal_keys()) >= 3
+        await holder.close(flush=False)  # the holder dies: its records are in its WAL only
+        wal_a.close()
+
+        wal_b = StoreWal(store, NS, 2, "b", tmp_path / "b", interval_ms=5)
+        owner = LogManager(store, NS, wal_b, settings)  # type: ignore[arg-type]
+        await owner.start()
+        reader = StoreWalReader(store, NS)
+        for partition in (0, 1):
+            p = await owner._table.open(TOPIC, partition)
+            for record in reader.read_partition(
+                TOPIC, partition, p.next_offset, exclude_incarnation="b"
+            ):
+                owner._appender.replay(p, record)
+            p.high_watermark = p.next_offset
+            await owner._flusher.flush_all([p])
+        assert {p: await read_all(owner, TOPIC, p) for p in (0, 1)} == acked
+        assert reader.sweep(lambda t, p: len(offsets_and_values(acked[p])), {"b"}) >= 3
+        assert not store.wal_keys()
+        await owner.close()
+        wal_b.close()
+
+    run(body())
