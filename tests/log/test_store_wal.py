@@ -60,6 +60,7 @@ class CountingStore(ObjectStore):
         self.deletes: list[str] = []
         self.fail_puts: BaseException | None = None
         self.fail_deletes: BaseException | None = None
+        self.fail_after_put: BaseException | None = None
         self.hold = threading.Event()
         self.hold.set()
         self.entered = threading.Event()
@@ -75,6 +76,9 @@ class CountingStore(ObjectStore):
             if self.fail_puts is not None:
                 raise self.fail_puts
             self.puts.append(key)
+            if self.fail_after_put is not None:  # the PUT landed, its answer was lost
+                self.inner.put_parts(key, parts)
+                raise self.fail_after_put
         return self.inner.put_parts(key, parts)
 
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
@@ -283,6 +287,24 @@ def test_a_group_refused_over_a_hole_leaves_a_hole_in_its_other_partitions_too(
         ).result(timeout=30)
     with pytest.raises(StoreWalUnavailable, match="t-1: offsets from 0"):
         wal.append_group([WalAppend("t", 1, 1, make_batch(1, 1))]).result(timeout=30)
+
+
+def test_a_put_that_failed_after_landing_loses_to_the_rewrite_and_is_deleted(
+    store: CountingStore, open_wal: Callable[..., StoreWal]
+) -> None:
+    wal = open_wal(delete_retry_s=0.01)
+    store.fail_deletes = ObjectStoreError("down")
+    store.fail_after_put = ObjectStoreError("connection reset")
+    with pytest.raises(StoreWalUnavailable):
+        wal.append_group([WalAppend("t", 0, 0, make_batch(0, 0, size=100))]).result(timeout=30)
+    store.fail_after_put = None
+    rewritten = appended(wal, 0, 0, size=300)
+    landed = wal_object_key(NS, 1, "inc-a", 0)
+    assert store.wal_keys() == [landed, wal_object_key(NS, 1, "inc-a", 1)]
+    (batch,) = StoreWalReader(store, NS).read_partition("t", 0, 0)
+    assert batch.batch == rewritten  # same epoch, same offset: the later object of the writer
+    store.fail_deletes = None
+    wait_for(lambda: landed not in store.wal_keys(), what="the landed failed object deleted")
 
 
 def test_checkpoints_delete_the_objects_they_flush(
