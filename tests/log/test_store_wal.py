@@ -9,6 +9,7 @@ PUT, so the tests see exactly what reaches the store and when.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import struct
 import threading
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import pytest
@@ -102,7 +104,7 @@ class CountingStore(ObjectStore):
         self.deletes.append(key)
         self.inner.delete(key)
 
-    def wal_keys(self) -> list[str]:
+    def wal_keys(self) -> builtins.list[str]:
         return [info.key for info in self.inner.list(wal_prefix(NS))]
 
 
@@ -226,7 +228,7 @@ def test_an_append_whose_lease_ended_is_not_acknowledged(
     with pytest.raises(NotLeaderOrFollower) as caught:
         group.result(timeout=30)
     assert caught.value.retriable and caught.value.kafka_error_code == 6
-    assert caught.value.partition == 1
+    assert caught.value.fields == {"topic": "t", "partition": 1}
     # Written all the same (after the PUT is too late to take it back), at its epoch.
     (key,) = store.wal_keys()
     assert {e.leader_epoch for e in decode_header(store.inner.get(key), key).entries} == {7}
@@ -624,7 +626,8 @@ def test_the_partition_log_runs_on_a_store_wal_and_a_takeover_replays_it(
     from a dead holder: open it (catalog end), replay the chain above it
     through `Appender.replay`, flush -- `LogManager.start`'s replay loop.
     """
-    settings = Settings(**MANUAL_FLUSH)
+    manual: dict[str, Any] = dict(MANUAL_FLUSH)
+    settings = Settings(**manual)
 
     async def body() -> None:
         wal_a = StoreWal(store, NS, 1, "a", tmp_path / "a", interval_ms=5)
