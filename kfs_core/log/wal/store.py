@@ -38,8 +38,8 @@ integers are big-endian::
                    format (`kfs_core.formats.wal`); the first at h, each
                    entry's frame right after the previous one's
 
-The header is its own CRC's; every frame carries its header and data CRC, so
-a reader checks the frames it fetches without reading the others.  The table
+The CRC at its end covers the header; every frame carries its own header and
+data CRC, so a reader checks the frames it fetches without reading the others.  The table
 of contents lets a reader skip an object with one ranged GET of its header,
 and fetch only the frames of the partition it replays.
 
@@ -47,7 +47,9 @@ Replay (`StoreWalReader.read_partition`) follows the chain from the
 catalog's end: each step the frame that starts at the next offset (the first
 one may straddle it), the highest leader epoch winning when several do and
 an epoch never lower than the one before -- a deposed owner's late, never
-acknowledged write loses to the new owner's.  It stops at the first gap.
+acknowledged write loses to the new owner's -- and, at one epoch, the later
+object of the writer (a rewrite after a PUT whose answer was lost).  It stops
+at the first gap.
 
 A failed PUT does not stop the WAL (unlike a failed fsync, `WalWriteFailed`):
 its appends fail with the retriable `StoreWalUnavailable` and later objects
