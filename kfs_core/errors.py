@@ -332,6 +332,13 @@ class UnknownLeaderEpoch(LogError):
     retriable = True
 
 
+class StoreWalUnavailable(LogStorageError):
+    """A ``store``-mode WAL object could not be written: its appends are not acknowledged.
+
+    Unlike `WalWriteFailed` the WAL goes on: later appends are tried again.
+    """
+
+
 # --- consumer groups -------------------------------------------------------
 #
 # What the group coordinator (`kfs_core.groups`) refuses.

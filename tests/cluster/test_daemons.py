@@ -281,7 +281,7 @@ def test_a_node_id_serves_one_daemon_at_a_time(factory: DaemonFactory) -> None:
     store_url = (factory.root / "store").as_uri()
     [first] = factory.start_cluster(1, store_url=store_url)
     with pytest.raises(RuntimeError, match="exited early"):
-        factory.start_cluster(1, store_url=store_url, first_node_id=1)
+        factory.start(name="twin", store_url=store_url, extra_args=["--node-id", "1"])
     assert "node id 1 is in use" in factory.daemons[-1].log()
     assert first.alive()
 

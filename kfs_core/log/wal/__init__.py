@@ -15,13 +15,21 @@ The rooms:
   tails, what to replay.
 - `files`        — what all of them share: file names, `WalPosition`,
   `WalFile`, the syscalls.
+- `store`        — the ``store`` durability mode: `StoreWal`, a `WalWriter`
+  whose appends become one object store PUT per interval, and
+  `StoreWalReader`, which replays a partition's batches from every daemon's
+  WAL objects on takeover and sweeps the objects nothing needs.
+- `protocol`     — `WalLike`: the names the log uses, met by both writers.
 
-The frame format itself is `kfs_core.formats.wal`.  The log uses the WAL
-through `WalWriter` (appends, checkpoints, ``recover``) and replays what
-`WalRecovery` returns (`kfs_core.log.appender`).
+The frame format itself is `kfs_core.formats.wal`; the store WAL's object
+(a header with a table of contents, then those frames) is drawn in `store`.
+The log uses the WAL through `WalLike` (appends, checkpoints, ``recover``)
+and replays what `WalRecovery` returns (`kfs_core.log.appender`); in
+``store`` mode what `StoreWalReader.read_partition` returns, on takeover.
 """
 
 from kfs_core.log.wal.files import WalPosition, wal_file_name
+from kfs_core.log.wal.protocol import WalLike
 from kfs_core.log.wal.recovery import (
     RecoveredBatch,
     RecoveredWal,
@@ -30,6 +38,7 @@ from kfs_core.log.wal.recovery import (
     WalRecovery,
     recover_wal,
 )
+from kfs_core.log.wal.store import StoreWal, StoreWalMetrics, StoreWalReader
 from kfs_core.log.wal.writer import (
     DEFAULT_FILE_SIZE,
     Durability,
@@ -49,9 +58,13 @@ __all__ = [
     "RecoveredBatch",
     "RecoveredWal",
     "StageObserver",
+    "StoreWal",
+    "StoreWalMetrics",
+    "StoreWalReader",
     "TornTail",
     "WalAppend",
     "WalCut",
+    "WalLike",
     "WalMetrics",
     "WalPosition",
     "WalRecovery",
