@@ -69,7 +69,7 @@ from kfs_core.log.pool import MemoryPool
 from kfs_core.log.producer_state import BatchMetadata, batch_offsets
 from kfs_core.log.topic_cache import TopicInfo
 from kfs_core.log.validate import validate_produce
-from kfs_core.log.wal import RecoveredBatch, WalAppend, WalPosition, WalWriter
+from kfs_core.log.wal import RecoveredBatch, WalAppend, WalLike, WalPosition
 from kfs_core.records.batch import (
     assign_offsets_into,
     iter_batch_headers,
@@ -117,7 +117,7 @@ class Appender:
     def __init__(
         self,
         table: PartitionTable,
-        wal: WalWriter,
+        wal: WalLike,
         settings: Settings,
         *,
         pool: MemoryPool,
@@ -405,6 +405,14 @@ class Appender:
     ) -> None:
         error: BaseException | None
         error = WalError("the WAL append was cancelled") if group.cancelled() else group.exception()
+        if isinstance(error, LogError) and error.retriable:
+            # The ``store`` mode's WAL: a PUT that failed, or a lease that lapsed
+            # before it landed.  The WAL goes on; these partitions start over from
+            # the store (their acknowledged batches are in it) on the next request.
+            for p in {id(p): p for p, _ in appends}.values():
+                self._table.discard(p)
+                self.wal.forget_partition(p.topic, p.partition)
+            return
         if error is not None:
             failure = self._failure.fail(error)
             # The WAL acknowledges nothing after its first failure, so neither

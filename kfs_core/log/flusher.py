@@ -74,7 +74,7 @@ from kfs_core.log.range_reads import body_end
 from kfs_core.log.sealing import Recompression, Sealed, seal_segments
 from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.log.topic_cache import TopicCache
-from kfs_core.log.wal import WalWriter
+from kfs_core.log.wal import WalLike
 from kfs_core.storage.base import ObjectStore
 from kfs_core.threads import run_in
 
@@ -94,7 +94,7 @@ class Flusher:
         *,
         settings: Settings,
         store: ObjectStore,
-        wal: WalWriter,
+        wal: WalLike,
         pool: MemoryPool,
         fetcher: SegmentFetcher,
         refresher: CatalogRefresher,

@@ -93,7 +93,7 @@ from kfs_core.log.reader import (
 )
 from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.log.topic_cache import TopicCache, TopicInfo
-from kfs_core.log.wal import RecoveredBatch, TornTail, WalWriter
+from kfs_core.log.wal import RecoveredBatch, TornTail, WalLike
 from kfs_core.storage.base import ObjectStore
 from kfs_core.threads import name_os_thread, run_in
 
@@ -148,7 +148,7 @@ class LogManager:
         self,
         store: ObjectStore,
         namespace: str,
-        wal: WalWriter,
+        wal: WalLike,
         settings: Settings | None = None,
         registry: TopicRegistry | None = None,
         *,

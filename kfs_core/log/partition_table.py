@@ -68,7 +68,7 @@ from kfs_core.log.pool import MemoryPool
 from kfs_core.log.producer_state import ProducerStateTable, SnapshotStore
 from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.log.topic_cache import TopicCache, TopicInfo
-from kfs_core.log.wal import WalWriter
+from kfs_core.log.wal import WalLike
 from kfs_core.records.header import read_batch_header
 from kfs_core.storage.base import ObjectStore
 from kfs_core.threads import run_in
@@ -122,7 +122,7 @@ class PartitionTable:
         namespace: str,
         settings: Settings,
         *,
-        wal: WalWriter,
+        wal: WalLike,
         topics: TopicCache,
         fetcher: SegmentFetcher,
         snapshots: SnapshotStore,

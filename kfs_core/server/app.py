@@ -63,7 +63,7 @@ from kfs_core.config import Settings
 from kfs_core.errors import CorruptWal, KfsError, SegmentConflict
 from kfs_core.groups.coordinator import GroupSettings
 from kfs_core.log.log_manager import LogManager
-from kfs_core.log.wal import WalWriter
+from kfs_core.log.wal import StoreWal, StoreWalReader, WalLike, WalWriter
 from kfs_core.log.wal.lock import WalDirectoryLock
 from kfs_core.security.acls import AclStore, Authorizer
 from kfs_core.security.listeners import (
@@ -227,7 +227,7 @@ class KfsServer:
         self.advertised: dict[SecurityProtocol, tuple[str, int]] = {}
         self._ops = OpsHttpServer(self.metrics, lambda: self._ready, self._conditions)
         self._store: InstrumentedStore | None = None
-        self._wal: WalWriter | None = None
+        self._wal: WalLike | None = None
         self._log: LogManager | None = None
         self._keeper: LeaseKeeper | None = None
         self._wal_lock: WalDirectoryLock | None = None
@@ -389,12 +389,28 @@ class KfsServer:
             incarnation=incarnation,
         )
         await self._keeper.start(dead_incarnation=previous)
-        self._wal = WalWriter.from_settings(
-            s,
-            fsync_observer=self.metrics.observe_fsync,
-            stage_observer=self.metrics.observe_wal_stage,
-            control_store=self._store,
-        )
+        keeper = self._keeper
+        previous_holders: StoreWalReader | None = None
+        if s.durability == "store":
+            self._wal = StoreWal.from_settings(
+                s,
+                self._store,
+                incarnation,
+                fsync_observer=self.metrics.observe_fsync,
+                stage_observer=self.metrics.observe_wal_stage,
+                epoch_of=lambda topic, partition: keeper.local_epoch(topic, partition) or 0,
+                lease_valid=lambda topic, partition: (
+                    keeper.local_epoch(topic, partition) is not None
+                ),
+            )
+            previous_holders = StoreWalReader(self._store, s.namespace)
+        else:
+            self._wal = WalWriter.from_settings(
+                s,
+                fsync_observer=self.metrics.observe_fsync,
+                stage_observer=self.metrics.observe_wal_stage,
+                control_store=self._store,
+            )
         self._log = LogManager(
             self._store,
             s.namespace,
@@ -404,6 +420,7 @@ class KfsServer:
             flush_observer=self.metrics.observe_flush,
             on_failure=self._on_log_failure,
             ownership=self._keeper,
+            previous_holders=previous_holders,
         )
         self._keeper.set_callbacks(self._log.release, self._log.take_over)
         log.info(
@@ -449,7 +466,7 @@ class KfsServer:
         )
         self.request_stop()
 
-    def _add_counters(self, wal: WalWriter, partition_log: LogManager) -> None:
+    def _add_counters(self, wal: WalLike, partition_log: LogManager) -> None:
         self.metrics.add_collector(
             CountersCollector(
                 "kfs_wal",

@@ -81,6 +81,10 @@ class WalLike(Protocol):
         """`checkpoint` for an event loop."""
         ...
 
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """The log dropped the partition after a refused append: accept it afresh."""
+        ...
+
     def wal_files(self) -> list[str]:
         """The WAL's live files (or objects), oldest first."""
         ...

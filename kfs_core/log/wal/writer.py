@@ -500,6 +500,9 @@ class WalWriter:
         self._submit(item)
         return item.future
 
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Nothing to do: this WAL refuses no partition on its own (`WalLike`)."""
+
     def checkpoint(self, topic: str, partition: int, flushed_offset: int) -> WalPosition:
         """Record that every offset of the partition at or below ``flushed_offset`` is stored.
 
