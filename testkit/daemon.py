@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testkit.metrics import parse_metrics
 from testkit.ports import free_port
 from testkit.waiting import wait_for
 
@@ -141,6 +142,12 @@ class Daemon:
         self.proc.kill()
         self.proc.wait(10)
 
+    def metric(self, name: str) -> float:
+        """The value of one unlabelled metric on /metrics (0 when absent)."""
+        status, body = self.http("/metrics")
+        assert status == 200, body
+        return parse_metrics(body).get(name, 0.0)
+
     def pause(self) -> None:
         """Stop the process where it stands (SIGSTOP), as a long GC pause or a frozen VM would."""
         assert self.proc is not None
@@ -216,6 +223,28 @@ class DaemonFactory:
         Each has its own data directory and ports; heartbeats and the
         session timeout are short, so failovers take seconds.
         """
+        daemons = self._start_nodes(
+            count, store_url, s3_endpoint_url, durability, heartbeat_ms, session_timeout_ms,
+            extra_args, first_node_id,
+        )  # fmt: skip
+        wait_for(
+            lambda: all(d.metric("kfs_cluster_live_nodes") >= count for d in daemons),
+            timeout=READY_TIMEOUT_S,
+            what=f"every daemon seeing {count} live daemons",
+        )
+        return daemons
+
+    def _start_nodes(
+        self,
+        count: int,
+        store_url: str,
+        s3_endpoint_url: str | None,
+        durability: str,
+        heartbeat_ms: int,
+        session_timeout_ms: int,
+        extra_args: Sequence[str],
+        first_node_id: int,
+    ) -> list[Daemon]:
         timing = [
             "--durability", durability,
             "--broker-heartbeat-interval-ms", str(heartbeat_ms),

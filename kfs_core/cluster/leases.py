@@ -104,6 +104,18 @@ class LeaseCatalog(Protocol):
 
 
 @dataclass(frozen=True)
+class ClusterMetrics:
+    """What ``/metrics`` shows of the cluster as this daemon sees it (``kfs_cluster_*``)."""
+
+    live_nodes: int
+    held_partitions: int
+    lease_valid: int  # 1 while the last heartbeat that landed keeps the leases valid
+    heartbeat_failures: int
+    leases_taken: int
+    partitions_handed_over: int
+
+
+@dataclass(frozen=True)
 class Acquired:
     """A lease this daemon holds, and whose it was before (None: nobody's, or unknown)."""
 
@@ -164,6 +176,7 @@ class LeaseKeeper:
         self._attempts: dict[TopicPartition, asyncio.Future[Acquired]] = {}
         self._deadline: float | None = None
         self._last_heartbeat_ok: bool | None = None
+        self._heartbeat_failures = self._leases_taken = self._handed_over = 0
         self._put_outage = False
         self._read_outage = False
         # Each topic's owners by partition, for one set of live nodes (`_owner`).
@@ -301,6 +314,7 @@ class LeaseKeeper:
             await self._io(self._registry.write, info)
         except (KfsError, OSError) as exc:
             self._last_heartbeat_ok = False
+            self._heartbeat_failures += 1
             if not self._put_outage:
                 self._put_outage = True
                 log.warning("node %d: writing the heartbeat failed: %s", self.node_id, exc)
@@ -353,6 +367,7 @@ class LeaseKeeper:
         except Exception:
             log.exception("node %d: releasing %s-%d failed", self.node_id, *tp)
             return False
+        self._handed_over += 1
         return True
 
     async def _take_over(self) -> None:
@@ -499,6 +514,7 @@ class LeaseKeeper:
         acquired = Acquired(state.leader_epoch, previous_node, previous_incarnation, durability)
         self._held[tp] = acquired.epoch
         self._acquired[tp] = acquired
+        self._leases_taken += 1
         log.info("node %d: took %s at epoch %d", self.node_id, name, acquired.epoch)
         self._wake.set()
         return acquired
@@ -584,6 +600,17 @@ class LeaseKeeper:
         return epoch if epoch is not None and self._lease_valid() else None
 
     # --- for metrics -------------------------------------------------------------------
+
+    def metrics(self) -> ClusterMetrics:
+        """The ``kfs_cluster_*`` metrics: live nodes, held partitions, lease and heartbeat counts."""
+        return ClusterMetrics(
+            live_nodes=self.live_node_count,
+            held_partitions=len(self._held),
+            lease_valid=int(self._lease_valid()),
+            heartbeat_failures=self._heartbeat_failures,
+            leases_taken=self._leases_taken,
+            partitions_handed_over=self._handed_over,
+        )
 
     @property
     def held(self) -> Mapping[TopicPartition, int]:

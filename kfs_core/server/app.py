@@ -467,6 +467,15 @@ class KfsServer:
         self.request_stop()
 
     def _add_counters(self, wal: WalLike, partition_log: LogManager) -> None:
+        if self._keeper is not None:
+            self.metrics.add_collector(
+                CountersCollector(
+                    "kfs_cluster",
+                    self._keeper.metrics,
+                    "Daemons on the namespace, as this one sees them",
+                    gauges=("live_nodes", "held_partitions", "lease_valid"),
+                )
+            )
         self.metrics.add_collector(
             CountersCollector(
                 "kfs_wal",
