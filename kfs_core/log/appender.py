@@ -410,6 +410,13 @@ class Appender:
             # before it landed.  The WAL goes on; these partitions start over from
             # the store (their acknowledged batches are in it) on the next request.
             for p in {id(p): p for p, _ in appends}.values():
+                if not p.leaving:
+                    log.warning(
+                        "%s: the WAL refused an append (%s); the partition starts over "
+                        "from the store on its next request",
+                        p.name,
+                        error,
+                    )
                 self._table.discard(p)
                 self.wal.forget_partition(p.topic, p.partition)
             return
