@@ -223,6 +223,7 @@ class KfsServer:
         self._kafka_servers: list[tuple[Listener, asyncio.Server]] = []
         self._tls: ServerTls | None = None
         self._acl_refresh: asyncio.Future[None] | None = None
+        self._wal_sweeper: asyncio.Future[None] | None = None
         # What Metadata names for each listener (the address a client should use).
         self.advertised: dict[SecurityProtocol, tuple[str, int]] = {}
         self._ops = OpsHttpServer(self.metrics, lambda: self._ready, self._conditions)
@@ -404,6 +405,9 @@ class KfsServer:
                 ),
             )
             previous_holders = StoreWalReader(self._store, s.namespace)
+            self._wal_sweeper = asyncio.ensure_future(
+                self._sweep_store_wal(StoreWalReader(self._store, s.namespace), registry)
+            )
         else:
             self._wal = WalWriter.from_settings(
                 s,
@@ -465,6 +469,35 @@ class KfsServer:
             EXIT_FAILED,
         )
         self.request_stop()
+
+    async def _sweep_store_wal(self, reader: StoreWalReader, registry: TopicRegistry) -> None:
+        """Delete the store WAL objects of daemons gone whose records are all committed.
+
+        One daemon sweeps, the live one with the lowest node id, every ten
+        heartbeats; a daemon deletes its own objects as it commits.
+        """
+        keeper, s = self._keeper, self.settings
+        assert keeper is not None
+        while True:
+            await asyncio.sleep(10 * s.broker_heartbeat_interval_ms / 1000)
+            live = keeper.live_nodes()
+            if not live or min(n.node_id for n in live) != keeper.node_id:
+                continue
+            incarnations = {n.incarnation for n in live}
+
+            def committed(topic: str, partition: int) -> int | None:
+                if not registry.exists(topic):
+                    return None
+                catalog = PartitionCatalog(registry.store, s.namespace, topic, partition)
+                return catalog.load().high_watermark
+
+            try:
+                deleted = await asyncio.to_thread(reader.sweep, committed, incarnations)
+            except (KfsError, OSError) as exc:
+                log.warning("sweeping the store WAL of daemons gone failed: %s", exc)
+                continue
+            if deleted:
+                log.info("deleted %d store WAL object(s) of daemons gone", deleted)
 
     def _add_counters(self, wal: WalLike, partition_log: LogManager) -> None:
         if self._keeper is not None:
@@ -621,6 +654,8 @@ class KfsServer:
             server.close()
         if self._acl_refresh is not None:
             self._acl_refresh.cancel()
+        if self._wal_sweeper is not None:
+            self._wal_sweeper.cancel()
         if self.broker is not None:
             await self.broker.close()
         if self._log is not None:

@@ -232,6 +232,34 @@ def test_kill_9_of_a_daemon_loses_no_acknowledged_record(
         )
     assert not producer.history.errors, producer.history.errors[:3]
     check_history(producer.history, read_all(bootstrap(daemons), topic))
+    if backend == "local":
+        # Once its records are committed by the new holders, its WAL objects go.
+        dead_wal = factory.root / "store" / "test" / "_wal" / "2"
+        wait_for(
+            lambda: not any(dead_wal.rglob("*.wal")),
+            timeout=30,
+            what="the dead daemon's store WAL objects swept",
+        )
+
+
+def test_a_joining_daemon_takes_its_share_and_clients_follow(factory: DaemonFactory) -> None:
+    store_url = (factory.root / "store").as_uri()
+    daemons = factory.start_cluster(3, store_url=store_url)
+    topic = create_topic(bootstrap(daemons))
+    with BackgroundProducer(bootstrap(daemons), topic) as producer:
+        wait_for(lambda: producer.acked_count() >= 300, timeout=60, what="300 acks")
+        daemons += factory.start_cluster(1, store_url=store_url, first_node_id=4)
+        wait_for(
+            lambda: 4 in leaders(daemons[0].bootstrap, topic).values(),
+            timeout=30,
+            what="partitions moving to the new daemon",
+        )
+        before = producer.acked_count()
+        wait_for(lambda: producer.acked_count() >= before + 300, timeout=60, what="acks")
+    assert not producer.history.errors, producer.history.errors[:3]
+    counts = sorted(leaders(daemons[0].bootstrap, topic).values())
+    assert {counts.count(node) for node in (1, 2, 3, 4)} <= {1, 2}, counts
+    check_history(producer.history, read_all(bootstrap(daemons), topic))
 
 
 def test_a_paused_owner_writes_nothing_once_another_took_over(factory: DaemonFactory) -> None:
