@@ -190,6 +190,7 @@ class LeaseKeeper:
         self._wake = asyncio.Event()
         self._tick_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._beats: asyncio.Task[None] | None = None
 
     # --- life cycle ------------------------------------------------------------------
 
@@ -217,6 +218,7 @@ class LeaseKeeper:
             self._observe(nodes)
         if run_loop:
             self._task = asyncio.ensure_future(self._loop())
+            self._beats = asyncio.ensure_future(self._beat_loop())
 
     async def _refuse_twin(self, dead_incarnation: str | None) -> None:
         first = await self._io(self._registry.read, self.node_id)
@@ -240,11 +242,12 @@ class LeaseKeeper:
         one's partitions at their next tick, whatever the durability mode.
         """
         self._running = False
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._beats):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._beats = None
         if flushed:
             self._held.clear()
             self._acquired.clear()
@@ -257,13 +260,30 @@ class LeaseKeeper:
         self._on_release = on_release
         self._on_takeover = on_takeover
 
+    async def _beat_loop(self) -> None:
+        """Write the heartbeat every interval, whatever the rest of the tick is waiting for.
+
+        Reading the others' heartbeats, handing over and taking over
+        (`tick`) can take longer than an interval on a slow store; the lease
+        must not lapse for that.  A write that hangs is given up on (the
+        lease is timed from when it was sent, so a late landing extends
+        nothing) and the next one is sent on time.
+        """
+        while True:
+            started = self._clock()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._heartbeat(), self._session - self._interval)
+            await asyncio.sleep(max(0.0, self._interval - (self._clock() - started)))
+
     async def _loop(self) -> None:
         while True:
+            woken = False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval)
+                woken = await asyncio.wait_for(self._wake.wait(), self._interval)
             self._wake.clear()
             try:
-                await self.tick()
+                # Woken (a partition taken or lost): the others should know now.
+                await self.tick(heartbeat=woken)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -271,13 +291,18 @@ class LeaseKeeper:
 
     # --- one heartbeat -------------------------------------------------------------
 
-    async def tick(self) -> None:
-        """One heartbeat: write ours, read theirs, hand over and take over partitions."""
+    async def tick(self, *, heartbeat: bool = True) -> None:
+        """One round: write our heartbeat, read theirs, hand over and take over partitions.
+
+        The running daemon writes its heartbeats from a task of their own
+        (`_beat_loop`) and ticks with ``heartbeat=False``.
+        """
         async with self._tick_lock:
             if not self._running:
                 return
             await self._drop_lapsed()
-            await self._heartbeat()
+            if heartbeat:
+                await self._heartbeat()
             nodes = await self._read_nodes()
             if nodes is None:
                 return

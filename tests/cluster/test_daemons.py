@@ -21,10 +21,13 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 
+from soak.fault_proxy import FaultProxy
 from testkit.daemon import Daemon, DaemonFactory
 from testkit.waiting import wait_for
 
 PARTITIONS = 6
+#: moto answers slower than a local directory, above all on a busy machine.
+S3_TIMING = {"heartbeat_ms": 300, "session_timeout_ms": 4000}
 
 
 @pytest.fixture
@@ -214,7 +217,8 @@ def test_kill_9_of_a_daemon_loses_no_acknowledged_record(
         store_url, s3 = f"s3://{bucket}/ha-{uuid.uuid4().hex[:8]}", endpoint
     else:
         store_url, s3 = (factory.root / "store").as_uri(), None
-    daemons = factory.start_cluster(3, store_url=store_url, s3_endpoint_url=s3)
+    timing = S3_TIMING if backend == "s3" else {}
+    daemons = factory.start_cluster(3, store_url=store_url, s3_endpoint_url=s3, **timing)
     servers = bootstrap(daemons)
     topic = create_topic(servers)
     victim = daemons[1]
@@ -287,6 +291,48 @@ def test_a_paused_owner_writes_nothing_once_another_took_over(factory: DaemonFac
         line in paused.log()
         for line in ("starts over from the store", "another daemon took", "lease deadline")
     ), paused.log()[-3000:]
+
+
+def test_a_daemon_cut_off_from_the_store_stops_and_others_take_over(
+    factory: DaemonFactory, moto_server: str, s3_bucket: str
+) -> None:
+    """Node 3 reaches S3 through a proxy that fails every request while the cut lasts."""
+    store_url = f"s3://{s3_bucket}/ha-{uuid.uuid4().hex[:8]}"
+    with FaultProxy(moto_server, seed=3) as proxy:
+        daemons = factory.start_cluster(
+            2, store_url=store_url, s3_endpoint_url=moto_server, **S3_TIMING
+        )
+        daemons += factory.start_cluster(
+            1, store_url=store_url, s3_endpoint_url=proxy.url, first_node_id=3, **S3_TIMING
+        )
+        wait_for(
+            lambda: all(d.metric("kfs_cluster_live_nodes") >= 3 for d in daemons),
+            timeout=30,
+            what="three live daemons",
+        )
+        topic = create_topic(bootstrap(daemons))
+        with BackgroundProducer(bootstrap(daemons), topic) as producer:
+            wait_for(lambda: producer.acked_count() >= 300, timeout=60, what="300 acks")
+            wait_for(lambda: 3 in leaders(daemons[0].bootstrap, topic).values(), timeout=30)
+            proxy.set(outage=True)
+            wait_for(
+                lambda: 3 not in leaders(daemons[0].bootstrap, topic).values(),
+                timeout=30,
+                what="the cut-off daemon's partitions moving",
+            )
+            before = producer.acked_count()
+            wait_for(lambda: producer.acked_count() >= before + 300, timeout=60, what="acks")
+            assert daemons[2].metric("kfs_cluster_lease_valid") == 0
+            proxy.set()
+            wait_for(
+                lambda: daemons[2].metric("kfs_cluster_lease_valid") == 1,
+                timeout=30,
+                what="the healed daemon's leases valid again",
+            )
+            before = producer.acked_count()
+            wait_for(lambda: producer.acked_count() >= before + 300, timeout=60, what="acks")
+        assert not producer.history.errors, producer.history.errors[:3]
+        check_history(producer.history, read_all(bootstrap(daemons), topic))
 
 
 def test_a_graceful_stop_hands_the_partitions_over(factory: DaemonFactory) -> None:
