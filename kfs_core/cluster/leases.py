@@ -402,10 +402,11 @@ class LeaseKeeper:
         orphaned = {
             tp for node in gone for tp in (*node.held, *self._last_held.get(node.node_id, ()))
         }
+        # A topic not looked up yet may be ours: the log looks it up, then asks.
         keys = [
             tp
             for tp in sorted(orphaned)
-            if self._owner(tp) == self.node_id
+            if (self._owner(tp) == self.node_id or self._partition_count(tp[0]) is None)
             and tp not in self._held
             and tp in orphaned
             and self.may_take(*tp)

@@ -116,9 +116,18 @@ class GroupCoordinator:
             task.cancel()
         self._membership.close()
 
+    async def ensure_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` unless it exists, and learn its partition count."""
+        await self._offset_log.ensure_topic()
+
     async def _load(self, partition: int) -> int | None:
-        """Load one offsets partition's groups if this daemon leads it; None if it does not."""
+        """Load one offsets partition's groups if this daemon leads it; None if it does not.
+
+        Reading the partition opens it, and so takes its lease: the topic is
+        created first if no group has committed yet.
+        """
         try:
+            await self._offset_log.ensure_topic()
             count = await self._offsets.load_partition(partition)
         except NotLeaderOrFollower:
             self._offsets.unload_partition(partition)

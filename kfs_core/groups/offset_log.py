@@ -136,7 +136,8 @@ class OffsetLog:
     def partition_for(self, group: str) -> int:
         return zlib.crc32(group.encode("utf-8")) % self._partitions
 
-    async def _ensure_topic(self) -> None:
+    async def ensure_topic(self) -> None:
+        """Create ``__consumer_offsets`` (compacted) unless it exists."""
         if self._topic_ready:
             return
         try:
@@ -156,7 +157,7 @@ class OffsetLog:
         self, group: str, entries: Iterable[tuple[PartitionKey, CommittedOffset | None]]
     ) -> None:
         """Store ``entries`` (None deletes) durably, as one batch; raises what the log raises."""
-        await self._ensure_topic()
+        await self.ensure_topic()
         now = int(time.time() * 1000)
         records = [
             Record(

@@ -429,11 +429,12 @@ class LogManager:
     async def take_over(self, keys: Sequence[tuple[str, int]]) -> None:
         """Open partitions another daemon held and left (stopped, or died), so they serve again."""
         outcomes = await asyncio.gather(
-            *(self._table.open(topic, partition) for topic, partition in keys),
+            *(self._table.lookup(topic, partition) for topic, partition in keys),
             return_exceptions=True,
         )
         for (topic, partition), outcome in zip(keys, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
+            # NOT_LEADER_OR_FOLLOWER: another daemon's to take, now the topic is known.
+            if isinstance(outcome, BaseException) and not isinstance(outcome, NotLeaderOrFollower):
                 log.warning("taking over %s-%d failed: %s", topic, partition, outcome)
 
     def cached_partition_count(self, topic: str) -> int | None:

@@ -682,6 +682,8 @@ class KfsServer:
                 self._exit_code = EXIT_FAILED
                 if self._log is None or self._log.failed is None:  # else reported already
                     log.exception("closing the WAL failed")
+        if self._wal_lock is not None:
+            self._wal_lock.release()
         if self._store is not None:
             with contextlib.suppress(Exception):
                 self._store.close()

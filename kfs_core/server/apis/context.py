@@ -156,8 +156,19 @@ class RequestContext:
         """The node coordinating ``group_id``: the leader of its offsets partition."""
         return self.cluster.leader(OFFSETS_TOPIC, self.offsets_partition(group_id))
 
-    def check_coordinator(self, group_id: str) -> None:
+    async def known_offsets_topic(self) -> None:
+        """With other daemons live, make sure ``__consumer_offsets`` exists and is looked up.
+
+        Every daemon must place a group on the same offsets partition and
+        that partition on the same daemon, which takes the topic's real
+        partition count; Kafka creates the topic on the first group request too.
+        """
+        if len(self.cluster.live_nodes()) > 1:
+            await self.groups.ensure_offsets_topic()
+
+    async def check_coordinator(self, group_id: str) -> None:
         """Raise `Refused` (NOT_COORDINATOR) unless this node coordinates ``group_id``."""
+        await self.known_offsets_topic()
         node_id = self.coordinator(group_id).node_id
         if node_id != self.cluster.node_id:
             raise Refused(

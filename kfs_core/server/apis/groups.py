@@ -133,6 +133,7 @@ async def _find_coordinator(
         elif key_type == COORDINATOR_KEY_GROUP and not key:
             code, message = ErrorCode.INVALID_GROUP_ID, "the group id is empty"
         elif key_type == COORDINATOR_KEY_GROUP:
+            await context.known_offsets_topic()
             node_id = context.coordinator(key).node_id
             found = _reachable(context, node_id)
             if found is None:
@@ -185,7 +186,7 @@ async def _join_group(
     body = request.body
     version = request.api_version
     try:
-        context.check_coordinator(body.group_id)
+        await context.check_coordinator(body.group_id)
         result = await context.groups.join(
             body.group_id,
             body.member_id,
@@ -245,7 +246,7 @@ async def _sync_group(
 ) -> SyncGroupResponse:
     body = request.body
     try:
-        context.check_coordinator(body.group_id)
+        await context.check_coordinator(body.group_id)
         assignments: dict[str, bytes] = {}
         for a in body.assignments:
             assignments[a.member_id] = bytes(a.assignment)
@@ -283,7 +284,7 @@ async def _heartbeat(
     body = request.body
     code = ErrorCode.NONE
     try:
-        context.check_coordinator(body.group_id)
+        await context.check_coordinator(body.group_id)
         context.groups.heartbeat(
             body.group_id,
             body.member_id,
@@ -308,7 +309,7 @@ async def _leave_group(
     )
     answer = LeaveGroupResponse.MemberResponse
     try:
-        context.check_coordinator(body.group_id)
+        await context.check_coordinator(body.group_id)
         outcomes = context.groups.leave(body.group_id, departures)
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"leave group {body.group_id!r}")
@@ -354,7 +355,7 @@ async def _offset_commit(
         for p in t.partitions
     ]
     try:
-        context.check_coordinator(body.group_id)
+        await context.check_coordinator(body.group_id)
         outcomes: Sequence[BaseException | None] = await context.groups.commit(
             body.group_id,
             requests,
@@ -382,14 +383,14 @@ async def _offset_commit(
     )
 
 
-def _fetched_topics(
+async def _fetched_topics(
     context: RequestContext,
     group_id: str,
     topics: Sequence[OffsetFetchTopic] | None,
     flexible_groups: bool,
 ) -> list[Any]:
     """The committed offsets of ``topics`` (None: every committed one) as response topics."""
-    context.check_coordinator(group_id)
+    await context.check_coordinator(group_id)
     response = OffsetFetchResponse
     # v8+ nests topics in groups, with classes of their own names: the same fields.
     topic_class: Any = (
@@ -439,7 +440,7 @@ async def _offset_fetch(
         groups = []
         for g in body.groups:
             try:
-                topics = _fetched_topics(context, g.group_id, g.topics, flexible_groups=True)
+                topics = await _fetched_topics(context, g.group_id, g.topics, flexible_groups=True)
                 code = ErrorCode.NONE
             except Exception as exc:  # noqa: BLE001 - any failure is this group's error code
                 topics, code = [], _code(exc, f"offset fetch of group {g.group_id!r}")
@@ -447,7 +448,7 @@ async def _offset_fetch(
             groups.append(group_class(group_id=g.group_id, topics=topics, error_code=int(code)))
         return OffsetFetchResponse(version=request.api_version, throttle_time_ms=0, groups=groups)
     try:
-        topics = _fetched_topics(context, body.group_id, body.topics, flexible_groups=False)
+        topics = await _fetched_topics(context, body.group_id, body.topics, flexible_groups=False)
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"offset fetch of group {body.group_id!r}")
         context.count_error(ApiKey.OFFSET_FETCH, code)
@@ -463,7 +464,7 @@ async def _offset_delete(
     body = request.body
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     try:
-        context.check_coordinator(body.group_id)
+        await context.check_coordinator(body.group_id)
         outcomes = await context.groups.delete_offsets(body.group_id, keys)
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"offset delete of group {body.group_id!r}")
@@ -525,7 +526,7 @@ async def _describe_groups(
     groups = []
     for group_id in request.body.groups:
         try:
-            context.check_coordinator(group_id)
+            await context.check_coordinator(group_id)
             d = context.groups.describe(group_id)
         except Exception as exc:  # noqa: BLE001 - any failure is this group's error code
             code = _code(exc, f"describe group {group_id!r}")
@@ -587,7 +588,7 @@ async def _delete_groups(
     for group_id in request.body.groups_names:
         code = ErrorCode.NONE
         try:
-            context.check_coordinator(group_id)
+            await context.check_coordinator(group_id)
             await context.groups.delete_group(group_id)
         except Exception as exc:  # noqa: BLE001 - any failure is this group's error code
             code = _code(exc, f"delete group {group_id!r}")
