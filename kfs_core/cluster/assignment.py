@@ -8,8 +8,8 @@ same on every machine: a weight is a BLAKE2b digest of the topic, the
 partition and the node id joined by NUL bytes, never Python's salted ``hash()``.
 
 Each partition, taken in sorted order, goes to the node that weighs it
-highest among those still below their fair share, ``ceil(partitions /
-nodes)``.  Without the cap, rendezvous hashing moves only ``1/n`` of the
+highest among those still below their share (``partitions // nodes``, one
+more for ``partitions % nodes`` of them).  Without the cap, rendezvous hashing moves only ``1/n`` of the
 partitions when a node joins and only the leaver's when one leaves, but can
 pile many on one node; the cap keeps the spread within one partition of even
 at the price of a few more moves.
@@ -18,7 +18,6 @@ at the price of a few more moves.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Sequence
 
 __all__ = ["assign", "assign_topic", "weight"]
@@ -33,19 +32,26 @@ def weight(topic: str, partition: int, node: int) -> int:
 def assign(
     partitions: Sequence[tuple[str, int]], nodes: Sequence[int]
 ) -> dict[tuple[str, int], int]:
-    """``{(topic, partition): node}`` for every partition; empty when there are no nodes."""
+    """``{(topic, partition): node}`` for every partition; empty when there are no nodes.
+
+    Each node's share is ``len(partitions) // len(nodes)``, and the
+    ``len(partitions) % len(nodes)`` nodes that weigh the whole set highest
+    take one more, so the spread is never more than one apart.
+    """
     candidates = sorted(set(nodes))
     if not candidates:
         return {}
     keys = sorted(set(partitions))
-    share = math.ceil(len(keys) / len(candidates))
-    counts = dict.fromkeys(candidates, 0)
+    base, extra = divmod(len(keys), len(candidates))
+    first = keys[0] if keys else ("", 0)
+    favoured = sorted(candidates, key=lambda n: (-weight(first[0], -1, n), n))[:extra]
+    room = {n: base + (n in favoured) for n in candidates}
     result: dict[tuple[str, int], int] = {}
     for topic, partition in keys:
         # Ties (astronomically rare) go to the lower node id, the same everywhere.
         ranked = sorted(candidates, key=lambda n: (-weight(topic, partition, n), n))
-        owner = next(n for n in ranked if counts[n] < share)
-        counts[owner] += 1
+        owner = next(n for n in ranked if room[n] > 0)
+        room[owner] -= 1
         result[(topic, partition)] = owner
     return result
 

@@ -555,6 +555,18 @@ class LeaseKeeper:
         self._acquired.pop(tp, None)
 
     def _lease_valid(self) -> bool:
+        """Whether this daemon's leases hold now.
+
+        They lapse, at the deadline the last landed heartbeat set, only where
+        another daemon could take a partition from a silent holder: in the
+        ``store`` durability mode, or with unclean leader election.  In a
+        local-WAL mode nobody may take them (the acknowledged records are on
+        this machine), so a daemon cut off from the store goes on acknowledging
+        into its WAL, as a single daemon rides out a store outage.
+        """
+        settings = self._settings
+        if settings.durability != "store" and not settings.unclean_leader_election_enable:
+            return self._running
         return self._deadline is not None and self._clock() < self._deadline
 
     # --- assignment --------------------------------------------------------------------

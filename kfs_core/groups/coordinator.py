@@ -116,6 +116,16 @@ class GroupCoordinator:
             task.cancel()
         self._membership.close()
 
+    async def ready_for(self, group_id: str) -> None:
+        """Wait until this daemon has loaded the group's offsets partition, if it must load it.
+
+        Raises `NotCoordinator` when another daemon leads that partition; a
+        call that returns finds the group's state in place, so requests that
+        do not wait themselves (Heartbeat, OffsetFetch) are answered at once.
+        """
+        if self._leadership is not None and self._loaded:
+            await self._ensure_loaded(group_id)
+
     async def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` unless it exists, and learn its partition count."""
         await self._offset_log.ensure_topic()

@@ -489,12 +489,32 @@ def test_lost_forgets_the_partition(cluster: Cluster) -> None:
     asyncio.run(main())
 
 
+def test_a_local_wal_daemon_keeps_its_leases_through_a_store_outage(cluster: Cluster) -> None:
+    """Nobody may take a cautious daemon's partitions, so failing heartbeats change nothing."""
+
+    async def main() -> None:
+        flaky = FlakyStore(cluster.store)
+        a = cluster.node(0, store=flaky, durability="cautious")
+        await a.keeper.start(run_loop=False)
+        await _tick(a)
+        await a.keeper.acquire("t", 0)
+        flaky.fail_puts = True
+        for _ in range(10):
+            a.clock.advance(SESSION)
+            await _tick(a)
+        assert a.keeper.last_heartbeat_ok is False
+        assert a.keeper.local_epoch("t", 0) == 0
+        assert a.keeper.held == {("t", 0): 0}
+
+    asyncio.run(main())
+
+
 def test_the_lease_lapses_when_heartbeats_fail(
     cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> None:
         flaky = FlakyStore(cluster.store)
-        a = cluster.node(0, store=flaky)
+        a = cluster.node(0, store=flaky, durability="store")
         await a.keeper.start(run_loop=False)
         await _tick(a)
         sent_at = a.clock.now
@@ -521,7 +541,7 @@ def test_the_lease_lapses_when_heartbeats_fail(
         flaky.fail_puts = False
         await _tick(a)
         assert a.keeper.last_heartbeat_ok is True
-        assert await a.keeper.acquire("t", 0) == Acquired(1, 0, a.keeper.incarnation, "cautious")
+        assert await a.keeper.acquire("t", 0) == Acquired(1, 0, a.keeper.incarnation, "store")
         assert a.keeper.local_epoch("t", 0) == 1
 
     asyncio.run(main())

@@ -55,11 +55,15 @@ def test_a_full_wal_disk_refuses_produce_with_56_and_resumes_when_space_is_freed
     what the WAL has to move to the store as well as the WAL's next file: a disk
     twice as large, so the filler is.
     """
-    disk = small_disk((96 if store_on_the_disk else 48) << 20)
+    # A little more than whole WAL files: the daemon's small files (the WAL
+    # directory's lock) must not take the room the next WAL file needs.
+    disk = small_disk(((96 if store_on_the_disk else 48) << 20) + (1 << 20))
     data_dir = disk / "data"
     store = ["--store-url", (disk / "store").as_uri()] if store_on_the_disk else []
     daemon = daemons.start(extra_args=["--data-dir", str(data_dir), *store])
     topic = create_topic(daemon.bootstrap, 1)
+    # Opening a partition takes its lease, a catalog commit: open it before the disk fills.
+    produce_confluent(daemon.bootstrap, topic, [b"first"], partitions=1)
     wait_for(lambda: wal_spare_ready(data_dir / "wal", WAL_FILE), what="the spare WAL file")
     filler = fill_disk(disk)
 

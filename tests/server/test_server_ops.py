@@ -37,7 +37,12 @@ from testkit.daemon import Daemon, DaemonFactory
 from testkit.metrics import parse_metrics
 from testkit.raw_client import RawClient
 from testkit.waiting import wait_for
-from tests.server.conftest import confluent_kafka, produce_confluent, produce_request
+from tests.server.conftest import (
+    confluent_kafka,
+    consume_confluent,
+    produce_confluent,
+    produce_request,
+)
 
 with warnings.catch_warnings():
     warnings.filterwarnings(
@@ -352,20 +357,24 @@ def test_sigterm_answers_a_long_poll_and_exits_0(daemons: DaemonFactory) -> None
     assert daemon.proc.wait(30) == 0
 
 
-def test_sigterm_does_not_wait_for_a_flush_that_another_daemon_took_the_keys_of(
+def test_two_daemons_started_on_one_namespace_share_it_instead_of_overwriting(
     daemons: DaemonFactory,
 ) -> None:
-    """Two daemons writing one partition: the one whose commit collides stops at once."""
-    quiet = ["--flush-interval-ms", "3600000"]  # nothing flushes before the stops
-    first = daemons.start(name="first", extra_args=quiet)
-    second = daemons.start(name="second", store_url=first.store_url, extra_args=quiet)
+    """Two daemons on one store and namespace: one writer per partition, both stop cleanly."""
+    first = daemons.start(name="first", extra_args=["--node-id", "1"])
+    second = daemons.start(name="second", store_url=first.store_url, extra_args=["--node-id", "2"])
+    wait_for(
+        lambda: min(d.metric("kfs_cluster_live_nodes") for d in (first, second)) == 2,
+        what="each daemon seeing the other",
+    )
     assert create_raw(first, creatable("both", partitions=1)).topics[0].error_code == 0
-    for daemon in (second, first):  # each assigns offsets from 0 in its own memory
+    for daemon in (second, first):  # clients find the partition's one leader
         produce_confluent(daemon.bootstrap, "both", [b"x"] * 10, partitions=1)
-    assert first.stop() == 0  # commits its segment-0
-    assert second.stop() == 1  # its segment-0 would be another object under that key
-    assert "flushing the log on shutdown stopped" in second.log()
-    assert "second daemon" in second.log()
+    assert first.stop() == 0
+    assert second.stop() == 0
+    first.start()
+    records = consume_confluent(first.bootstrap, "both", 1, 20)
+    assert sorted(offset for _, offset, _ in records) == list(range(20))
 
 
 # --- probes, metrics ------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kfs_core.cluster.view import ClusterView, Leader, NodeInfo
+from kfs_core.errors import GroupError
 from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
 from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OFFSETS_TOPIC
 from kfs_core.log.log_manager import LogManager
@@ -176,6 +177,10 @@ class RequestContext:
                 f"node {self.cluster.node_id} is not the coordinator of group {group_id!r}"
                 + (f" (node {node_id} is)" if node_id >= 0 else ""),
             )
+        try:
+            await self.groups.ready_for(group_id)
+        except GroupError as exc:  # its offsets are loading, or another daemon took them
+            raise Refused(ErrorCode(exc.kafka_error_code), exc.message) from exc
 
     def leader_epoch_error(self, topic: str, partition: int, requested: int) -> ErrorCode:
         """FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when ``requested`` is not this node's epoch.
