@@ -103,6 +103,10 @@ class LeaseCatalog(Protocol):
         ...
 
 
+#: The epoch a heartbeat lists for a partition whose lease is being taken.
+TAKING = -1
+
+
 @dataclass(frozen=True)
 class ClusterMetrics:
     """What ``/metrics`` shows of the cluster as this daemon sees it (``kfs_cluster_*``)."""
@@ -366,6 +370,8 @@ class LeaseKeeper:
         released = False
         live = {n.node_id: n for n in self._observer.live()}
         for tp, epoch in sorted(self._held.items()):
+            if epoch == TAKING:
+                continue  # `_acquire` settles it
             newer = [n.node_id for n in live.values() if n.held.get(tp, -1) > epoch]
             owner = self._owner(tp)
             if newer:
@@ -464,15 +470,17 @@ class LeaseKeeper:
             f"(or unclean.leader.election.enable)"
         )
 
-    def _catalog_holder_refusal(
+    async def _catalog_holder_refusal(
         self, tp: TopicPartition, node_id: int | None, incarnation: str | None
     ) -> str | None:
         """Why the lease the catalog records may not be taken from its holder; None if it may.
 
-        The catalog knows a holder the heartbeats may not list: one that took
-        the lease and died before its next heartbeat.  A live holder was
-        judged by its heartbeat already (one that no longer lists the
-        partition handed it over).
+        The catalog knows a holder the heartbeats seen so far may not list: one
+        that took the lease after its last heartbeat this daemon read, or that
+        died before its next one.  A daemon lists a partition in its heartbeat
+        before it commits the lease (`_acquire`), so a heartbeat read after the
+        catalog is the truth about a live holder: it holds the partition until
+        a heartbeat of its no longer lists it.
         """
         if node_id is None or node_id == self.node_id:
             return None
@@ -480,7 +488,12 @@ class LeaseKeeper:
         if node is None or node.incarnation != incarnation:
             # Never seen, or restarted since: its new incarnation recovered that WAL at start.
             return None
-        if node.state == "stopped" or self._observer.is_live(node_id):
+        if node.state == "stopped":
+            return None
+        if self._observer.is_live(node_id):
+            fresh = await self._io(self._registry.read, node_id)
+            if fresh is not None and fresh.incarnation == incarnation and tp in fresh.held:
+                return f"live node {node_id} holds it"
             return None
         return self._dead_holder_refusal(tp, node, self.node_id, warn=True)
 
@@ -493,7 +506,7 @@ class LeaseKeeper:
         propagates as it is.  Concurrent calls for one partition share one attempt.
         """
         tp = (topic, partition)
-        if tp in self._held and self._lease_valid():
+        if self._held.get(tp, TAKING) != TAKING and self._lease_valid():
             return self._acquired[tp]
         attempt = self._attempts.get(tp)
         if attempt is None:
@@ -522,13 +535,22 @@ class LeaseKeeper:
         catalog = self._catalog_for(*tp)
         before = await self._io(catalog.refresh)
         previous_node, previous_incarnation = _holder(before)
-        why = self._catalog_holder_refusal(tp, previous_node, previous_incarnation)
+        why = await self._catalog_holder_refusal(tp, previous_node, previous_incarnation)
         if why is not None:
             raise NotLeaderOrFollower(f"{name}: {why}")
+        # Listed in the heartbeat before the lease lands, so that a daemon
+        # reading the catalog and then this heartbeat never takes it from us.
+        self._held[tp] = TAKING
         try:
+            await self._heartbeat()
+            if self._last_heartbeat_ok is not True:
+                raise NotLeaderOrFollower(f"{name}: node {self.node_id}'s heartbeat failed")
             state = await self._io(catalog.take_lease, self.node_id, self._incarnation)
         except LeaseConflict as exc:
             raise NotLeaderOrFollower(f"{name}: another daemon took the lease: {exc}") from exc
+        finally:
+            if self._held.get(tp) == TAKING:
+                del self._held[tp]
         previous = self._observer.get(previous_node) if previous_node is not None else None
         durability = (
             previous.durability
@@ -635,7 +657,7 @@ class LeaseKeeper:
     def local_epoch(self, topic: str, partition: int) -> int | None:
         """The held epoch while the lease deadline has not passed, else None."""
         epoch = self._held.get((topic, partition))
-        return epoch if epoch is not None and self._lease_valid() else None
+        return epoch if epoch is not None and epoch != TAKING and self._lease_valid() else None
 
     # --- for metrics -------------------------------------------------------------------
 
