@@ -17,7 +17,10 @@ from pathlib import Path
 
 import confluent_kafka
 import confluent_kafka.admin
+import pytest
 
+from kfs_core.cli.embedded import EmbeddedError, RunOptions, daemon_environment
+from kfs_core.config import Settings
 from testkit.ports import free_port
 from testkit.waiting import wait_for
 from tests.cli.test_run import (
@@ -131,3 +134,48 @@ def test_two_daemons_serve_one_bootstrap_and_stop_together(tmp_path: Path) -> No
             assert "kfs serve stopped (exit 0)" in log, log[-2000:]
     finally:
         finish(run)
+
+
+# --- the plan, without starting anything ---------------------------------------------------
+
+
+def options(tmp_path: Path, daemons: int, **env: str) -> RunOptions:
+    settings = Settings.from_env(
+        {"KFS_HOME": str(tmp_path), "KFS_DATA_DIR": str(tmp_path / "data"), **env}
+    )
+    return RunOptions(settings, home=tmp_path, daemons=daemons)
+
+
+def test_one_daemon_is_todays(tmp_path: Path) -> None:
+    one = options(tmp_path, 1, KFS_NODE_ID="5")
+    [plan] = one.daemon_plans
+    assert (plan.node_id, plan.listen, plan.data_dir, plan.log_name) == (
+        None, "127.0.0.1:9092", str(tmp_path / "data"), "kfs.log",
+    )  # fmt: skip
+    env = daemon_environment(one, {"KFS_NODE_ID": "5"})
+    assert env["KFS_NODE_ID"] == "5" and "KFS_DURABILITY" not in env
+    assert one.bootstrap == "127.0.0.1:9092"
+
+
+def test_several_daemons_count_ports_up_and_default_to_the_store_mode(tmp_path: Path) -> None:
+    three = options(tmp_path, 3, KFS_LISTEN="0.0.0.0:19092", KFS_METRICS_LISTEN=":19644")
+    plans = three.daemon_plans
+    assert [(p.node_id, p.listen, p.metrics_listen) for p in plans] == [
+        (1, "0.0.0.0:19092", ":19644"),
+        (2, "0.0.0.0:19093", ":19645"),
+        (3, "0.0.0.0:19094", ":19646"),
+    ]
+    assert three.bootstrap == "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
+    env = daemon_environment(three, {}, plans[1])
+    assert (env["KFS_NODE_ID"], env["KFS_DURABILITY"], env["KFS_DATA_DIR"]) == (
+        "2", "store", str(tmp_path / "data" / "node-2"),
+    )  # fmt: skip
+    assert (
+        daemon_environment(three, {"KFS_DURABILITY": "cautious"}, plans[1])["KFS_DURABILITY"]
+        == "cautious"
+    )
+
+
+def test_several_daemons_refuse_explicit_listeners(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddedError, match="KFS_LISTENERS"):
+        options(tmp_path, 2, KFS_LISTENERS="PLAINTEXT://127.0.0.1:9092")
