@@ -29,12 +29,14 @@ import pytest
 import yaml
 
 from kfs_core.config import Settings
+from kfs_core.security.listeners import parse_listeners
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 KFS_IMAGE = "kfs:local"
 AIRFLOW_COMMANDS = {"api-server", "scheduler", "dag-processor", "triggerer"}
+DAEMONS = ("kfs-1", "kfs-2", "kfs-3")  # the `kfs serve` services, node ids 1..3
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$\$")
 
 
@@ -181,7 +183,7 @@ def test_every_service_has_an_image_and_kfs_ones_build_the_repository_dockerfile
         else:
             image = service["image"]
             assert ":" in image and not image.endswith(":latest"), f"{name}: pin {image}"
-    assert {"kfs", "spark-master", "spark-worker", "airflow-init", "airflow-apiserver",
+    assert {*DAEMONS, "spark-master", "spark-worker", "airflow-init", "airflow-apiserver",
             "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"} <= set(built)  # fmt: skip
     assert {
         command(n)[1] for n in airflow_services() if command(n)[0] == "airflow"
@@ -325,31 +327,66 @@ def kfs_connection() -> dict[str, Any]:
     return json.loads(effective_env("airflow-scheduler")["AIRFLOW_CONN_KFS_DEFAULT"])
 
 
+def daemon_settings(name: str) -> Settings:
+    return Settings.from_env(effective_env(name))  # the daemon's own parser: bad values fail
+
+
 def test_daemon_settings_parse_and_match_the_published_ports_and_volume() -> None:
-    env = effective_env("kfs")
-    settings = Settings.from_env(env)  # the daemon's own parser: bad values fail here
-    assert command("kfs") == ["kfs", "serve"]
-    assert settings.store_url.startswith("s3://")
-    assert settings.s3_endpoint_url
-    for address in (settings.listen, settings.metrics_listen):
-        host, port = host_port(address)
-        assert host == "0.0.0.0", f"{address}: other containers and the host must reach it"
-        assert published("kfs")[port] == port
-    wal_targets = [t for s, t in mounts("kfs") if not s.startswith((".", "/"))]
-    assert any(
-        PurePosixPath(settings.data_dir) == PurePosixPath(t)
-        or PurePosixPath(t) in PurePosixPath(settings.data_dir).parents
-        for t in wal_targets
-    ), "the WAL must live on a named volume"
-    healthcheck = " ".join(services()["kfs"]["healthcheck"]["test"])
-    assert f"localhost:{host_port(settings.metrics_listen)[1]}/readyz" in healthcheck
-    assert env["AWS_ACCESS_KEY_ID"] and env["AWS_SECRET_ACCESS_KEY"]
+    for name in DAEMONS:
+        env = effective_env(name)
+        settings = daemon_settings(name)
+        assert command(name) == ["kfs", "serve"]
+        assert settings.store_url.startswith("s3://")
+        assert settings.s3_endpoint_url
+        # The Kafka port is the same inside and outside: the advertised address works in both.
+        host, port = host_port(settings.listen)
+        assert host == "0.0.0.0", f"{name}: other containers and the host must reach it"
+        assert published(name)[port] == port, name
+        host, port = host_port(settings.metrics_listen)
+        assert host == "0.0.0.0" and port in published(name), name
+        wal_targets = [t for s, t in mounts(name) if not s.startswith((".", "/"))]
+        assert any(
+            PurePosixPath(settings.data_dir) == PurePosixPath(t)
+            or PurePosixPath(t) in PurePosixPath(settings.data_dir).parents
+            for t in wal_targets
+        ), f"{name}: the WAL must live on a named volume"
+        healthcheck = " ".join(services()[name]["healthcheck"]["test"])
+        assert f"localhost:{host_port(settings.metrics_listen)[1]}/readyz" in healthcheck
+        assert env["AWS_ACCESS_KEY_ID"] and env["AWS_SECRET_ACCESS_KEY"]
+
+
+def test_three_daemons_share_the_namespace_with_their_own_node_ids_and_wal_volumes() -> None:
+    settings = {name: daemon_settings(name) for name in DAEMONS}
+    assert [s.node_id for s in settings.values()] == [1, 2, 3]
+    assert {(s.store_url, s.namespace) for s in settings.values()} == {
+        ("s3://kfs-data/kfs", "default")
+    }
+    # Acknowledged in the store: any daemon can take over a lost one's partitions.
+    assert {s.durability for s in settings.values()} == {"store"}
+    wal_volumes = {
+        name: [src for src, t in mounts(name) if PurePosixPath(t) == PurePosixPath(s.data_dir)]
+        for name, s in settings.items()
+    }
+    assert all(len(v) == 1 for v in wal_volumes.values()), wal_volumes
+    assert len({v[0] for v in wal_volumes.values()}) == len(DAEMONS), wal_volumes
+    for name, s in settings.items():
+        advertised = {
+            listener.protocol.value: (listener.host, listener.port)
+            for listener in parse_listeners(s.advertised_listeners, name)
+        }
+        # In-network clients (the KFS page) follow Metadata to the service name.
+        assert advertised["PLAINTEXT"] == (name, host_port(s.listen)[1]), advertised
+        sasl_port = advertised["SASL_SSL"][1]
+        assert published(name)[sasl_port] == sasl_port, name
+    # Each daemon's ports differ, so all three can publish theirs on one machine.
+    kafka_ports = [p for name in DAEMONS for p in published(name).values()]
+    assert len(kafka_ports) == len(set(kafka_ports))
 
 
 def test_the_bucket_endpoint_and_credentials_agree_everywhere() -> None:
     minio_env = effective_env("minio")
     bucket = minio_bucket()
-    daemon = Settings.from_env(effective_env("kfs"))
+    daemon = daemon_settings("kfs-1")
     conn = kfs_connection()
     assert urllib.parse.urlsplit(daemon.store_url).netloc == bucket
     assert conn["extra"]["store_url"] == daemon.store_url
@@ -365,7 +402,7 @@ def test_the_bucket_endpoint_and_credentials_agree_everywhere() -> None:
     creds = (minio_env["MINIO_ROOT_USER"], minio_env["MINIO_ROOT_PASSWORD"])
     assert (conn["login"], conn["password"]) == creds
     assert f"{creds[0]} {creds[1]}" in services()["minio-init"]["entrypoint"]
-    for name in ["kfs", "spark-worker", *airflow_services()]:
+    for name in [*DAEMONS, "spark-worker", *airflow_services()]:
         env = effective_env(name)
         assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == creds, name
 
@@ -467,9 +504,10 @@ def test_prometheus_scrapes_the_daemon_and_grafana_reads_prometheus() -> None:
         "prometheus"
     )
     [kfs_job] = [j for j in config["scrape_configs"] if j["job_name"] == "kfs"]
-    metrics_port = host_port(Settings.from_env(effective_env("kfs")).metrics_listen)[1]
     targets = [t for sc in kfs_job["static_configs"] for t in sc["targets"]]
-    assert targets == [f"kfs:{metrics_port}"]
+    assert targets == [
+        f"{name}:{host_port(daemon_settings(name).metrics_listen)[1]}" for name in DAEMONS
+    ]
     assert kfs_job.get("metrics_path", "/metrics") == "/metrics"
 
     prometheus_port = 9090
@@ -498,7 +536,7 @@ def test_the_kfs_connection_is_what_the_hook_needs(monkeypatch: pytest.MonkeyPat
     env = effective_env("airflow-scheduler")
     monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env["AIRFLOW_CONN_KFS_DEFAULT"])
     hook = KfsHook()
-    daemon = Settings.from_env(effective_env("kfs"))
+    daemon = daemon_settings("kfs-1")
     assert (hook.store_url, hook.namespace, hook.is_s3) == (
         daemon.store_url,
         daemon.namespace,
@@ -508,7 +546,9 @@ def test_the_kfs_connection_is_what_the_hook_needs(monkeypatch: pytest.MonkeyPat
         "--store-url", daemon.store_url, "--namespace", daemon.namespace,
         "--s3-endpoint-url", daemon.s3_endpoint_url,
     ]  # fmt: skip
-    assert KfsAdminHook().bootstrap_servers == f"kfs:{host_port(daemon.listen)[1]}"
+    assert KfsAdminHook().bootstrap_servers == ",".join(
+        f"{name}:{host_port(daemon_settings(name).listen)[1]}" for name in DAEMONS
+    )
     minio = effective_env("minio")
     assert hook.job_env() == {
         "AWS_ACCESS_KEY_ID": minio["MINIO_ROOT_USER"],
@@ -517,11 +557,12 @@ def test_the_kfs_connection_is_what_the_hook_needs(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_kfs_connection_names_the_daemons_kafka_listener() -> None:
-    """The KFS page reads consumer groups from the daemon at the connection's bootstrap_servers."""
-    daemon = Settings.from_env(effective_env("kfs"))
-    host, port = host_port(kfs_connection()["extra"]["bootstrap_servers"])
-    assert host == "kfs", "other containers reach the daemon by its service name"
-    assert port == host_port(daemon.listen)[1]
+    """The KFS page reads consumer groups from the daemons at the connection's bootstrap_servers."""
+    servers = kfs_connection()["extra"]["bootstrap_servers"].split(",")
+    # Other containers reach each daemon by its service name.
+    assert [host_port(server) for server in servers] == [
+        (name, host_port(daemon_settings(name).listen)[1]) for name in DAEMONS
+    ]
 
 
 def test_the_tasks_job_server_is_the_kfs_jobs_service_on_the_cluster() -> None:
@@ -595,21 +636,24 @@ def test_the_sasl_ssl_listener_has_its_certificates_and_user(tmp_path: Path) -> 
     from kfs_core.security.tls import ServerTls
     from kfs_core.server.app import listeners_of, tls_files
 
-    env = effective_env("kfs")
-    settings = Settings.from_env(env)
-    protocols = {listener.protocol.value: listener.port for listener in listeners_of(settings)}
-    assert protocols == {"PLAINTEXT": 9092, "SASL_SSL": 9093}
-    assert all(published("kfs")[port] == port for port in protocols.values())
-    assert services()["kfs"]["depends_on"]["kfs-security-init"]["condition"] == (
-        "service_completed_successfully"
-    )
     init_env = effective_env("kfs-security-init")
-    assert init_env["KFS_STORE_URL"] == env["KFS_STORE_URL"] and init_env["KFS_SASL_PASSWORD"]
-    certs = PurePosixPath(settings.tls_cert_file).parent
-    for name in ("kfs", "kfs-security-init"):
-        assert any(
-            PurePosixPath(t) == certs for _, t in [(s, t.split(":")[0]) for s, t in mounts(name)]
+    for name in DAEMONS:
+        env = effective_env(name)
+        settings = Settings.from_env(env)
+        protocols = {listener.protocol.value: listener.port for listener in listeners_of(settings)}
+        assert protocols.keys() == {"PLAINTEXT", "SASL_SSL"}, name
+        assert all(published(name)[port] == port for port in protocols.values())
+        assert services()[name]["depends_on"]["kfs-security-init"]["condition"] == (
+            "service_completed_successfully"
         )
+        assert init_env["KFS_STORE_URL"] == env["KFS_STORE_URL"] and init_env["KFS_SASL_PASSWORD"]
+        certs = PurePosixPath(settings.tls_cert_file).parent
+        for mounted_by in (name, "kfs-security-init"):
+            assert any(
+                PurePosixPath(t) == certs
+                for _, t in [(s, t.split(":")[0]) for s, t in mounts(mounted_by)]
+            )
+    settings = daemon_settings("kfs-1")
     script = ROOT / "infra" / "compose" / "make_certs.py"
     out = tmp_path / "certs"
     for _ in range(2):  # the second run keeps the first certificate

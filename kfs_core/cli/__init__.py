@@ -12,6 +12,7 @@ One module per command group; `common` holds what they share (`CliError`,
     clients     kfs produce / kfs consume (confluent-kafka)
     topics      kfs topics ...          groups    kfs groups ... (kfs_core.kafka_admin)
     segment     kfs segment dump        catalog   kfs catalog ...
+    cluster     kfs cluster status / leases: the daemons' heartbeats and the partition leases
     lifecycle   kfs lifecycle (s3_lifecycle: the rules it plans from topic retention)
     jobs        kfs jobs ... (the Spark maintenance jobs)
 
@@ -34,6 +35,7 @@ from kfs_core.cli import (
     acls,
     catalog,
     clients,
+    cluster,
     groups,
     jobs,
     lifecycle,
@@ -69,6 +71,7 @@ for _command in (
     groups.groups,
     segment.segment,
     catalog.catalog,
+    cluster.cluster,
     lifecycle.lifecycle,
     jobs.jobs,
     users.users,

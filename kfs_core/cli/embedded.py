@@ -4,13 +4,22 @@
 ``$KFS_HOME`` (``.kfs/``)::
 
     $KFS_HOME (.kfs/)
-      store/  data/     the object store (file://) and the WAL (kfs_core.config)
+      store/  data/     the object store (file://) and the WAL (kfs_core.config);
+                        with --daemons N, one WAL per daemon: data/node-{i}/
       airflow/          AIRFLOW_HOME: airflow.cfg, airflow.db (SQLite), the admin password
       logs/             kfs.log, demo.log, airflow-<component>.log, airflow/ (task logs)
       run.lock          held while `kfs run` runs: one supervisor per home
 
-Each child gets its environment from here: the daemon every setting `kfs run`
-resolved as ``KFS_*`` variables (`daemon_environment`); Airflow
+`kfs run --daemons N` starts N daemons on the one store and namespace
+(`DaemonPlan`): node ids 1..N, Kafka and metrics ports counted up from
+KFS_LISTEN's and KFS_METRICS_LISTEN's, a WAL directory each, and the
+``store`` durability mode unless KFS_DURABILITY says otherwise, so any of
+them can take over the partitions of another (docs/architecture.md, "High
+availability").  With one daemon everything is as it always was.
+
+Each child gets its environment from here: each daemon every setting `kfs run`
+resolved as ``KFS_*`` variables, and its own node id, ports and WAL
+(`daemon_environment`); Airflow
 ``infra/airflow/airflow.env`` first, the caller's environment over it, then
 what only the launcher knows: paths, ports, the database, the ``kfs_default``
 connection (`airflow_environment`).  kfs_core never imports Airflow: Airflow is
@@ -35,6 +44,7 @@ from kfs_core.errors import KfsError
 __all__ = [
     "ADMIN_USER",
     "PASSWORDS_FILE",
+    "DaemonPlan",
     "EmbeddedError",
     "RunOptions",
     "admin_password",
@@ -118,6 +128,34 @@ def host_port(text: str, default_port: int) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
+class DaemonPlan:
+    """One `kfs serve` of `kfs run`: its node id, addresses, WAL directory and log."""
+
+    node_id: int | None  # None: the node id KFS_NODE_ID gives (one daemon only)
+    listen: str
+    metrics_listen: str
+    data_dir: str
+    log_name: str
+
+    @property
+    def bootstrap(self) -> str:
+        """Where a local Kafka client reaches it."""
+        host, port = host_port(self.listen, 9092)
+        return f"{connect_host(host)}:{port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Its ops HTTP endpoint (/metrics, /readyz)."""
+        host, port = host_port(self.metrics_listen, 9644)
+        return f"http://{connect_host(host)}:{port}"
+
+
+def _shifted(address: str, default_port: int, by: int) -> str:
+    host, port = host_port(address, default_port)
+    return f"[{host}]:{port + by}" if ":" in host else f"{host}:{port + by}"
+
+
+@dataclass(frozen=True)
 class RunOptions:
     """What `kfs run` starts, and where."""
 
@@ -130,6 +168,33 @@ class RunOptions:
     jobs_server: bool = True  # the warm Spark driver the Airflow tasks use (with Airflow only)
     jobs_port: int = 7079
     repository: Path | None = None  # found when Airflow starts
+    daemons: int = 1  # `kfs serve` processes on the one store and namespace
+
+    def __post_init__(self) -> None:
+        if self.daemons < 1:
+            raise EmbeddedError(f"--daemons must be at least 1, got {self.daemons}")
+        if self.daemons > 1 and (self.settings.listeners or self.settings.advertised_listeners):
+            raise EmbeddedError(
+                "kfs run --daemons counts each daemon's port up from KFS_LISTEN; "
+                "unset KFS_LISTENERS and KFS_ADVERTISED_LISTENERS, or run one daemon"
+            )
+
+    @property
+    def daemon_plans(self) -> list[DaemonPlan]:
+        """The daemons to start: node ids 1..N on consecutive ports; one is today's daemon."""
+        s = self.settings
+        if self.daemons == 1:
+            return [DaemonPlan(None, s.listen, s.metrics_listen, s.data_dir, "kfs.log")]
+        return [
+            DaemonPlan(
+                node_id=i,
+                listen=_shifted(s.listen, 9092, i - 1),
+                metrics_listen=_shifted(s.metrics_listen, 9644, i - 1),
+                data_dir=str(Path(s.data_dir) / f"node-{i}"),
+                log_name=f"kfs-node-{i}.log",
+            )
+            for i in range(1, self.daemons + 1)
+        ]
 
     @property
     def logs(self) -> Path:
@@ -141,13 +206,13 @@ class RunOptions:
 
     @property
     def bootstrap(self) -> str:
-        host, port = host_port(self.settings.listen, 9092)
-        return f"{connect_host(host)}:{port}"
+        """Every daemon's address, comma-separated: a Kafka client's bootstrap.servers."""
+        return ",".join(plan.bootstrap for plan in self.daemon_plans)
 
     @property
     def metrics_url(self) -> str:
-        host, port = host_port(self.settings.metrics_listen, 9644)
-        return f"http://{connect_host(host)}:{port}"
+        """The first daemon's ops endpoint."""
+        return self.daemon_plans[0].metrics_url
 
     @property
     def airflow_url(self) -> str:
@@ -163,18 +228,30 @@ class RunOptions:
         return f"http://127.0.0.1:{self.jobs_port}"
 
 
-def daemon_environment(options: RunOptions, base: Mapping[str, str]) -> dict[str, str]:
-    """The environment of `kfs serve`: every setting `kfs run` resolved, as KFS_* variables."""
+def daemon_environment(
+    options: RunOptions, base: Mapping[str, str], plan: DaemonPlan | None = None
+) -> dict[str, str]:
+    """The environment of `kfs serve`: every setting `kfs run` resolved, as KFS_* variables.
+
+    ``plan`` is the daemon's when `kfs run` starts several (its node id,
+    ports and WAL; durability ``store`` unless ``base`` sets KFS_DURABILITY);
+    without one, the first daemon's.
+    """
     s = options.settings
-    return {
+    plan = plan or options.daemon_plans[0]
+    env = {
         **base,
         "KFS_HOME": str(options.home),
         "KFS_STORE_URL": s.store_url,
         "KFS_NAMESPACE": s.namespace,
-        "KFS_DATA_DIR": s.data_dir,
-        "KFS_LISTEN": s.listen,
-        "KFS_METRICS_LISTEN": s.metrics_listen,
+        "KFS_DATA_DIR": plan.data_dir,
+        "KFS_LISTEN": plan.listen,
+        "KFS_METRICS_LISTEN": plan.metrics_listen,
     }
+    if plan.node_id is not None:
+        env["KFS_NODE_ID"] = str(plan.node_id)
+        env["KFS_DURABILITY"] = base.get("KFS_DURABILITY") or "store"
+    return env
 
 
 def airflow_environment(options: RunOptions, base: Mapping[str, str]) -> dict[str, str]:

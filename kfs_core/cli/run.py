@@ -53,6 +53,16 @@ from kfs_core.cli.common import cli_settings, operator_errors
     envvar="KFS_JOBS_PORT",
     help="loopback port of the job server [KFS_JOBS_PORT]",
 )
+@click.option(
+    "--daemons",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    envvar="KFS_RUN_DAEMONS",
+    help="how many `kfs serve` daemons to start on the one store: node ids 1..N, ports counted "
+    "up from KFS_LISTEN and KFS_METRICS_LISTEN, a WAL each in data/node-{i}, durability store "
+    "unless KFS_DURABILITY is set [KFS_RUN_DAEMONS]",
+)
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -62,12 +72,15 @@ def run(
     demo: bool,
     jobs_server: bool,
     jobs_port: int,
+    daemons: int,
 ) -> None:
     """Start KFS on the embedded default: the daemon, Airflow, the job server and a demo stream.
 
     Everything lives under KFS_HOME (.kfs/): the store, the WAL, Airflow's
     home and SQLite database, and a log per process in .kfs/logs/.  Ctrl-C or
     SIGTERM stops it all and flushes the daemon (see kfs_core.cli.supervisor).
+    With --daemons N, N daemons share the store: one bootstrap address each,
+    and `kfs cluster status` shows them.
     """
     from kfs_core.cli.embedded import RunOptions
     from kfs_core.cli.supervisor import Supervisor
@@ -81,6 +94,7 @@ def run(
             demo=demo,
             jobs_server=jobs_server,
             jobs_port=jobs_port,
+            daemons=daemons,
         )
         code = Supervisor(options).run()
     ctx.exit(code)

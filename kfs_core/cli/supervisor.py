@@ -8,15 +8,16 @@ supervisor alone (`kfs_core.cli.processes`: `Child` and stopping).  Where
 things live and each child's environment are `kfs_core.cli.embedded`
 (`RunOptions`).
 
-Start: take the lock; start the daemon (`kfs serve`); run `airflow db migrate`
+Start: take the lock; start the daemon (`kfs serve`; with ``--daemons N``,
+N of them on the one store, as `RunOptions.daemon_plans` lays out); run `airflow db migrate`
 and create the Spark pool the plugin defines (`kfs_airflow.dags_support`:
 name, slots, description); start the api-server, scheduler,
-dag-processor and triggerer; wait for the daemon's /readyz and the
+dag-processor and triggerer; wait for every daemon's /readyz and the
 api-server's health; start the `demo-events` stream (kfs_core.cli.demo); print
 the banner.  Stop (SIGINT, SIGTERM, SIGHUP): the demo; the scheduler (running
 tasks get a grace period), dag-processor and triggerer; the api-server, whose
-execution API those tasks report to; last the daemon, which flushes its
-buffers to the store; exit 0.  A child that exits on
+execution API those tasks report to; last the daemons, together, each
+flushing its buffers to the store; exit 0.  A child that exits on
 its own is reported with the tail of its log, the rest are stopped, exit 1.
 A second signal stops Airflow without waiting for running tasks, a third
 kills the daemon too (what it acknowledged stays in the WAL).
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import signal
@@ -129,7 +131,7 @@ class Supervisor:
         self.base_env = dict(os.environ if env is None else env)
         self.out = _Output()
         self.signals: list[int] = []
-        self.daemon: Child | None = None
+        self.daemons: list[Child] = []
         self.airflow: list[Child] = []
         self.demo: Child | None = None
         self.jobs: Child | None = None
@@ -168,7 +170,7 @@ class Supervisor:
         code = EXIT_OK
         try:
             self.out.say(f"KFS {__version__}: starting on the embedded default in {o.home}")
-            self._start_daemon()
+            self._start_daemons()
             if o.runs_jobs_server:
                 self._start_jobs_server()
             if o.airflow:
@@ -193,15 +195,18 @@ class Supervisor:
         self.out.say(f"kfs run: stopped (exit {code})")
         return code
 
-    def _start_daemon(self) -> None:
+    def _start_daemons(self) -> None:
         o = self.options
-        self.daemon = Child(
-            "kfs daemon",
-            [sys.executable, "-m", "kfs_core.cli", "serve"],
-            daemon_environment(o, self.base_env),
-            o.logs / "kfs.log",
-        )
-        self.daemon.start()
+        for plan in o.daemon_plans:
+            name = "kfs daemon" if plan.node_id is None else f"kfs daemon {plan.node_id}"
+            child = Child(
+                name,
+                [sys.executable, "-m", "kfs_core.cli", "serve"],
+                daemon_environment(o, self.base_env, plan),
+                o.logs / plan.log_name,
+            )
+            self.daemons.append(child)
+            child.start()
 
     def _start_jobs_server(self) -> None:
         o = self.options
@@ -274,7 +279,9 @@ class Supervisor:
 
     def _wait_ready(self) -> None:
         o = self.options
-        self._wait_until(lambda: _http_ok(f"{o.metrics_url}/readyz"), "the daemon", None)
+        for plan in o.daemon_plans:
+            what = "the daemon" if plan.node_id is None else f"daemon {plan.node_id}"
+            self._wait_until(functools.partial(_http_ok, f"{plan.metrics_url}/readyz"), what, None)
         if o.runs_jobs_server:
             self._wait_until(
                 lambda: _http_ok(f"{o.jobs_url}/healthz"), "the job server", JOBS_SERVER_START_S
@@ -375,7 +382,7 @@ class Supervisor:
 
     def _children(self) -> list[Child]:
         """The long-running children (a set-up step is watched by its own loop)."""
-        children = [self.daemon, self.jobs, *self.airflow, self.demo]
+        children = [*self.daemons, self.jobs, *self.airflow, self.demo]
         return [c for c in children if c is not None]
 
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -407,17 +414,22 @@ class Supervisor:
         if self.jobs is not None and self.jobs.returncode is None:
             stop_children([self.jobs], JOBS_SERVER_STOP_S, force=lambda: len(self.signals) >= 2)
         clean = True
-        daemon = self.daemon
-        if daemon is not None:
-            if daemon.returncode is None:
-                self.out.say("  daemon: flushing its buffers to the store ...")
-            stop_children([daemon], DAEMON_STOP_S, force=lambda: len(self.signals) >= 3)
-            clean = daemon.returncode == 0
-            if not clean and daemon.stopping:
-                self.out.warn(
-                    f"kfs run: the daemon stopped with status {daemon.returncode}; its log: "
-                    f"{daemon.log_path} (the WAL keeps what was acknowledged)"
+        if self.daemons:
+            if any(d.returncode is None for d in self.daemons):
+                self.out.say(
+                    "  daemon: flushing its buffers to the store ..."
+                    if len(self.daemons) == 1
+                    else "  daemons: flushing their buffers to the store ..."
                 )
+            stop_children(self.daemons, DAEMON_STOP_S, force=lambda: len(self.signals) >= 3)
+            for daemon in self.daemons:
+                if daemon.returncode != 0:
+                    clean = False
+                    if daemon.stopping:
+                        self.out.warn(
+                            f"kfs run: {daemon.name} stopped with status {daemon.returncode}; "
+                            f"its log: {daemon.log_path} (the WAL keeps what was acknowledged)"
+                        )
         if self._subreaper:
             stop_descendants()
         return clean
@@ -443,7 +455,17 @@ class Supervisor:
         say()
         say(f"KFS {__version__} is ready on the embedded default ({o.home})")
         say(f"  Kafka      {o.bootstrap}  (bootstrap.servers)")
-        say(f"  metrics    {o.metrics_url}/metrics")
+        plans = o.daemon_plans
+        if len(plans) == 1:
+            say(f"  metrics    {o.metrics_url}/metrics")
+        else:
+            durability = self.base_env.get("KFS_DURABILITY") or "store"
+            say(f"  daemons    {len(plans)} on one store, durability {durability}")
+            for plan in plans:
+                say(
+                    f"    node {plan.node_id}   {plan.bootstrap}  metrics {plan.metrics_url}/metrics"
+                    f"  WAL {plan.data_dir}"
+                )
         if o.airflow:
             say(f"  Airflow    {o.airflow_url}  (the KFS page: 'KFS' in its navigation bar)")
             say(f"  login      {ADMIN_USER} / {admin_password(o.airflow_home)}")
@@ -468,10 +490,13 @@ class Supervisor:
     def _check_ports(self) -> None:
         """Fail at once, naming the setting, when a port some child would listen on is taken."""
         o = self.options
-        ports = [
-            ("the Kafka listener (KFS_LISTEN)", o.settings.listen, 9092),
-            ("the metrics endpoint (KFS_METRICS_LISTEN)", o.settings.metrics_listen, 9644),
-        ]
+        ports: list[tuple[str, str, int]] = []
+        for plan in o.daemon_plans:
+            which = "" if plan.node_id is None else f" of daemon {plan.node_id}"
+            ports += [
+                (f"the Kafka listener{which} (KFS_LISTEN)", plan.listen, 9092),
+                (f"the metrics endpoint{which} (KFS_METRICS_LISTEN)", plan.metrics_listen, 9644),
+            ]
         if o.runs_jobs_server:
             ports.append(("the job server (KFS_JOBS_PORT)", f"127.0.0.1:{o.jobs_port}", 7079))
         if o.airflow:
