@@ -13,7 +13,8 @@ figure beside ``cautious`` (the local WAL with fdatasync) in the same run:
   ``linger.ms`` 5) sends unthrottled for ``--seconds`` (its MB/s counts to
   the last acknowledgement), then at half that setup's own rate for
   ``--half-seconds``; the ack latency p50/p99 of every message as librdkafka
-  times it.  Targets (``store`` only): p99 <= 100 ms on the local store, and
+  times it.  The ``cautious`` daemon then also runs at ``store``'s half-load
+  rate, so the two modes are seen under the same load too.  Targets (``store`` only): p99 <= 100 ms on the local store, and
   on S3 below the 400 ms the leaderless object-store systems publish;
 - the daemon's CPU (``/proc/<pid>/stat``, user + system) per MB in those
   saturation runs, read once the flushes have committed everything
@@ -184,6 +185,9 @@ class LatencyFigures:
     cpu_ms_per_mb: float
     half_mb_s: float
     latencies: Sequence[float]  # seconds, sorted
+    # The same daemon at another setup's half-load rate (cautious at store's), if asked
+    also_mb_s: float | None = None
+    also_latencies: Sequence[float] = ()
 
     def ms(self, q: float) -> float:
         """Quantile ``q`` of the half-load ack latencies, in ms."""
@@ -203,10 +207,17 @@ def saturate(daemon: Daemon, topic: str, partitions: int, seconds: float) -> tup
 
 
 def latency_run(
-    root: Path, backend: Backend, durability: str, seconds: float, half_seconds: float
+    root: Path,
+    backend: Backend,
+    durability: str,
+    seconds: float,
+    half_seconds: float,
+    also_mb_s: float | None = None,
 ) -> LatencyFigures:
-    """Saturation, then half of that rate, on one new daemon."""
-    daemon = Daemon(root, extra_args=(*backend.args(durability), "--log-level", "warning"))
+    """Saturation, then half of that rate, then ``also_mb_s`` if given, on one new daemon."""
+    # A namespace of its own: on S3 every run shares one bucket.
+    flags = (*backend.args(durability), "--namespace", root.name, "--log-level", "warning")
+    daemon = Daemon(root, extra_args=flags)
     daemon.data_dir.mkdir(parents=True, exist_ok=True)
     daemon.start()
     try:
@@ -214,10 +225,27 @@ def latency_run(
         create_topic(daemon.bootstrap, "half", LATENCY_PARTITIONS)
         mb_s, cpu = saturate(daemon, "saturate", LATENCY_PARTITIONS, seconds)
         half = half_load(daemon, mb_s / 2, half_seconds, LATENCY_PARTITIONS, "half")
+        also: Sequence[float] = ()
+        if also_mb_s is not None:
+            create_topic(daemon.bootstrap, "also", LATENCY_PARTITIONS)
+            also = half_load(daemon, also_mb_s, half_seconds, LATENCY_PARTITIONS, "also").latencies
         daemon.stop()
     finally:
         daemon.kill()
-    return LatencyFigures(backend.name, durability, mb_s, cpu, mb_s / 2, half.latencies)
+    return LatencyFigures(
+        backend.name, durability, mb_s, cpu, mb_s / 2, half.latencies, also_mb_s, also
+    )
+
+
+def same_rate_note(cautious: LatencyFigures) -> str:
+    """The cautious daemon's latency at the store daemon's half-load rate, if it was run."""
+    if cautious.also_mb_s is None or not cautious.also_latencies:
+        return ""
+    ms = [quantile(cautious.also_latencies, q) * 1000 for q in (0.5, 0.99)]
+    return (
+        f"; cautious at store's rate ({cautious.also_mb_s:,.1f} MB/s): "
+        f"p50 {ms[0]:.1f} ms, p99 {ms[1]:.1f} ms"
+    )
 
 
 def latency_rows(figures: Sequence[LatencyFigures]) -> list[Row]:
@@ -234,7 +262,8 @@ def latency_rows(figures: Sequence[LatencyFigures]) -> list[Row]:
                 f"p99 {store.ms(0.99):.1f} / {cautious.ms(0.99):.1f} ms",
                 f"store p99 {verdict(store.ms(0.99), target)}",
                 f"half load {store.half_mb_s:,.1f} / {cautious.half_mb_s:,.1f} MB/s; "
-                f"{len(store.latencies):,} / {len(cautious.latencies):,} messages timed",
+                f"{len(store.latencies):,} / {len(cautious.latencies):,} messages timed"
+                + same_rate_note(cautious),
             )
         )
     for backend in dict.fromkeys(f.backend for f in figures):
@@ -254,7 +283,8 @@ def latency_rows(figures: Sequence[LatencyFigures]) -> list[Row]:
 
 def put_rows(root: Path, backend: Backend, seconds: float) -> list[Row]:
     """WAL and other PUTs per GB and per hour at `PUTS_TARGET_MB_S` (or what the store takes)."""
-    daemon = Daemon(root, extra_args=(*backend.args("store"), "--log-level", "warning"))
+    flags = (*backend.args("store"), "--namespace", root.name, "--log-level", "warning")
+    daemon = Daemon(root, extra_args=flags)
     daemon.data_dir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     daemon.start()
@@ -473,9 +503,13 @@ def run(
         if s3:
             backends.append(stack.enter_context(s3_backend(root)))
         for backend in backends:
-            for durability in ("store", "cautious"):
-                place = root / f"{backend.name.split()[0].lower()}-{durability}"
-                figures.append(latency_run(place, backend, durability, seconds, half_seconds))
+            place = root / backend.name.split()[0].lower()
+            store = latency_run(place / "store", backend, "store", seconds, half_seconds)
+            # cautious at its own half load, then at store's: the same load side by side
+            cautious = latency_run(
+                place / "cautious", backend, "cautious", seconds, half_seconds, store.half_mb_s
+            )
+            figures += [store, cautious]
         rows += latency_rows(figures)
         rows += put_rows(root / "puts", backends[-1], put_seconds or seconds)
     rows += cluster_rows(root, repeats)
