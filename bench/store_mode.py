@@ -408,8 +408,8 @@ def spread_rows(daemons: Sequence[ClusterDaemon]) -> list[Row]:
             " / ".join(map(str, total)),
             "-",
             f"{sum(total)} held in all, {sum(p for p, _ in SPREAD_TOPICS)} in the two topics "
-            f"(any more are internal topics'); the assignment's fair share is "
-            f"ceil(partitions / daemons) over all of them",
+            f"(any more are internal topics'); each topic is assigned on its own, "
+            f"at most ceil(partitions / daemons) of it to a daemon",
         )
     )
     return rows
