@@ -60,6 +60,7 @@ bench: install kcat rate-producer ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.maintenance
 	$(BIN)/python -m bench.groups
 	$(BIN)/python -m bench.security
+	$(BIN)/python -m bench.store_mode
 
 soak: install ## Long fault campaigns (not in make test): kill -9 cycles, store faults, WAL recovery, decoder fuzzing; one table
 	$(BIN)/python -m soak
