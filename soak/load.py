@@ -14,6 +14,10 @@ against the model:
 - **duplicated**: one sent record at two offsets (the producers are
   idempotent, so a retry must not store a second copy);
 - gaps in a partition's offsets are reported as problems.
+
+`check_seen` judges what a consumer saw while the faults ran against the
+final read (a record seen must never change afterwards), and `merge_model`
+joins the producers' records and acknowledgements into one history.
 """
 
 from __future__ import annotations
@@ -150,6 +154,28 @@ def check_log(
             findings.problem("gaps", f"partition {partition} lacks offsets {missing[:EXAMPLES]}")
 
 
+def check_seen(
+    seen: Mapping[Position, Record], final: Mapping[Position, Record], findings: Findings
+) -> None:
+    """A record a consumer read while faults ran must be in the final read, unchanged."""
+    for position, record in seen.items():
+        if final.get(position) != record:
+            findings.changed.add(position)
+
+
+def merge_model(
+    producers: Iterable[LoadProducer],
+) -> tuple[dict[bytes, Record], list[tuple[Position, bytes]]]:
+    """Every record the ``producers`` sent, by ident, and every acknowledgement they got."""
+    sent: dict[bytes, Record] = {}
+    acked: list[tuple[Position, bytes]] = []
+    for producer in producers:
+        s, a = producer.snapshot()
+        sent.update(s)
+        acked += a
+    return sent, acked
+
+
 class LoadProducer:
     """One idempotent producer on its own thread, sending a steady stream until stopped."""
 
@@ -164,7 +190,9 @@ class LoadProducer:
         topic: str = TOPIC,
         partitions: int = PARTITIONS,
         key_space: int | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
+        """``settings`` override the librdkafka configuration (e.g. shorter timeouts)."""
         self.index = index
         self.rate = rate  # records a second
         self.topic, self.partitions = topic, partitions
@@ -182,6 +210,7 @@ class LoadProducer:
                 "reconnect.backoff.ms": 20,
                 "reconnect.backoff.max.ms": 200,
                 **QUIET,
+                **(settings or {}),
             }
         )
         self.sent: dict[bytes, Record] = {}
@@ -193,6 +222,7 @@ class LoadProducer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"load-{index}", daemon=True)
+        self._sends = 0  # records sent by `send`, numbered apart from the steady stream
 
     def _next(self, seq: int) -> Record:
         ident = b"p%d-%09d" % (self.index, seq)
@@ -240,6 +270,28 @@ class LoadProducer:
                 seq += 1
             self.producer.poll(tick)
 
+    def send(self, partition: int) -> bytes:
+        """Send one small record to ``partition`` now; its ident (for a producer of rate 0).
+
+        Its delivery report arrives through the producer's own thread, as the stream's do.
+        """
+        self._sends += 1
+        ident = b"p%d-send-%09d" % (self.index, self._sends)
+        headers = (("id", ident), ("producer", b"%d" % self.index))
+        record = Record(ident, b"", headers, 1_700_000_000_000 + self._sends)
+        with self._lock:
+            self.sent[ident] = record
+        self.producer.produce(
+            self.topic,
+            key=record.key,
+            value=record.value,
+            headers=list(record.headers),
+            timestamp=record.timestamp,
+            partition=partition,
+            on_delivery=functools.partial(self._on_delivery, ident),
+        )
+        return ident
+
     def start(self) -> None:
         self._thread.start()
 
@@ -266,7 +318,14 @@ class LoadProducer:
 class TailConsumer:
     """An assigned consumer following every partition from its start, across restarts."""
 
-    def __init__(self, bootstrap: str, topic: str = TOPIC, partitions: int = PARTITIONS) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str = TOPIC,
+        partitions: int = PARTITIONS,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``settings`` override the librdkafka configuration (e.g. shorter timeouts)."""
         self.topic, self.partitions = topic, partitions
         self.consumer = confluent_kafka.Consumer(
             {
@@ -278,6 +337,7 @@ class TailConsumer:
                 "reconnect.backoff.ms": 20,
                 "reconnect.backoff.max.ms": 200,
                 **QUIET,
+                **(settings or {}),
             }
         )
         self.seen: dict[Position, Record] = {}
@@ -311,6 +371,11 @@ class TailConsumer:
     def count(self) -> int:
         with self._lock:
             return len(self.seen)
+
+    def holds(self, position: Position) -> bool:
+        """Whether the consumer has read the record at ``position``."""
+        with self._lock:
+            return position in self.seen
 
     def start(self) -> None:
         self._thread.start()
