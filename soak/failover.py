@@ -41,6 +41,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import confluent_kafka.admin
 
@@ -368,3 +369,50 @@ def run(
         problems=findings.lines(),
         details=[line for k in kinds for line in summary(k, [c for c in cycles if c.action == k])],
     ), cycles
+
+
+def rows(
+    root: Path,
+    *,
+    s3_store: Callable[[], dict[str, str]],
+    kills: int,
+    s3_kills: int,
+    pauses: int,
+    rolling: int,
+    seed: int,
+    progress: Callable[[str], None] | None = None,
+) -> list[Row]:
+    """`make soak`'s failover rows, each run on a fresh cluster under ``root``.
+
+    kill -9, pause and rolling restart on the local store, and kill -9 on S3
+    (``s3_store()`` gives a fresh bucket's ``store_url`` and ``s3_endpoint_url``).
+    """
+    plans = [
+        ("local", ["kill"] * kills),
+        ("local", ["pause"] * pauses),
+        ("local", ["rolling"] * rolling),
+        ("s3", ["kill"] * s3_kills),
+    ]
+    out: list[Row] = []
+    for n, (store, actions) in enumerate(plans):
+        if not actions:
+            continue
+        factory = DaemonFactory(root / f"failover-{n}")
+        try:
+            if store == "s3":
+                where = s3_store()
+                cluster = start_cluster(
+                    factory, store_url=where["store_url"], s3_endpoint_url=where["s3_endpoint_url"]
+                )
+            else:
+                cluster = start_cluster(factory, store_url=(factory.root / "store").as_uri())
+
+            def report(line: str, store: str = store, action: str = actions[0]) -> None:
+                if progress:
+                    progress(f"{store} {action}: {line}")
+
+            row, _ = run(cluster, actions=actions, seed=seed, store=store, progress=report)
+            out.append(row)
+        finally:
+            factory.close()  # a daemon left paused by a stalled cycle is woken and killed too
+    return out
