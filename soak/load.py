@@ -268,7 +268,12 @@ class LoadProducer:
                 with self._lock:
                     self.sent[record.ident] = record
                 seq += 1
-            self.producer.poll(tick)
+            try:
+                self.producer.poll(tick)
+            except confluent_kafka.KafkaException as exc:  # a fatal error: the producer is done
+                with self._lock:
+                    self.fatal = self.fatal or str(exc.args[0])
+                return
 
     def send(self, partition: int) -> bytes:
         """Send one small record to ``partition`` now; its ident (for a producer of rate 0).
@@ -299,7 +304,11 @@ class LoadProducer:
         """Stop sending; wait for every outstanding delivery report."""
         self._stop.set()
         self._thread.join(30)
-        self.producer.flush(drain_s)
+        try:
+            self.producer.flush(drain_s)
+        except confluent_kafka.KafkaException as exc:
+            with self._lock:
+                self.fatal = self.fatal or str(exc.args[0])
 
     def acked_count(self) -> int:
         with self._lock:
