@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -381,8 +381,8 @@ def rows(
     rolling: int,
     seed: int,
     progress: Callable[[str], None] | None = None,
-) -> list[Row]:
-    """`make soak`'s failover rows, each run on a fresh cluster under ``root``.
+) -> Iterator[Row]:
+    """`make soak`'s failover rows, each run on a fresh cluster under ``root``; yielded as done.
 
     kill -9, pause and rolling restart on the local store, and kill -9 on S3
     (``s3_store()`` gives a fresh bucket's ``store_url`` and ``s3_endpoint_url``).
@@ -393,7 +393,6 @@ def rows(
         ("local", ["rolling"] * rolling),
         ("s3", ["kill"] * s3_kills),
     ]
-    out: list[Row] = []
     for n, (store, actions) in enumerate(plans):
         if not actions:
             continue
@@ -412,7 +411,6 @@ def rows(
                     progress(f"{store} {action}: {line}")
 
             row, _ = run(cluster, actions=actions, seed=seed, store=store, progress=report)
-            out.append(row)
         finally:
             factory.close()  # a daemon left paused by a stalled cycle is woken and killed too
-    return out
+        yield row

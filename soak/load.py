@@ -39,6 +39,17 @@ PARTITIONS = 6
 CODECS = ("lz4", "zstd", "gzip")  # one per producer
 #: The librdkafka errors a consumer reports while its only broker restarts.
 RESTART_ERRORS = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE"})
+#: The errors a request gets while its partition's leader moves to another daemon.
+LEADER_MOVING_ERRORS = frozenset(
+    {
+        "NOT_LEADER_FOR_PARTITION",
+        "LEADER_NOT_AVAILABLE",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+        "_TIMED_OUT",
+        *RESTART_ERRORS,
+    }
+)
 #: librdkafka's own log: critical only; a refused connection during a restart is expected.
 QUIET = {"log_level": 2}
 #: How many examples of each kind of finding a row keeps.
@@ -398,6 +409,25 @@ class ReadStalled(TimeoutError):
     """A read-back that stopped short of the high watermarks it was asked for."""
 
 
+def _watermarks(
+    consumer: confluent_kafka.Consumer, topic: str, partition: int, timeout_s: float
+) -> tuple[int, int]:
+    """A partition's (low, high) watermarks, asked again while its leader moves."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, partition), timeout=30, cached=False
+            )
+            return low, high
+        except confluent_kafka.KafkaException as exc:
+            error = exc.args[0]
+            moving = error.retriable() or error.name() in LEADER_MOVING_ERRORS
+            if not moving or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
 def read_range(
     bootstrap: str,
     starts: dict[int, int],
@@ -422,12 +452,7 @@ def read_range(
     )
     got: dict[Position, Record] = {}
     try:
-        marks = {
-            p: consumer.get_watermark_offsets(
-                confluent_kafka.TopicPartition(topic, p), timeout=30, cached=False
-            )
-            for p in range(partitions)
-        }
+        marks = {p: _watermarks(consumer, topic, p, timeout_s) for p in range(partitions)}
         ends = {p: high for p, (_, high) in marks.items()}
         begin = {p: max(starts.get(p, 0), low) for p, (low, _) in marks.items()}
         pending = {p for p in range(partitions) if ends[p] > begin[p]}
@@ -448,7 +473,7 @@ def read_range(
             deadline = time.monotonic() + timeout_s
             error = msg.error()
             if error is not None:
-                if error.name() in RESTART_ERRORS:
+                if error.name() in LEADER_MOVING_ERRORS:
                     continue
                 raise RuntimeError(f"read-back failed: {error.name()}: {error.str()}")
             partition, offset = message_position(msg)
