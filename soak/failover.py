@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import confluent_kafka
 import confluent_kafka.admin
 
 from soak.load import (
@@ -280,7 +281,7 @@ class Campaign:
             final, ends = read_range(
                 self.servers, {}, timeout_s=300, topic=TOPIC, partitions=PARTITIONS
             )
-        except ReadStalled as exc:
+        except (ReadStalled, RuntimeError, confluent_kafka.KafkaException) as exc:
             self.findings.problem("read-back", f"the final read: {exc}")
             self.tail.stop()
             return len(acked)
