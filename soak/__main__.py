@@ -1,9 +1,13 @@
 """Run the fault campaigns' long forms and print one table (``make soak``).
 
     python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--maintenance-rounds 20] [--fuzz-cases 50000] [--skip-decoder-fuzz]
+                   [--failover-cycles 50] [--failover-pauses 5] [--failover-only]
 
 - kill -9 cycles of a real `kfs serve` under load, in ``cautious`` and
   ``normal`` mode, over the local store and over S3 on a moto server;
+- failover of three ``store``-mode daemons sharing a namespace: kill -9,
+  SIGSTOP past the session timeout and a rolling restart on the local store,
+  kill -9 on S3, each timed until every partition is served again;
 - object-store faults (errors, slow responses, reset uploads, a 2-minute
   outage) through a fault proxy in front of the moto server, under load;
 - compaction, retention, checkpoint and index_rebuild in rounds (and two at
@@ -31,7 +35,14 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from soak import crash_cycles, maintenance_live, protocol_fuzz, store_faults, wal_recovery
+from soak import (
+    crash_cycles,
+    failover,
+    maintenance_live,
+    protocol_fuzz,
+    store_faults,
+    wal_recovery,
+)
 from soak.fault_proxy import FaultProxy
 from soak.report import Row, format_table
 from testkit.daemon import DaemonFactory
@@ -128,6 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip-decoder-fuzz", action="store_true", help="leave out the decoder fuzzing"
     )
+    parser.add_argument(
+        "--failover-cycles",
+        type=int,
+        default=50,
+        help="kill -9 cycles of the failover campaign on the local store (a quarter on S3)",
+    )
+    parser.add_argument(
+        "--failover-pauses", type=int, default=5, help="SIGSTOP cycles of the failover campaign"
+    )
+    parser.add_argument(
+        "--failover-only", action="store_true", help="run only the failover campaign"
+    )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"seed {seed}", flush=True)
@@ -135,7 +158,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kfs-soak-") as tmp, moto_server() as endpoint:
         factory = DaemonFactory(Path(tmp))
         try:
-            for backend in ("local", "s3"):
+            for row in failover.rows(
+                Path(tmp),
+                s3_store=lambda: _s3_store(endpoint),
+                kills=args.failover_cycles,
+                s3_kills=max(1, args.failover_cycles // 4),
+                pauses=args.failover_pauses,
+                rolling=1,
+                seed=seed,
+                progress=lambda line: print(f"  failover {line}", flush=True),
+            ):
+                rows.append(row)
+                print(format_table([row]), flush=True)
+            for backend in () if args.failover_only else ("local", "s3"):
                 for mode in ("cautious", "normal"):
                     store = _s3_store(endpoint) if backend == "s3" else {}
                     daemon = factory.start(
@@ -158,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
                     daemon.kill()
                     rows.append(row)
                     print(format_table([row]), flush=True)
+            if args.failover_only:
+                return _finish(rows)
             rows.append(store_fault_row(factory, endpoint, seed))
             rows.append(maintenance_row(factory, args.maintenance_rounds, seed))
             daemon = factory.start(name="fuzzed", extra_args=protocol_fuzz.daemon_args())
@@ -183,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
             factory.close()
     if not args.skip_decoder_fuzz:
         rows.append(fuzz_row())
+    return _finish(rows)
+
+
+def _finish(rows: list[Row]) -> int:
+    """Print the whole table; the exit status: 1 if any row failed."""
     print()
     print(format_table(rows))
     return 0 if all(row.passed for row in rows) else 1

@@ -37,7 +37,9 @@ from soak.load import (
     Record,
     TailConsumer,
     check_log,
+    check_seen,
     create_topic,
+    merge_model,
     read_range,
     wait_until,
 )
@@ -88,15 +90,6 @@ def run(
     read_ends: dict[int, int] = {}
     recoveries: list[float] = []
 
-    def model() -> tuple[dict[bytes, Record], list[tuple[Position, bytes]]]:
-        sent: dict[bytes, Record] = {}
-        acked: list[tuple[Position, bytes]] = []
-        for producer in producers:
-            s, a = producer.snapshot()
-            sent.update(s)
-            acked += a
-        return sent, acked
-
     def acknowledged() -> int:
         return sum(p.acked_count() for p in producers)
 
@@ -144,7 +137,7 @@ def run(
     finally:
         for producer in producers:
             producer.stop()
-    sent, acked = model()
+    sent, acked = merge_model(producers)
     # The tail catches up to everything, then the whole topic is read once more from 0.
     try:
         final, ends = read_range(daemon.bootstrap, {}, timeout_s=300)
@@ -158,9 +151,7 @@ def run(
             if position in log and log[position] != record:
                 findings.changed.add(position)
         check_log(final, sent, acked, findings, ends)
-        for position, record in tail.seen.items():
-            if final.get(position) != record:
-                findings.changed.add(position)
+        check_seen(tail.seen, final, findings)
     for error in tail.errors[:EXAMPLES]:
         findings.problem("tail consumer error", error)
     for producer in producers:

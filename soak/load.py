@@ -14,6 +14,10 @@ against the model:
 - **duplicated**: one sent record at two offsets (the producers are
   idempotent, so a retry must not store a second copy);
 - gaps in a partition's offsets are reported as problems.
+
+`check_seen` judges what a consumer saw while the faults ran against the
+final read (a record seen must never change afterwards), and `merge_model`
+joins the producers' records and acknowledgements into one history.
 """
 
 from __future__ import annotations
@@ -35,6 +39,17 @@ PARTITIONS = 6
 CODECS = ("lz4", "zstd", "gzip")  # one per producer
 #: The librdkafka errors a consumer reports while its only broker restarts.
 RESTART_ERRORS = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE"})
+#: The errors a request gets while its partition's leader moves to another daemon.
+LEADER_MOVING_ERRORS = frozenset(
+    {
+        "NOT_LEADER_FOR_PARTITION",
+        "LEADER_NOT_AVAILABLE",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+        "_TIMED_OUT",
+        *RESTART_ERRORS,
+    }
+)
 #: librdkafka's own log: critical only; a refused connection during a restart is expected.
 QUIET = {"log_level": 2}
 #: How many examples of each kind of finding a row keeps.
@@ -150,6 +165,28 @@ def check_log(
             findings.problem("gaps", f"partition {partition} lacks offsets {missing[:EXAMPLES]}")
 
 
+def check_seen(
+    seen: Mapping[Position, Record], final: Mapping[Position, Record], findings: Findings
+) -> None:
+    """A record a consumer read while faults ran must be in the final read, unchanged."""
+    for position, record in seen.items():
+        if final.get(position) != record:
+            findings.changed.add(position)
+
+
+def merge_model(
+    producers: Iterable[LoadProducer],
+) -> tuple[dict[bytes, Record], list[tuple[Position, bytes]]]:
+    """Every record the ``producers`` sent, by ident, and every acknowledgement they got."""
+    sent: dict[bytes, Record] = {}
+    acked: list[tuple[Position, bytes]] = []
+    for producer in producers:
+        s, a = producer.snapshot()
+        sent.update(s)
+        acked += a
+    return sent, acked
+
+
 class LoadProducer:
     """One idempotent producer on its own thread, sending a steady stream until stopped."""
 
@@ -164,7 +201,9 @@ class LoadProducer:
         topic: str = TOPIC,
         partitions: int = PARTITIONS,
         key_space: int | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
+        """``settings`` override the librdkafka configuration (e.g. shorter timeouts)."""
         self.index = index
         self.rate = rate  # records a second
         self.topic, self.partitions = topic, partitions
@@ -182,6 +221,7 @@ class LoadProducer:
                 "reconnect.backoff.ms": 20,
                 "reconnect.backoff.max.ms": 200,
                 **QUIET,
+                **(settings or {}),
             }
         )
         self.sent: dict[bytes, Record] = {}
@@ -193,6 +233,7 @@ class LoadProducer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"load-{index}", daemon=True)
+        self._sends = 0  # records sent by `send`, numbered apart from the steady stream
 
     def _next(self, seq: int) -> Record:
         ident = b"p%d-%09d" % (self.index, seq)
@@ -238,7 +279,34 @@ class LoadProducer:
                 with self._lock:
                     self.sent[record.ident] = record
                 seq += 1
-            self.producer.poll(tick)
+            try:
+                self.producer.poll(tick)
+            except confluent_kafka.KafkaException as exc:  # a fatal error: the producer is done
+                with self._lock:
+                    self.fatal = self.fatal or str(exc.args[0])
+                return
+
+    def send(self, partition: int) -> bytes:
+        """Send one small record to ``partition`` now; its ident (for a producer of rate 0).
+
+        Its delivery report arrives through the producer's own thread, as the stream's do.
+        """
+        self._sends += 1
+        ident = b"p%d-send-%09d" % (self.index, self._sends)
+        headers = (("id", ident), ("producer", b"%d" % self.index))
+        record = Record(ident, b"", headers, 1_700_000_000_000 + self._sends)
+        with self._lock:
+            self.sent[ident] = record
+        self.producer.produce(
+            self.topic,
+            key=record.key,
+            value=record.value,
+            headers=list(record.headers),
+            timestamp=record.timestamp,
+            partition=partition,
+            on_delivery=functools.partial(self._on_delivery, ident),
+        )
+        return ident
 
     def start(self) -> None:
         self._thread.start()
@@ -247,7 +315,11 @@ class LoadProducer:
         """Stop sending; wait for every outstanding delivery report."""
         self._stop.set()
         self._thread.join(30)
-        self.producer.flush(drain_s)
+        try:
+            self.producer.flush(drain_s)
+        except confluent_kafka.KafkaException as exc:
+            with self._lock:
+                self.fatal = self.fatal or str(exc.args[0])
 
     def acked_count(self) -> int:
         with self._lock:
@@ -266,7 +338,14 @@ class LoadProducer:
 class TailConsumer:
     """An assigned consumer following every partition from its start, across restarts."""
 
-    def __init__(self, bootstrap: str, topic: str = TOPIC, partitions: int = PARTITIONS) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str = TOPIC,
+        partitions: int = PARTITIONS,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``settings`` override the librdkafka configuration (e.g. shorter timeouts)."""
         self.topic, self.partitions = topic, partitions
         self.consumer = confluent_kafka.Consumer(
             {
@@ -278,6 +357,7 @@ class TailConsumer:
                 "reconnect.backoff.ms": 20,
                 "reconnect.backoff.max.ms": 200,
                 **QUIET,
+                **(settings or {}),
             }
         )
         self.seen: dict[Position, Record] = {}
@@ -312,6 +392,11 @@ class TailConsumer:
         with self._lock:
             return len(self.seen)
 
+    def holds(self, position: Position) -> bool:
+        """Whether the consumer has read the record at ``position``."""
+        with self._lock:
+            return position in self.seen
+
     def start(self) -> None:
         self._thread.start()
 
@@ -322,6 +407,25 @@ class TailConsumer:
 
 class ReadStalled(TimeoutError):
     """A read-back that stopped short of the high watermarks it was asked for."""
+
+
+def _watermarks(
+    consumer: confluent_kafka.Consumer, topic: str, partition: int, timeout_s: float
+) -> tuple[int, int]:
+    """A partition's (low, high) watermarks, asked again while its leader moves."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, partition), timeout=30, cached=False
+            )
+            return low, high
+        except confluent_kafka.KafkaException as exc:
+            error = exc.args[0]
+            moving = error.retriable() or error.name() in LEADER_MOVING_ERRORS
+            if not moving or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def read_range(
@@ -348,12 +452,7 @@ def read_range(
     )
     got: dict[Position, Record] = {}
     try:
-        marks = {
-            p: consumer.get_watermark_offsets(
-                confluent_kafka.TopicPartition(topic, p), timeout=30, cached=False
-            )
-            for p in range(partitions)
-        }
+        marks = {p: _watermarks(consumer, topic, p, timeout_s) for p in range(partitions)}
         ends = {p: high for p, (_, high) in marks.items()}
         begin = {p: max(starts.get(p, 0), low) for p, (low, _) in marks.items()}
         pending = {p for p in range(partitions) if ends[p] > begin[p]}
@@ -374,7 +473,7 @@ def read_range(
             deadline = time.monotonic() + timeout_s
             error = msg.error()
             if error is not None:
-                if error.name() in RESTART_ERRORS:
+                if error.name() in LEADER_MOVING_ERRORS:
                     continue
                 raise RuntimeError(f"read-back failed: {error.name()}: {error.str()}")
             partition, offset = message_position(msg)

@@ -20,6 +20,7 @@ class Row:
     max_recovery_s: float | None = None  # the longest kill -> /readyz
     seed: int | None = None
     problems: list[str] = field(default_factory=list)  # a line each, the first few of a kind
+    details: list[str] = field(default_factory=list)  # figures beyond the columns, a line each
 
     @property
     def passed(self) -> bool:
@@ -30,7 +31,7 @@ COLUMNS = ("campaign", "store", "cycles", "acked", "lost", "dup", "changed", "re
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    """The rows as a fixed-width table, then each failing row's problems."""
+    """The rows as a fixed-width table, then each row's details and each failing row's problems."""
     cells = [COLUMNS] + [
         (
             row.campaign,
@@ -51,6 +52,7 @@ def format_table(rows: Sequence[Row]) -> str:
         for line in cells
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
+    lines.extend(f"{row.campaign} ({row.store}): {line}" for row in rows for line in row.details)
     lines.extend(
         f"{row.campaign} ({row.store}): {problem}" for row in rows for problem in row.problems
     )
