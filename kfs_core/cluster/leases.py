@@ -289,7 +289,9 @@ class LeaseKeeper:
                 # Woken (a partition taken or lost): the others should know now.
                 await self.tick(heartbeat=woken)
             except asyncio.CancelledError:
-                raise
+                if _cancelling():
+                    raise
+                log.warning("node %d: a tick was cancelled from inside; going on", self.node_id)
             except Exception:
                 log.exception("node %d: heartbeat tick failed", self.node_id)
 
@@ -394,7 +396,10 @@ class LeaseKeeper:
         try:
             await self._on_release(*tp)
         except asyncio.CancelledError:
-            raise
+            if _cancelling():
+                raise
+            # The log dropped the partition meanwhile (another daemon took it).
+            return True
         except Exception:
             log.exception("node %d: releasing %s-%d failed", self.node_id, *tp)
             return False
@@ -422,7 +427,8 @@ class LeaseKeeper:
         try:
             await self._on_takeover(keys)
         except asyncio.CancelledError:
-            raise
+            if _cancelling():
+                raise
         except Exception:
             log.exception("node %d: taking over %d partitions failed", self.node_id, len(keys))
 
@@ -709,6 +715,17 @@ class LeaseKeeper:
     async def _io(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+
+
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (not a callback's own task).
+
+    A callback can raise `asyncio.CancelledError` because something it waited
+    for was cancelled; only a cancellation of the keeper's own task may end
+    its loops.
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def twin_moved(first: NodeInfo, now: NodeInfo | None) -> bool:

@@ -185,8 +185,8 @@ class Flusher:
             if not task.done():
                 continue  # in conflict: raised at the top of the loop
             if task.cancelled():
-                if p.deleted:
-                    return  # dropped with its topic
+                if p.deleted or p.leaving:
+                    return  # dropped with its topic, or taken by another daemon
                 raise asyncio.CancelledError
             if (error := task.exception()) is not None:
                 raise error

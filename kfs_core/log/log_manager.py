@@ -420,6 +420,10 @@ class LogManager:
             await self._flusher.flush_until(p, p.high_watermark)
         except FencedLeaderEpoch:
             return  # taken already: `Flusher.on_fenced` discarded it
+        if self._table.partitions.get((topic, partition)) is not p:
+            # Discarded meanwhile (another daemon took it): what was not committed
+            # is the new holder's to replay, so no WAL checkpoint may pass it.
+            return
         self._table.remove(p)
         if p.next_offset > 0 and self._failure.error is None:
             with contextlib.suppress(WalError):

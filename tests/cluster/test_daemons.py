@@ -93,6 +93,8 @@ class BackgroundProducer:
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "message.timeout.ms": 60000,
+                "request.timeout.ms": 10000,
+                "queue.buffering.max.messages": 2000,
                 "topic.metadata.refresh.interval.ms": 500,
                 "retry.backoff.ms": 100,
             }
@@ -107,13 +109,18 @@ class BackgroundProducer:
         self.stop()
 
     def _run(self) -> None:
+        attempt = 0
         while not self._stop.is_set():
             value = b"record-%08d" % self.sent
+            # Round robin over the partitions, passing over one whose queue is
+            # full (its leader is moving): the others keep going meanwhile.
+            partition = attempt % PARTITIONS
+            attempt += 1
             try:
                 self._producer.produce(
                     self.topic,
                     value=value,
-                    partition=self.sent % PARTITIONS,
+                    partition=partition,
                     on_delivery=self.history.on_delivery,
                 )
                 self.sent += 1
