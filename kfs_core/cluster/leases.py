@@ -360,6 +360,7 @@ class LeaseKeeper:
         try:
             nodes = await self._io(self._registry.read_all)
         except (KfsError, OSError) as exc:
+            self._observer.blind()
             if not self._read_outage:
                 self._read_outage = True
                 log.warning("node %d: reading the heartbeats failed: %s", self.node_id, exc)
@@ -657,6 +658,9 @@ class LeaseKeeper:
             return Leader(best.node_id, best.held[tp])
         owner = self._owner(tp)
         if owner is None or self._refusal(tp, owner, warn=False) is not None:
+            return NO_LEADER
+        if owner == self.node_id and not self._lease_valid():
+            # Cut off from the store: the others may have taken it; do not send clients here.
             return NO_LEADER
         return Leader(owner, -1)
 

@@ -202,7 +202,9 @@ class LivenessObserver:
     seen less than ``session_timeout_ms`` ago, dead once it is older; a node
     whose heartbeat says ``stopped`` is neither.  A node seen for the first
     time counts from that moment: after a restart of the observer every node
-    gets a full session timeout before it can be counted dead.
+    gets a full session timeout before it can be counted dead.  While the
+    observer cannot read the heartbeats (`blind`), its clock stands still for
+    them: a daemon cut off from the store counts nobody dead for its own outage.
     """
 
     def __init__(
@@ -211,10 +213,23 @@ class LivenessObserver:
         self._timeout = session_timeout_ms / 1000
         self._clock = clock
         self._seen: dict[int, _Seen] = {}
+        self._blind_since: float | None = None
+
+    def blind(self) -> None:
+        """Reading the heartbeats failed: stop the clock until the next `observe`."""
+        if self._blind_since is None:
+            self._blind_since = self._clock()
+
+    def _now(self) -> float:
+        return self._blind_since if self._blind_since is not None else self._clock()
 
     def observe(self, nodes: Sequence[NodeInfo]) -> None:
         """Take in the heartbeats just read; a node missing from them keeps its last one."""
         now = self._clock()
+        if self._blind_since is not None:
+            for earlier in self._seen.values():
+                earlier.first_seen += now - self._blind_since
+            self._blind_since = None
         for info in nodes:
             seen = self._seen.get(info.node_id)
             if seen is None or (seen.info.incarnation, seen.info.seq) != (
@@ -233,19 +248,19 @@ class LivenessObserver:
     def is_live(self, node_id: int) -> bool:
         """Whether ``node_id`` is running and its heartbeat moved within the session timeout."""
         seen = self._seen.get(node_id)
-        return seen is not None and self._is_live(seen, self._clock())
+        return seen is not None and self._is_live(seen, self._now())
 
     def _is_live(self, seen: _Seen, now: float) -> bool:
         return seen.info.state == "running" and now - seen.first_seen < self._timeout
 
     def live(self) -> list[NodeInfo]:
         """The running nodes whose heartbeat moved within the session timeout, by node id."""
-        now = self._clock()
+        now = self._now()
         return [s.info for _, s in sorted(self._seen.items()) if self._is_live(s, now)]
 
     def dead(self) -> list[NodeInfo]:
         """The running nodes whose heartbeat has not moved for the session timeout, by node id."""
-        now = self._clock()
+        now = self._now()
         return [
             s.info
             for _, s in sorted(self._seen.items())

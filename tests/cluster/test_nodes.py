@@ -163,3 +163,18 @@ def test_stopped_nodes_are_neither_live_nor_dead() -> None:
     observer.observe([_node(1, incarnation="new", seq=1)])
     assert [n.node_id for n in observer.live()] == [1]
     assert observer.stopped() == []
+
+
+def test_an_observer_that_cannot_read_counts_nobody_dead() -> None:
+    """Its own outage is not the others' death: the clock stands still while it is blind."""
+    now = [0.0]
+    observer = LivenessObserver(1000, clock=lambda: now[0])
+    observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])
+    now[0] = 0.5
+    observer.blind()
+    now[0] = 5.0
+    assert observer.is_live(1)
+    observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])  # read again: unchanged since
+    assert observer.is_live(1)
+    now[0] = 5.6
+    assert not observer.is_live(1)
