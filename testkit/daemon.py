@@ -164,6 +164,12 @@ class Daemon:
         return self.start()
 
 
+def node_id_of(daemon: Daemon) -> int:
+    """The ``--node-id`` a daemon was started with (0, the default, if none)."""
+    args = daemon.args
+    return int(args[len(args) - 1 - args[::-1].index("--node-id") + 1]) if "--node-id" in args else 0
+
+
 class DaemonFactory:
     """Starts daemons under a directory and guarantees none outlives `close`."""
 
@@ -183,6 +189,10 @@ class DaemonFactory:
         home.mkdir(parents=True, exist_ok=True)
         data_dir = home / "data"
         store_url = store_url or (home / "store").as_uri()
+        running = [d for d in self.daemons if d.store_url == store_url and d.alive()]
+        if running and "--node-id" not in extra_args:
+            # Daemons side by side on one namespace need node ids of their own.
+            extra_args = [*extra_args, "--node-id", str(max(map(node_id_of, running)) + 1)]
         kafka_port, metrics_port = free_port(), free_port()
         args = [
             "--listen", f"127.0.0.1:{kafka_port}",

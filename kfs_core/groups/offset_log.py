@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from kfs_core.errors import TopicAlreadyExists, UnknownTopicOrPartition
+from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.log.log_manager import LogManager
 from kfs_core.records.batch import Record, encode_batch, iter_batches
 
@@ -140,16 +140,13 @@ class OffsetLog:
         """Create ``__consumer_offsets`` (compacted) unless it exists."""
         if self._topic_ready:
             return
-        try:
-            info = await self._log.topic(OFFSETS_TOPIC)
-        except UnknownTopicOrPartition:
-            try:
-                info = await self._log.create_topic(
-                    OFFSETS_TOPIC, self._partitions, {"cleanup.policy": "compact"}
-                )
-                log.info("created %s with %d partitions", OFFSETS_TOPIC, self._partitions)
-            except TopicAlreadyExists:
-                info = await self._log.topic(OFFSETS_TOPIC)
+        # Another daemon may create it first: the cache then reads the registry afresh.
+        info = await self._log.topic(
+            OFFSETS_TOPIC,
+            auto_create=True,
+            partitions=self._partitions,
+            configs={"cleanup.policy": "compact"},
+        )
         self._partitions = info.partitions
         self._topic_ready = True
 
