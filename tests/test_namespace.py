@@ -9,7 +9,10 @@ import pytest
 from kfs_core.catalog import TopicRegistry
 from kfs_core.catalog.config import RESERVED_TOPIC_NAMES, validate_topic_name
 from kfs_core.catalog.snapshots import take_snapshot
+from kfs_core.cluster.nodes import NodeRegistry
+from kfs_core.cluster.view import NodeInfo
 from kfs_core.errors import InvalidTopicName
+from kfs_core.log.wal.store import wal_object_key
 from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.namespace import DIRECTORIES, PAGE_DIR, RESERVED_NAMES
 from kfs_core.reports import report_key
@@ -41,6 +44,8 @@ def test_every_directory_written_under_a_namespace_is_reserved(tmp_path: Path) -
         "u", make_credential("SCRAM-SHA-256", "pw", 4096)
     )  # _security/
     store.put(f"{NS}/{PAGE_DIR}/overview.json", b"{}")  # the KFS page's copy
+    NodeRegistry(store, NS).write(NodeInfo(1, "i", {}, "store"))  # _cluster/
+    store.put(wal_object_key(NS, 1, "i", 0), b"")  # _wal/
     written = {info.key.split("/")[1] for info in store.list(f"{NS}/")}
     assert written == set(DIRECTORIES)  # this test writes under every one of them
     for name in written:

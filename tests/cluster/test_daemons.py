@@ -156,10 +156,14 @@ def read_all(
     try:
         ends = {}
         for p in range(partitions):
-            _, high = consumer.get_watermark_offsets(
-                confluent_kafka.TopicPartition(topic, p), timeout=30
+            # A leader that just moved answers NOT_LEADER until the client's metadata follows.
+            _, ends[p] = wait_for(
+                lambda p=p: consumer.get_watermark_offsets(
+                    confluent_kafka.TopicPartition(topic, p), timeout=10
+                ),
+                timeout=60,
+                what=f"the end of partition {p}",
             )
-            ends[p] = high
         consumer.assign(
             [
                 confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kfs_core.cluster.view import ClusterView, Leader, NodeInfo
-from kfs_core.errors import GroupError
+from kfs_core.errors import GroupError, KfsError
 from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
 from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OFFSETS_TOPIC
 from kfs_core.log.log_manager import LogManager
@@ -169,7 +169,10 @@ class RequestContext:
 
     async def check_coordinator(self, group_id: str) -> None:
         """Raise `Refused` (NOT_COORDINATOR) unless this node coordinates ``group_id``."""
-        await self.known_offsets_topic()
+        try:
+            await self.known_offsets_topic()
+        except KfsError as exc:  # the registry cannot be read or written now
+            raise Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
         node_id = self.coordinator(group_id).node_id
         if node_id != self.cluster.node_id:
             raise Refused(

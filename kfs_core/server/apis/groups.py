@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.errors import MemberIdRequired
+from kfs_core.errors import KfsError, MemberIdRequired
 from kfs_core.groups.coordinator import CommitRequest
 from kfs_core.security.acls import Operation, ResourceType
 from kfs_core.server.apis.access import (
@@ -133,12 +133,17 @@ async def _find_coordinator(
         elif key_type == COORDINATOR_KEY_GROUP and not key:
             code, message = ErrorCode.INVALID_GROUP_ID, "the group id is empty"
         elif key_type == COORDINATOR_KEY_GROUP:
-            await context.known_offsets_topic()
-            node_id = context.coordinator(key).node_id
+            try:
+                await context.known_offsets_topic()
+            except KfsError as exc:  # the registry cannot be read or written now
+                message = f"the offsets topic cannot be read now: {exc}"
+                node_id = -1
+            else:
+                node_id = context.coordinator(key).node_id
             found = _reachable(context, node_id)
             if found is None:
                 code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-                message = f"no live daemon coordinates group {key!r} now"
+                message = message or f"no live daemon coordinates group {key!r} now"
             else:
                 host, port = found
         context.count_error(ApiKey.FIND_COORDINATOR, code)
