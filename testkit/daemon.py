@@ -166,8 +166,8 @@ class Daemon:
 
 def node_id_of(daemon: Daemon) -> int:
     """The ``--node-id`` a daemon was started with (0, the default, if none)."""
-    args = daemon.args
-    return int(args[len(args) - 1 - args[::-1].index("--node-id") + 1]) if "--node-id" in args else 0
+    given = [i for i, arg in enumerate(daemon.args) if arg == "--node-id"]
+    return int(daemon.args[given[-1] + 1]) if given else 0  # the last one counts
 
 
 class DaemonFactory:
