@@ -119,7 +119,7 @@ def check_log(
     sent: Mapping[bytes, Record],
     acked: Iterable[tuple[Position, bytes]],
     findings: Findings,
-    read_ends: dict[int, int],
+    read_ends: Mapping[int, int | None],
     *,
     log_starts: dict[int, int] | None = None,
     compacted: bool = False,
@@ -139,9 +139,12 @@ def check_log(
         for (partition, offset), record in log.items():
             slot = (partition, record.key)
             newest[slot] = max(newest.get(slot, -1), offset)
+    unread = sorted(p for p, end in read_ends.items() if end is None)
+    if unread:
+        findings.problem("final read", f"partitions {unread} could not be read to their end")
     for position, ident in acked:
         partition, offset = position
-        if not starts.get(partition, 0) <= offset < read_ends.get(partition, 0):
+        if not starts.get(partition, 0) <= offset < (read_ends.get(partition) or 0):
             continue
         stored = log.get(position)
         if stored is None:
@@ -160,6 +163,8 @@ def check_log(
     if compacted:
         return
     for partition, end in read_ends.items():
+        if end is None:
+            continue  # reported above
         missing = [o for o in range(starts.get(partition, 0), end) if (partition, o) not in log]
         if missing:
             findings.problem("gaps", f"partition {partition} lacks offsets {missing[:EXAMPLES]}")
