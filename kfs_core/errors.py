@@ -201,6 +201,13 @@ class LeaseConflict(CatalogError):
     catalog_epoch: int
 
 
+class LeaseStartMoved(InvalidCatalogAction):
+    """A lease's ``start_offset`` is no longer the log's end: a commit landed before it.
+
+    `PartitionCatalog.take_lease` takes the lease again at the new end.
+    """
+
+
 class FencedLeaderEpoch(CatalogError):
     """A daemon's commit carries a leader epoch that is no longer the partition's newest lease.
 

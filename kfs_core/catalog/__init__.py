@@ -2,7 +2,10 @@
 
 - `layout`    — object keys of commits, checkpoints, the pointer and segments.
 - `actions`   — `SegmentEntry` and the actions (add, remove, replace,
-  set_log_start_offset, topic_config); the commit file format.
+  set_log_start_offset, topic_config, lease, leader_epoch_start); the commit
+  file format.
+- `epochs`    — the leader epoch history (where each lease epoch began) and
+  OffsetForLeaderEpoch's answer from it.
 - `state`     — `PartitionState`, the replay that builds it, checkpoint files.
 - `partition` — `PartitionCatalog`: load, refresh, commit with retries,
   checkpoints, snapshots by version, commit expiry; a façade over
@@ -24,6 +27,7 @@ from kfs_core.catalog.actions import (
     ReplaceSegments,
     SegmentEntry,
     SegmentRef,
+    SetLeaderEpochStart,
     SetLogStartOffset,
     SetTopicConfig,
     TakeLease,
@@ -39,6 +43,7 @@ from kfs_core.catalog.config import (
     validate_configs,
     validate_topic_name,
 )
+from kfs_core.catalog.epochs import EpochEntry
 from kfs_core.catalog.log_files import IoStats
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import TOMBSTONE_RETENTION_MS, PartitionState
@@ -52,6 +57,7 @@ __all__ = [
     "AddSegment",
     "Commit",
     "CommitResult",
+    "EpochEntry",
     "ExpireResult",
     "IoStats",
     "PartitionCatalog",
@@ -61,6 +67,7 @@ __all__ = [
     "RetryPolicy",
     "SegmentEntry",
     "SegmentRef",
+    "SetLeaderEpochStart",
     "SetLogStartOffset",
     "SetTopicConfig",
     "TakeLease",

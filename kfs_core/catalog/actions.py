@@ -17,12 +17,26 @@ Actions:
   (compaction); an input that is not live aborts the whole commit.
 - ``set_log_start_offset``: moves the log start offset forwards.
 - ``topic_config``: the topic config overrides in effect from this commit on.
-- ``lease``: ``{"action":"lease","epoch":E,"node_id":N,"incarnation":"…"}``,
+- ``lease``: ``{"action":"lease","epoch":E,"node_id":N,"incarnation":"…","start_offset":S}``,
   daemon ``node_id`` (its run ``incarnation``) owns the partition from this
   commit on, as leader epoch ``E``; a writer may only commit the newest
   lease's epoch plus one (`LeaseConflict`), so exactly one daemon wins each
-  epoch.  A daemon's own commits carry its epoch and are refused once a newer
-  lease stands (`FencedLeaderEpoch`, see `kfs_core.catalog.commit`).
+  epoch.  ``start_offset`` is the log's end (the high watermark) the lease
+  was committed on, where epoch ``E`` begins; the writer must give exactly
+  that (`LeaseStartMoved` otherwise).  A lease written before the field
+  existed has none, and its epoch begins at the high watermark of the state
+  it applies to -- the same offset, from its place in the log.  A daemon's
+  own commits carry its epoch and are refused once a newer lease stands
+  (`FencedLeaderEpoch`, see `kfs_core.catalog.commit`).
+- ``leader_epoch_start``: ``{"action":"leader_epoch_start","epoch":E,"start_offset":S}``,
+  the newest lease's epoch ``E`` begins at ``S`` rather than where its lease
+  said: the records from there to ``S`` were acknowledged under earlier
+  epochs, and the new holder replayed them (from the ``store`` mode's WAL
+  objects, or its local WAL after a restart) before it served.  Committed
+  by the holder of ``E`` (fenced by it) before it commits those records;
+  ``E`` must be the newest lease's epoch and ``S`` at least the high
+  watermark (`InvalidCatalogAction`).  The history of epochs these two
+  actions build is `kfs_core.catalog.epochs`.
 
 Field order is declaration order, so the same commit always encodes to the
 same bytes.  Unknown fields are refused (``extra="forbid"``): an old reader
@@ -245,16 +259,35 @@ class SetTopicConfig(_Model):
 
 
 class TakeLease(_Model):
-    """Daemon ``node_id`` (run ``incarnation``) leads the partition as leader epoch ``epoch``."""
+    """Daemon ``node_id`` (run ``incarnation``) leads the partition as leader epoch ``epoch``.
+
+    ``start_offset``: the log's end when the lease was taken, where the epoch
+    begins (None in leases written before it was recorded; left out of the JSON then).
+    """
 
     action: Literal["lease"] = "lease"
     epoch: Annotated[StrictInt, Field(ge=1)]
     node_id: NonNegative
     incarnation: StrictStr
+    start_offset: NonNegative | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class SetLeaderEpochStart(_Model):
+    """The newest lease's epoch ``epoch`` begins at ``start_offset``, past what its holder replayed."""
+
+    action: Literal["leader_epoch_start"] = "leader_epoch_start"
+    epoch: Annotated[StrictInt, Field(ge=1)]
+    start_offset: NonNegative
 
 
 Action = Annotated[
-    AddSegment | RemoveSegment | ReplaceSegments | SetLogStartOffset | SetTopicConfig | TakeLease,
+    AddSegment
+    | RemoveSegment
+    | ReplaceSegments
+    | SetLogStartOffset
+    | SetTopicConfig
+    | TakeLease
+    | SetLeaderEpochStart,
     Field(discriminator="action"),
 ]
 

@@ -14,7 +14,7 @@ The catalog is a façade over four parts, each in its own module:
 
 `PartitionCatalog` owns the lock that serialises them and keeps the public
 methods: load, refresh, commit (and its forms: add, replace, remove,
-log start offset, topic config, lease), checkpoint, snapshots by version,
+log start offset, topic config, lease, leader epoch start), checkpoint, snapshots by version,
 expiry.  The commit forms a daemon uses for its partitions take its
 ``leader_epoch``, which fences them once another daemon's lease is newer.
 """
@@ -34,6 +34,7 @@ from kfs_core.catalog.actions import (
     ReplaceSegments,
     SegmentEntry,
     SegmentRef,
+    SetLeaderEpochStart,
     SetLogStartOffset,
     SetTopicConfig,
     TakeLease,
@@ -50,7 +51,7 @@ from kfs_core.catalog.loader import MAX_STATE_AGE_S, CachedState, LogLoader
 from kfs_core.catalog.log_files import IoStats, LogFiles
 from kfs_core.catalog.state import TOMBSTONE_RETENTION_MS, PartitionState
 from kfs_core.clock import now_ms
-from kfs_core.errors import CatalogVersionNotFound, RemoveConflict
+from kfs_core.errors import CatalogVersionNotFound, LeaseStartMoved, RemoveConflict
 from kfs_core.storage.base import ObjectStore
 
 __all__ = ["CommitResult", "ExpireResult", "IoStats", "PartitionCatalog", "RetryPolicy"]
@@ -292,15 +293,40 @@ class PartitionCatalog:
         """Lead the partition: commit a lease with the newest lease's epoch plus one.
 
         Reads the newest state first, so the epoch is taken from the store,
-        not the cache.  Returns the state with the new lease.  `LeaseConflict`
-        if another writer took that epoch first (the caller decides whether
-        to try again); never retried into success.
+        not the cache; the lease records the log's end there as the epoch's
+        start, and is taken again at the new end if a commit landed first
+        (`LeaseStartMoved`).  Returns the state with the new lease.
+        `LeaseConflict` if another writer took that epoch first (the caller
+        decides whether to try again); never retried into success.
         """
         with self._lock:
-            epoch = self._cache.refreshed().leader_epoch + 1
-            action = TakeLease(epoch=epoch, node_id=node_id, incarnation=incarnation)
-            self._committer.commit([action], "lease")
-            return self._cache.get().snapshot()
+            attempt = 0
+            while True:
+                attempt += 1
+                state = self._cache.refreshed()
+                action = TakeLease(
+                    epoch=state.leader_epoch + 1,
+                    node_id=node_id,
+                    incarnation=incarnation,
+                    start_offset=state.high_watermark,
+                )
+                try:
+                    self._committer.commit([action], "lease")
+                except LeaseStartMoved:
+                    if attempt >= self.retry.max_attempts:
+                        raise
+                    continue
+                return self._cache.get().snapshot()
+
+    def set_leader_epoch_start(self, epoch: int, start_offset: int) -> CommitResult:
+        """Move the start of this daemon's epoch ``epoch`` (the newest lease) to ``start_offset``.
+
+        For a holder that replayed, above the catalog's end, records earlier
+        epochs acknowledged: it commits this before them, so the history says
+        where its own epoch begins.  Fenced by ``epoch`` like the holder's other commits.
+        """
+        action = SetLeaderEpochStart(epoch=epoch, start_offset=start_offset)
+        return self.commit([action], operation="leader_epoch_start", leader_epoch=epoch)
 
     def checkpoint_every(self, checkpoint_bytes: int) -> int:
         """Commits between checkpoints after a checkpoint of ``checkpoint_bytes``."""

@@ -41,7 +41,7 @@ from kfs_core.catalog.actions import (
     parse_model,
 )
 from kfs_core.catalog.partition import PartitionCatalog
-from kfs_core.catalog.state import Checkpoint, PartitionState, decode_checkpoint
+from kfs_core.catalog.state import Checkpoint, PartitionState, decode_checkpoint, lease_header
 from kfs_core.catalog.topics import TopicRecord, TopicRegistry
 from kfs_core.clock import now_ms
 from kfs_core.errors import (
@@ -211,6 +211,7 @@ def _encode_state(state: PartitionState) -> bytes:
         "log_start_offset": state.log_start_offset,
         "high_watermark": state.high_watermark,
         "config": dict(state.config),
+        **lease_header(state),
     }
     segments = [s.model_dump_json() for s in state.segments]
     tombstones = [t.model_dump_json() for t in state.tombstones]

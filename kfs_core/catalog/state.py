@@ -26,14 +26,22 @@ segment or tombstone a line::
 
 and ``_log/_last_checkpoint`` is ``{"format":1,"version":40,"size":123456}``.
 A partition that has had a lease commit also has ``"leader_epoch"``,
-``"leader_node_id"`` and ``"leader_incarnation"`` in the header, after
-``"config"``; one that never had one leaves them out (the checkpoint reads
-as it did before leases existed).
+``"leader_node_id"``, ``"leader_incarnation"`` and ``"leader_epochs"`` in
+the header, after ``"config"``; one that never had one leaves them out (the
+checkpoint reads as it did before leases existed).  ``"leader_epochs"`` is
+the history of leader epochs (`kfs_core.catalog.epochs`), oldest first, so it
+outlives the commits it came from::
+
+    "leader_epochs":[{"epoch":3,"start_offset":0},{"epoch":4,"start_offset":4100}]
+
+A checkpoint written before the history was kept has only the newest
+lease; its epoch then counts from the checkpoint's log start offset.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -41,6 +49,7 @@ from typing import Literal
 
 from pydantic import StrictInt, StrictStr
 
+from kfs_core.catalog import epochs
 from kfs_core.catalog.actions import (
     FORMAT_VERSION,
     Action,
@@ -50,6 +59,7 @@ from kfs_core.catalog.actions import (
     RemoveSegment,
     ReplaceSegments,
     SegmentEntry,
+    SetLeaderEpochStart,
     SetLogStartOffset,
     SetTopicConfig,
     TakeLease,
@@ -58,11 +68,13 @@ from kfs_core.catalog.actions import (
     encode_document_blocks,
     parse_model,
 )
+from kfs_core.catalog.epochs import EpochEntry
 from kfs_core.errors import (
     CatalogError,
     CorruptCatalog,
     InvalidCatalogAction,
     LeaseConflict,
+    LeaseStartMoved,
     LogStartOffsetRegression,
     RemoveConflict,
     ReplaceConflict,
@@ -90,6 +102,7 @@ class Checkpoint(_Model):
     leader_epoch: NonNegative = 0
     leader_node_id: StrictInt = -1
     leader_incarnation: StrictStr = ""
+    leader_epochs: tuple[EpochEntry, ...] = ()
     segments: tuple[SegmentEntry, ...]
     tombstones: tuple[Tombstone, ...]
 
@@ -111,7 +124,8 @@ class PartitionState:
     the newest live segment (or the log start offset); it never moves back,
     even when segments are removed, because offsets are never reused.
     ``leader_epoch``, ``leader_node_id`` and ``leader_incarnation`` are the
-    newest lease's (0, -1 and "" when the partition never had one).
+    newest lease's (0, -1 and "" when the partition never had one);
+    ``leader_epochs`` is where each leader epoch began (`kfs_core.catalog.epochs`).
     """
 
     topic: str
@@ -126,6 +140,7 @@ class PartitionState:
     leader_epoch: int = 0
     leader_node_id: int = -1
     leader_incarnation: str = ""
+    leader_epochs: tuple[EpochEntry, ...] = ()
     # No segment live at this version or later was removed by a later one:
     # every segment of the state at any version >= ``removals_through`` is
     # still live here.  -1 when no segment was ever removed; a state loaded
@@ -140,6 +155,17 @@ class PartitionState:
     @property
     def record_count(self) -> int:
         return sum(s.record_count for s in self.segments)
+
+    def end_offset_for_epoch(self, requested: int, log_end_offset: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(leader epoch, end offset)`` of epoch ``requested``.
+
+        ``log_end_offset`` is where the newest epoch ends (the log's end,
+        which may be past this state's high watermark); see
+        `kfs_core.catalog.epochs.end_offset_for`.
+        """
+        return epochs.end_offset_for(
+            self.leader_epochs, requested, log_end_offset, self.log_start_offset
+        )
 
     def segment_for(self, offset: int) -> SegmentEntry | None:
         """The live segment whose offset range holds ``offset``, if any."""
@@ -188,7 +214,8 @@ _Op = (
     | tuple[Literal["remove"], SegmentEntry, int]
     | tuple[Literal["log_start"], int]
     | tuple[Literal["config"], dict[str, str]]
-    | tuple[Literal["lease"], int, int, str]
+    | tuple[Literal["lease"], int, int, str, int]
+    | tuple[Literal["epoch_start"], int, int]
 )
 
 
@@ -225,6 +252,7 @@ class StateBuilder:
         self.leader_epoch = 0
         self.leader_node_id = -1
         self.leader_incarnation = ""
+        self.leader_epochs: tuple[EpochEntry, ...] = ()
         #: The size of the checkpoint this state was loaded from or last wrote (0: none).
         self.checkpoint_bytes = 0
         self._bases: list[int] = []  # sorted base offsets of the live segments
@@ -283,6 +311,7 @@ class StateBuilder:
         builder.leader_epoch = checkpoint.leader_epoch
         builder.leader_node_id = checkpoint.leader_node_id
         builder.leader_incarnation = checkpoint.leader_incarnation
+        builder.leader_epochs = _checkpointed_epochs(checkpoint, key)
         previous: SegmentEntry | None = None
         for segment in checkpoint.segments:
             if previous is not None and segment.base_offset <= previous.last_offset:
@@ -381,8 +410,26 @@ class StateBuilder:
                         epoch=action.epoch,
                         catalog_epoch=o.leader_epoch,
                     )
+                start = o.high_watermark if action.start_offset is None else action.start_offset
+                if writer_checks and start != o.high_watermark:
+                    raise LeaseStartMoved(
+                        f"{self.topic}/{self.partition}: lease epoch {action.epoch} starts at "
+                        f"{start}, but the log ends at {o.high_watermark} now"
+                    )
                 o.leader_epoch = action.epoch
-                o.ops.append(("lease", action.epoch, action.node_id, action.incarnation))
+                o.ops.append(("lease", action.epoch, action.node_id, action.incarnation, start))
+            elif isinstance(action, SetLeaderEpochStart):
+                if writer_checks and action.epoch != o.leader_epoch:
+                    raise InvalidCatalogAction(
+                        f"{self.topic}/{self.partition}: epoch {action.epoch} is not the newest "
+                        f"lease's ({o.leader_epoch}); only the newest epoch's start may move"
+                    )
+                if writer_checks and action.start_offset < o.high_watermark:
+                    raise InvalidCatalogAction(
+                        f"{self.topic}/{self.partition}: epoch {action.epoch} cannot start at "
+                        f"{action.start_offset}, below the high watermark {o.high_watermark}"
+                    )
+                o.ops.append(("epoch_start", action.epoch, action.start_offset))
             else:  # pragma: no cover - the Action union is closed
                 raise InvalidCatalogAction(f"unknown action {action!r}")
         return o.ops
@@ -518,10 +565,18 @@ class StateBuilder:
             elif op[0] == "log_start":
                 self.log_start_offset = op[1]
                 self.high_watermark = max(self.high_watermark, op[1])
+                self.leader_epochs = epochs.trim(self.leader_epochs, self.log_start_offset)
             elif op[0] == "lease":
                 self.leader_epoch = op[1]
                 self.leader_node_id = op[2]
                 self.leader_incarnation = op[3]
+                self.leader_epochs = epochs.trim(
+                    epochs.record(self.leader_epochs, op[1], op[4]), self.log_start_offset
+                )
+            elif op[0] == "epoch_start":
+                self.leader_epochs = epochs.trim(
+                    epochs.record(self.leader_epochs, op[1], op[2]), self.log_start_offset
+                )
             else:
                 self.config = op[1]
         self.version = version
@@ -611,6 +666,7 @@ class StateBuilder:
                 leader_epoch=self.leader_epoch,
                 leader_node_id=self.leader_node_id,
                 leader_incarnation=self.leader_incarnation,
+                leader_epochs=self.leader_epochs,
                 removals_through=self._removals_through,
             )
         return self._snapshot
@@ -634,10 +690,7 @@ class StateBuilder:
             "high_watermark": self.high_watermark,
             "config": self.config,
         }
-        if self.leader_epoch:
-            header["leader_epoch"] = self.leader_epoch
-            header["leader_node_id"] = self.leader_node_id
-            header["leader_incarnation"] = self.leader_incarnation
+        header.update(lease_header(self.snapshot()))
         segments = self.snapshot().segments
         # The lines of a prefix of ``segments`` are kept from the previous call.
         blocks, lines = self._segment_blocks, self._segment_lines
@@ -663,6 +716,45 @@ class StateBuilder:
         if line is None:
             line = self._lines[cache_key] = item.model_dump_json().encode()
         return line
+
+
+def lease_header(state: PartitionState) -> dict[str, object]:
+    """The lease fields of a checkpoint header (none for a partition that never had a lease)."""
+    if not state.leader_epoch:
+        return {}
+    return {
+        "leader_epoch": state.leader_epoch,
+        "leader_node_id": state.leader_node_id,
+        "leader_incarnation": state.leader_incarnation,
+        "leader_epochs": [e.model_dump() for e in state.leader_epochs],
+    }
+
+
+def _checkpointed_epochs(checkpoint: Checkpoint, key: str) -> tuple[EpochEntry, ...]:
+    """The checkpoint's epoch history, checked; its newest lease alone if it predates histories."""
+    history = checkpoint.leader_epochs
+    if not history:
+        if not checkpoint.leader_epoch:
+            return ()
+        return (
+            EpochEntry(epoch=checkpoint.leader_epoch, start_offset=checkpoint.log_start_offset),
+        )
+    for before, after in itertools.pairwise(history):
+        if after.epoch <= before.epoch or after.start_offset < before.start_offset:
+            raise CorruptCatalog(
+                f"leader epochs out of order: epoch {after.epoch} at {after.start_offset} "
+                f"follows epoch {before.epoch} at {before.start_offset}",
+                object_name=key,
+                offset=0,
+            )
+    if history[-1].epoch != checkpoint.leader_epoch:
+        raise CorruptCatalog(
+            f"the newest leader epoch {history[-1].epoch} is not the lease's "
+            f"{checkpoint.leader_epoch}",
+            object_name=key,
+            offset=0,
+        )
+    return tuple(history)
 
 
 def _segment_lines_of(data: bytes, count: int) -> bytes | None:

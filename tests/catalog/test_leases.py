@@ -137,7 +137,8 @@ def test_checkpoint_carries_the_lease_and_reads_back_the_same_state() -> None:
     data = b.encode_checkpoint()
     header = data.split(b',"segments"')[0]
     assert header.endswith(
-        b'"config":{},"leader_epoch":1,"leader_node_id":7,"leader_incarnation":"boot-9"'
+        b'"config":{},"leader_epoch":1,"leader_node_id":7,"leader_incarnation":"boot-9",'
+        b'"leader_epochs":[{"epoch":1,"start_offset":10}]'
     )
     checkpoint = decode_checkpoint(data, "cp", 1)
     restored = StateBuilder.from_checkpoint(checkpoint, TOPIC, PARTITION, "cp", data=data)
@@ -197,7 +198,7 @@ def test_take_lease_commits_the_next_epoch_and_returns_the_state(store: ObjectSt
     )
     commit = cat.read_commit(1)
     assert commit.operation == "lease"
-    assert commit.actions == (TakeLease(epoch=2, node_id=2, incarnation="boot-2"),)
+    assert commit.actions == (TakeLease(epoch=2, node_id=2, incarnation="boot-2", start_offset=0),)
     assert catalog(store).load() == second
 
 
