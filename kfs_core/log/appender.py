@@ -328,7 +328,9 @@ class Appender:
                     answered[item.index] = self._visible_future(p, original)
                     continue
                 base_offset = next_offsets.get((p.topic, p.partition), p.next_offset)
-                next_offset = assign_offsets_into(item.buf, base_offset, object_name=p.name)
+                next_offset = assign_offsets_into(
+                    item.buf, base_offset, object_name=p.name, leader_epoch=p.epoch
+                )
                 if item.info.log_append_time:
                     item.append_time = self._clock()
                     for pos, _ in item.batches:

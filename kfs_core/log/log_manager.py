@@ -299,6 +299,7 @@ class LogManager:
             skipped += ignored
         for p in touched.values():
             p.high_watermark = p.next_offset
+            await self._begin_epoch(p)
         log.info(
             "WAL replay: %d batches into %d partitions, %d already in the catalog",
             replayed,
@@ -337,6 +338,11 @@ class LogManager:
         try:
             if started:
                 async with asyncio.timeout(timeout_s):
+                    # A partition being opened (a lease being taken) finishes
+                    # opening: a lease commit must not be left half done.
+                    opening = self._table.opening()
+                    if opening:
+                        await asyncio.wait(opening)
                     # Appends already queued in the WAL are acknowledged soon; the
                     # final flush should carry them.
                     queued = [x.visible for p in self._table.partitions.values() for x in p.pending]
@@ -392,6 +398,7 @@ class LogManager:
             replayed += added
             skipped += ignored
         p.high_watermark = p.next_offset
+        await self._begin_epoch(p)
         await self._flusher.flush_until(p, p.high_watermark)
         log.info(
             "%s: took over at epoch %s with %d batch(es) an earlier holder acknowledged "
@@ -402,6 +409,36 @@ class LogManager:
             skipped,
             p.next_offset,
         )
+
+    async def _begin_epoch(self, p: Partition) -> None:
+        """Record that ``p``'s lease epoch begins past the batches just replayed into it.
+
+        Those were acknowledged under earlier epochs (the lease's start
+        offset is the catalog's end below them), so a consumer that read them
+        there must find its epoch ending above them (OffsetForLeaderEpoch).
+        Committed before they are: a holder that dies in between leaves them
+        to the next one's replay, and the history stays true.  A failed
+        commit costs only that precision: it is logged and the log goes on.
+        """
+        history = p.state.leader_epochs
+        if p.epoch is None or not history or history[-1].epoch != p.epoch:
+            return
+        if p.next_offset <= history[-1].start_offset:
+            return
+        try:
+            state = await self._io(_set_epoch_start, p.catalog, p.epoch, p.next_offset)
+        except (ObjectStoreError, CatalogError) as exc:
+            log.warning(
+                "%s: recording that epoch %d begins at %d failed: %s; OffsetForLeaderEpoch "
+                "answers the lease's start %d for the epoch before",
+                p.name,
+                p.epoch,
+                p.next_offset,
+                exc,
+                history[-1].start_offset,
+            )
+            return
+        self._refresher.adopt(p, state)
 
     async def release(self, topic: str, partition: int) -> None:
         """Hand a partition over: refuse appends, commit what was acknowledged, let it go.
@@ -440,6 +477,34 @@ class LogManager:
             # NOT_LEADER_OR_FOLLOWER: another daemon's to take, now the topic is known.
             if isinstance(outcome, BaseException) and not isinstance(outcome, NotLeaderOrFollower):
                 log.warning("taking over %s-%d failed: %s", topic, partition, outcome)
+
+    def open_soon(self, topic: str, partitions: Iterable[int]) -> None:
+        """Open, in the background, those of the topic's partitions not open here yet.
+
+        For partitions a client named that are assigned to this daemon and
+        held by nobody (`PartitionTable.open_soon`): each takes its lease,
+        so Metadata soon shows its leader epoch.  Does nothing unless the log runs.
+        """
+        if self._lifecycle != "running":
+            return
+        opening = self._table.open_soon(
+            ((topic, p) for p in partitions), lambda: self._lifecycle == "running"
+        )
+        if opening is not None:
+            self._spawn(opening)
+
+    async def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(leader epoch, end offset)`` of ``epoch`` in the partition.
+
+        From the catalog's epoch history (`kfs_core.catalog.epochs`); the
+        newest epoch ends at the high watermark, the end of what was
+        acknowledged (offsets assigned to appends the WAL has not confirmed
+        may yet be given again).  (-1, -1) for a negative epoch or one newer
+        than the newest.  `NotLeaderOrFollower` and `UnknownTopicOrPartition`
+        as for any read.
+        """
+        p, _ = await self._table.lookup(topic, partition)
+        return p.state.end_offset_for_epoch(epoch, p.high_watermark)
 
     def cached_partition_count(self, topic: str) -> int | None:
         """The partition count of a topic this log has looked up; None if it has not."""
@@ -716,4 +781,10 @@ def _set_log_start(
         if state.log_start_offset < offset:
             raise
         return state
+    return catalog.state
+
+
+def _set_epoch_start(catalog: PartitionCatalog, epoch: int, offset: int) -> PartitionState:
+    """Commit that leader epoch ``epoch`` begins at ``offset``; the state after it."""
+    catalog.set_leader_epoch_start(epoch, offset)
     return catalog.state

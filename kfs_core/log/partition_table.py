@@ -20,7 +20,10 @@ above the old checkpoint, never below it.
 Warm-up.  After `LogManager.start` has replayed the WAL, `warm_up` opens
 in the background the other partitions the WAL's live files name (at most
 ``warmup_partitions``), so their producers' first requests after a restart
-do not wait for the catalogs to load.
+do not wait for the catalogs to load.  `open_soon` does the same for the
+partitions a client's Metadata or CreateTopics names that are assigned
+here and held by nobody: opening takes their lease, so the next Metadata
+answer carries their leader epoch.
 
 Deleted topics.  `forget_topic` (called once the registry marked the topic
 deleted) drops its partitions at once -- lookups, appends and reads answer
@@ -44,7 +47,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
@@ -149,6 +152,7 @@ class PartitionTable:
         self.replay: Callable[[Partition], Awaitable[None]] | None = None
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._opening: dict[tuple[str, int], asyncio.Task[Partition]] = {}
+        self._soon: set[tuple[str, int]] = set()  # queued by `open_soon`
 
     async def open_partitions(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> None:
         """Load the catalog state of those ``(topic, partition)`` not loaded yet.
@@ -204,6 +208,10 @@ class PartitionTable:
             self._opening[key] = task
             task.add_done_callback(functools.partial(self._opened, key))
         return await asyncio.shield(task)
+
+    def opening(self) -> list[asyncio.Task[Partition]]:
+        """The loads under way (`open`), for a closing log to wait for."""
+        return list(self._opening.values())
 
     def check_owned(self, p: Partition) -> None:
         """Raise `NotLeaderOrFollower` unless this daemon holds ``p``'s lease now."""
@@ -429,7 +437,52 @@ class PartitionTable:
         """
         started = time.monotonic()
         closed = [key for key in keys if key not in self.partitions]
-        todo = iter(closed[: self.settings.warmup_partitions])
+        opened = await self._open_each(
+            closed[: self.settings.warmup_partitions], running, logging.INFO, "warm-up"
+        )
+        if opened:
+            log.info(
+                "warm-up: opened %d partitions named in the WAL in %.2f s",
+                opened,
+                time.monotonic() - started,
+            )
+        return opened
+
+    def open_soon(
+        self, keys: Iterable[tuple[str, int]], running: Callable[[], bool]
+    ) -> Coroutine[Any, Any, int] | None:
+        """The opening, in the background, of those ``keys`` not open or on their way yet.
+
+        For partitions assigned to this daemon that nobody holds yet, when a
+        client names their topic (Metadata, CreateTopics): opened now, each
+        takes its lease, so the client's next Metadata shows their leader
+        epoch rather than -1, and their first produce or fetch does not wait
+        for the load.  None when there is nothing to open; the caller runs
+        the coroutine as a task.  `WARMUP_CONCURRENCY` open at once; a
+        partition that cannot be opened (another daemon's after all, the
+        store failing) is left to its first request, which reports the error.
+        """
+        fresh = [
+            key
+            for key in dict.fromkeys(keys)
+            if key not in self.partitions and key not in self._opening and key not in self._soon
+        ]
+        if not fresh:
+            return None
+        self._soon.update(fresh)
+        return self._open_soon(fresh, running)
+
+    async def _open_soon(self, keys: list[tuple[str, int]], running: Callable[[], bool]) -> int:
+        try:
+            return await self._open_each(keys, running, logging.DEBUG, "opening ahead")
+        finally:
+            self._soon.difference_update(keys)
+
+    async def _open_each(
+        self, keys: Sequence[tuple[str, int]], running: Callable[[], bool], level: int, what: str
+    ) -> int:
+        """Open ``keys``, `WARMUP_CONCURRENCY` at once, until ``running()`` turns false; how many."""
+        todo = iter(keys)
         opened = 0
 
         async def worker() -> None:
@@ -440,17 +493,11 @@ class PartitionTable:
                 try:
                     await self.lookup(topic, partition)
                 except Exception as exc:  # noqa: BLE001 - the first request reports it
-                    log.info("warm-up: %s-%d stays closed: %s", topic, partition, exc)
+                    log.log(level, "%s: %s-%d stays closed: %s", what, topic, partition, exc)
                 else:
                     opened += 1
 
         await asyncio.gather(*(worker() for _ in range(WARMUP_CONCURRENCY)))
-        if opened:
-            log.info(
-                "warm-up: opened %d partitions named in the WAL in %.2f s",
-                opened,
-                time.monotonic() - started,
-            )
         return opened
 
     async def _io(self, fn: Callable[..., T], *args: Any) -> T:

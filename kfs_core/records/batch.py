@@ -827,18 +827,28 @@ def rewrite_base_offset_into(
 
 
 def assign_offsets_into(
-    buf: WritableBuffer, next_offset: int, *, object_name: str = "<batch>"
+    buf: WritableBuffer,
+    next_offset: int,
+    *,
+    object_name: str = "<batch>",
+    leader_epoch: int | None = None,
 ) -> int:
     """Give every batch in ``buf`` its offsets, as a broker does on produce.
 
     Batch after batch, the base offset becomes ``next_offset``, which then
-    moves past the batch's last offset delta.  Returns the offset after the
-    last batch.  CRCs are not checked or changed.
+    moves past the batch's last offset delta.  With ``leader_epoch``, each
+    batch's partition leader epoch becomes it too, as a Kafka leader stamps
+    its own: consumers remember the epoch of what they read and ask
+    OffsetForLeaderEpoch about it after a leader change.  Returns the
+    offset after the last batch.  CRCs are not checked or changed (both
+    fields lie before the part they cover).
     """
     pos = 0
     limit = len(buf)
     while pos < limit:
         header = rewrite_base_offset_into(buf, next_offset, pos, object_name=object_name)
+        if leader_epoch is not None:
+            PARTITION_LEADER_EPOCH.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
         next_offset += header.last_offset_delta + 1
         pos += header.total_size
     return next_offset

@@ -12,6 +12,7 @@ does not hold, as the leased log does.
 from __future__ import annotations
 
 import json
+import struct
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,9 +25,26 @@ from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.cluster.view import NO_LEADER, Leader, NodeInfo
 from kfs_core.errors import NotLeaderOrFollower
 from kfs_core.groups.offset_log import OFFSETS_TOPIC
-from kfs_core.server.protocol import ErrorCode
+from kfs_core.records.batch import iter_batch_headers
+from kfs_core.security.acls import (
+    CLUSTER_NAME,
+    AclBinding,
+    Authorizer,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from kfs_core.security.listeners import SecurityProtocol
+from kfs_core.security.sasl import Session
+from kfs_core.server.apis import SUPPORTED_VERSIONS
+from kfs_core.server.apis.access import AuditLog, Checker
+from kfs_core.server.apis.offsets import OFFSET_FOR_LEADER_EPOCH
+from kfs_core.server.protocol import ApiKey, ErrorCode, decode_request
 from kfs_core.storage.local import LocalObjectStore
 from testkit.raw_client import RawClient
+from testkit.waiting import wait_for
+from tests.server.test_protocol import client_frame
 
 from .conftest import ThreadedServer, inprocess_settings, produce_request
 
@@ -47,6 +65,7 @@ with warnings.catch_warnings():
         ListOffsetsRequest,
         OffsetCommitRequest,
         OffsetFetchRequest,
+        OffsetForLeaderEpochRequest,
         SyncGroupRequest,
     )
     from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
@@ -289,13 +308,21 @@ def test_a_lone_daemon_is_the_node_its_settings_name(tmp_path: Path) -> None:
         create_topic(client, "alone", 2, 1)
         response = metadata(client, "alone")
         found = client.request(FindCoordinatorRequest(version=2, key="g", key_type=0))
-    assert [b.node_id for b in response.brokers] == [7]
-    assert response.controller_id == 7
-    assert [
-        (p.leader_id, p.leader_epoch, p.replica_nodes, p.isr_nodes)
-        for p in partitions_of(response, "alone").values()
-    ] == [(7, -1, [7], [7])] * 2  # epoch unknown until the first request takes the lease
-    assert (found.error_code, found.node_id) == (0, 7)
+        assert [b.node_id for b in response.brokers] == [7]
+        assert response.controller_id == 7
+        assert [
+            (p.leader_id, p.replica_nodes, p.isr_nodes)
+            for p in partitions_of(response, "alone").values()
+        ] == [(7, [7], [7])] * 2
+        assert (found.error_code, found.node_id) == (0, 7)
+
+        # Created here, the partitions are opened here (their leases taken)
+        # without any produce or fetch: Metadata soon carries their epochs.
+        def epochs() -> list[int]:
+            answer = metadata(client, "alone")
+            return [p.leader_epoch for p in partitions_of(answer, "alone").values()]
+
+        wait_for(lambda: epochs() == [1, 1], what="the leader epochs of the created partitions")
 
 
 # --- coordinators ------------------------------------------------------------------------------
@@ -447,7 +474,9 @@ def test_list_groups_lists_only_the_groups_this_daemon_coordinates(
 # --- leader epochs and partitions served elsewhere ----------------------------------------------
 
 
-def fetch_request(topic: str, partition: int, epoch: int, version: int = 12) -> Any:
+def fetch_request(
+    topic: str, partition: int, epoch: int, version: int = 12, offset: int = 0
+) -> Any:
     fetch_topic = FetchRequest.FetchTopic
     return FetchRequest(
         version=version,
@@ -465,7 +494,7 @@ def fetch_request(topic: str, partition: int, epoch: int, version: int = 12) -> 
                     fetch_topic.FetchPartition(
                         partition=partition,
                         current_leader_epoch=epoch,
-                        fetch_offset=0,
+                        fetch_offset=offset,
                         last_fetched_epoch=-1,
                         log_start_offset=-1,
                         partition_max_bytes=1 << 20,
@@ -582,7 +611,14 @@ def leased_log(
 
     monkeypatch.setattr(partition_log, "read", leased_read)
     monkeypatch.setattr(partition_log, "list_offsets", leased_list_offsets)
+
+    async def leased_end_offset(topic: str, partition: int, *args: Any) -> Any:
+        refuse(topic, partition)
+        return await end_offset(topic, partition, *args)
+
+    end_offset = partition_log.end_offset_for_epoch
     monkeypatch.setattr(partition_log, "append_many", leased_append_many)
+    monkeypatch.setattr(partition_log, "end_offset_for_epoch", leased_end_offset)
     return cluster
 
 
@@ -610,6 +646,9 @@ def test_a_partition_served_elsewhere_answers_not_leader_or_follower(
     assert current_leader(fetched) == (2, 7)  # v12+: where to go, without a metadata refresh
     assert fetched_v11.responses[0].partitions[0].error_code == not_leader
     assert (listed.error_code, listed.offset, listed.leader_epoch) == (not_leader, -1, -1)
+    ended = client_answer(server, epoch_request("moved", [(1, -1, 7), (0, -1, 0)]))
+    assert ended[1][0] == (not_leader, -1, -1)
+    assert ended[0][0][0] == 0
     assert (here.error_code, here.high_watermark) == (0, 1)
     assert here.current_leader is None  # only a refusal names a leader (a tagged field)
 
@@ -628,3 +667,240 @@ def test_registry_documents_carry_a_replication_factor_only_above_one(tmp_path: 
     assert (altered.revision, altered.replication_factor) == (1, 3)
     with pytest.raises(ValidationError):
         registry.create_topic("none", 1, replication_factor=0)
+
+
+# --- OffsetForLeaderEpoch -----------------------------------------------------------------
+
+
+Query = tuple[int, int, int]  # partition, current_leader_epoch, leader_epoch
+Answer = tuple[int, int, int]  # error code, leader epoch, end offset
+
+
+def epoch_request(
+    topic: str, queries: Sequence[Query], version: int = 3, replica_id: int = -1
+) -> Any:
+    asked = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    fields: dict[str, Any] = {"replica_id": replica_id} if version >= 3 else {}
+    return OffsetForLeaderEpochRequest(
+        version=version,
+        topics=[
+            asked(
+                topic=topic,
+                partitions=[
+                    asked.OffsetForLeaderPartition(
+                        partition=partition, current_leader_epoch=current, leader_epoch=epoch
+                    )
+                    for partition, current, epoch in queries
+                ],
+            )
+        ],
+        **fields,
+    )
+
+
+def client_answer(server: ThreadedServer, request: Any) -> dict[int, list[Answer]]:
+    """Partition -> its answers (error code, leader epoch, end offset), in request order."""
+    with RawClient(server.bootstrap) as client:
+        [topic] = client.request(request).topics
+    found: dict[int, list[Answer]] = {}
+    for p in topic.partitions:
+        found.setdefault(p.partition, []).append((p.error_code, p.leader_epoch, p.end_offset))
+    return found
+
+
+# Three runs of the daemon, each a lease of its own: epoch 1 holds offsets 0-2,
+# epoch 2 offsets 3-6, epoch 3 (the third run's) offsets 7-9.
+RUNS = ((b"a", b"b", b"c"), (b"d", b"e", b"f", b"g"), (b"h", b"i", b"j"))
+
+
+@pytest.fixture
+def three_epochs(tmp_path: Path) -> Iterator[tuple[ThreadedServer, ThreeNodes]]:
+    """The third run of a daemon whose partition ``history`` had a lease in each run."""
+    settings = inprocess_settings(tmp_path)
+    for run, values in enumerate(RUNS, 1):
+        with ThreadedServer(settings) as server, RawClient(server.bootstrap) as client:
+            if run == 1:
+                assert create_topic(client, "history", 2, 1).error_code == 0
+            produced = client.request(produce_request("history", list(values)))
+            assert produced.responses[0].partition_responses[0].error_code == 0
+            if run < len(RUNS):
+                continue
+            view = ThreeNodes(("127.0.0.1", server.server.kafka_port))
+            view.leaders[("history", 0)] = Leader(LOCAL, 3)
+            server.server.broker.cluster = view
+            yield server, view
+    assert server.exit_code == 0
+
+
+def test_offset_for_leader_epoch_answers_each_epochs_end_as_kafka(
+    three_epochs: tuple[ThreadedServer, ThreeNodes],
+) -> None:
+    server, _ = three_epochs
+    asked = [(0, -1, epoch) for epoch in (1, 2, 3, 0, 4, 9, -1, -3)]
+    for version in (2, 3, 4):
+        for replica_id in (-1, -2, 5):  # a consumer, a debug client, a follower: one answer
+            answers = client_answer(server, epoch_request("history", asked, version, replica_id))
+            assert answers == {
+                0: [
+                    (0, 1, 3),  # epoch 1 ended where epoch 2 began
+                    (0, 2, 7),
+                    (0, 3, 10),  # the current epoch ends at the high watermark
+                    (0, 0, 0),  # older than any known: itself, where the first began
+                    (0, -1, -1),  # newer than the current one: UNDEFINED
+                    (0, -1, -1),
+                    (0, -1, -1),  # no epoch named
+                    (0, -1, -1),
+                ]
+            }, (version, replica_id)
+            if version < 3:
+                break
+
+
+def test_each_batch_carries_the_epoch_it_was_written_in(
+    three_epochs: tuple[ThreadedServer, ThreeNodes],
+) -> None:
+    server, _ = three_epochs
+    stamped: list[tuple[int, int]] = []
+    with RawClient(server.bootstrap) as client:
+        while len(stamped) < len(RUNS):
+            offset = stamped[-1][0] + len(RUNS[len(stamped) - 1]) if stamped else 0
+            [answer] = client.request(fetch_request("history", 0, 3, offset=offset)).responses
+            records = answer.partitions[0].records
+            assert records, f"nothing at offset {offset}"
+            stamped += [
+                (h.base_offset, h.partition_leader_epoch) for _, h in iter_batch_headers(records)
+            ]
+    assert stamped == [(0, 1), (3, 2), (7, 3)]
+
+
+def test_offset_for_leader_epoch_checks_the_current_leader_epoch(
+    three_epochs: tuple[ThreadedServer, ThreeNodes],
+) -> None:
+    server, _ = three_epochs
+    asked = [(0, current, 1) for current in (3, -1, 2, 4, -2)]
+    assert client_answer(server, epoch_request("history", asked)) == {
+        0: [
+            (0, 1, 3),
+            (0, 1, 3),  # -1: no check
+            (ErrorCode.FENCED_LEADER_EPOCH, -1, -1),
+            (ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1),
+            (ErrorCode.FENCED_LEADER_EPOCH, -1, -1),  # only -1 means none, as in Kafka
+        ]
+    }
+
+
+def test_offset_for_leader_epoch_of_unknown_topics_and_partitions(
+    three_epochs: tuple[ThreadedServer, ThreeNodes],
+) -> None:
+    server, _ = three_epochs
+    unknown = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+    assert client_answer(server, epoch_request("history", [(2, -1, 1), (-1, -1, 1)])) == {
+        2: [unknown],
+        -1: [unknown],
+    }
+    assert client_answer(server, epoch_request("no-such-topic", [(0, -1, 1)])) == {0: [unknown]}
+    # A partition never written: whatever epochs it had, each ends at 0.
+    assert client_answer(server, epoch_request("history", [(1, -1, 1), (1, -1, 0)])) == {
+        1: [(0, 1, 0), (0, 0, 0)]
+    }
+
+
+def test_offset_for_leader_epoch_golden_bytes(
+    three_epochs: tuple[ThreadedServer, ThreeNodes],
+) -> None:
+    server, _ = three_epochs
+    topic = b"history"
+    with RawClient(server.bootstrap) as client:
+        correlation = client.send(epoch_request("history", [(0, 3, 2)], version=3))
+        v3 = client.read_frame()
+        flexible = client.send(epoch_request("history", [(0, 3, 2)], version=4))
+        v4 = client.read_frame()
+    assert v3 == b"".join(
+        [
+            struct.pack(">i", correlation),  # response header v0: correlation id
+            struct.pack(">i", 0),  # throttle_time_ms
+            struct.pack(">i", 1),  # topics: one
+            struct.pack(">h", len(topic)) + topic,  # topic
+            struct.pack(">i", 1),  # partitions: one
+            struct.pack(">h", 0),  # error_code
+            struct.pack(">i", 0),  # partition
+            struct.pack(">i", 2),  # leader_epoch
+            struct.pack(">q", 7),  # end_offset: where epoch 3 began
+        ]
+    )
+    assert v4 == b"".join(
+        [
+            struct.pack(">i", flexible),  # response header v1: correlation id,
+            b"\x00",  # and no tagged fields
+            struct.pack(">i", 0),  # throttle_time_ms
+            b"\x02",  # topics: compact array of one (length + 1)
+            bytes([len(topic) + 1]) + topic,  # topic: compact string
+            b"\x02",  # partitions: one
+            struct.pack(">h", 0),  # error_code
+            struct.pack(">i", 0),  # partition
+            struct.pack(">i", 2),  # leader_epoch
+            struct.pack(">q", 7),  # end_offset
+            b"\x00",  # the partition's tagged fields
+            b"\x00",  # the topic's
+            b"\x00",  # the response's
+        ]
+    )
+
+
+def test_offset_for_leader_epoch_authorization_is_cluster_action_or_topic_describe() -> None:
+    rule = OFFSET_FOR_LEADER_EPOCH.authorize
+    assert rule is not None
+    request = decode_request(
+        client_frame(epoch_request("visible", [(0, -1, 1)]))[4:], SUPPORTED_VERSIONS
+    )
+    two_topics = decode_request(
+        client_frame(
+            OffsetForLeaderEpochRequest(
+                version=3,
+                replica_id=-1,
+                topics=[
+                    OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=name, partitions=[])
+                    for name in ("visible", "hidden")
+                ],
+            )
+        )[4:],
+        SUPPORTED_VERSIONS,
+    )
+
+    def checker(*bindings: AclBinding) -> Checker:
+        session = Session.on(SecurityProtocol.PLAINTEXT, "127.0.0.1", "User:app")
+        return Checker(
+            Authorizer(list(bindings)), session, AuditLog(), ApiKey.OFFSET_FOR_LEADER_EPOCH
+        )
+
+    def allow(op: Operation, rtype: ResourceType, name: str) -> AclBinding:
+        return AclBinding(rtype, name, PatternType.LITERAL, "User:app", "*", op, Permission.ALLOW)
+
+    broker = allow(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+    reader = allow(Operation.DESCRIBE, ResourceType.TOPIC, "visible")
+    assert rule(checker(broker), two_topics) is None  # a replica's principal: everything
+    assert rule(checker(reader), request) is None
+    plan = rule(checker(reader), two_topics)
+    assert plan is not None and plan.request is not None and plan.denied is not None
+    assert [t.topic for t in plan.request.body.topics] == ["visible"]
+    assert [t.topic for t in plan.denied.body.topics] == ["hidden"]
+    assert plan.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    denied = rule(checker(), request)
+    assert denied is not None and denied.whole == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_metadata_naming_a_topic_opens_its_partitions_here(tmp_path: Path) -> None:
+    settings = inprocess_settings(tmp_path)
+    store = LocalObjectStore(tmp_path / "store")
+    # Created behind the daemon's back (another daemon, an operator's tool).
+    TopicRegistry(store, settings.namespace).create_topic("named", 3)
+    with ThreadedServer(settings) as server, RawClient(server.bootstrap) as client:
+        first = partitions_of(metadata(client, "named"), "named")
+        assert {p.leader_id for p in first.values()} == {0}
+
+        def epochs() -> list[int]:
+            answer = metadata(client, "named")
+            return [p.leader_epoch for p in partitions_of(answer, "named").values()]
+
+        # Taken by the daemon on its own: nothing was produced or fetched.
+        wait_for(lambda: epochs() == [1, 1, 1], what="the partitions' leases taken")

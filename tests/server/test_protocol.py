@@ -103,7 +103,7 @@ def request_for(key: ApiKey, version: int, correlation_id: int = 1) -> Request:
 
 def test_table_serves_the_apis_the_daemon_needs() -> None:
     assert set(SUPPORTED_VERSIONS) >= {
-        0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 20, 22, 24, 25, 26, 28, 32,
+        0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 20, 22, 23, 24, 25, 26, 28, 32,
     }  # fmt: skip
     assert dict(SUPPORTED_VERSIONS) == {
         int(entry[:4], 16): (int(entry[5:9], 16), int(entry[10:14], 16)) for entry in GOLDEN_TABLE
@@ -164,6 +164,7 @@ GOLDEN_TABLE = [
     "0014 0001 0005",  # DeleteTopics     v1-v5
     "0015 0000 0002",  # DeleteRecords    v0-v2
     "0016 0000 0004",  # InitProducerId   v0-v4
+    "0017 0002 0004",  # OffsetForLeaderEpoch v2-v4
     "0018 0000 0003",  # AddPartitionsToTxn v0-v3 (refused)
     "0019 0000 0003",  # AddOffsetsToTxn  v0-v3 (refused)
     "001a 0000 0003",  # EndTxn           v0-v3 (refused)

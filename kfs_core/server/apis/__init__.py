@@ -10,7 +10,7 @@ declaration there, a new family is one line below.
     module          APIs
     produce         Produce
     fetch           Fetch
-    offsets         ListOffsets
+    offsets         ListOffsets, OffsetForLeaderEpoch
     metadata        Metadata
     topics          CreateTopics, DeleteTopics, CreatePartitions,
                     DescribeConfigs, AlterConfigs, IncrementalAlterConfigs

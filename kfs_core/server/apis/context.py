@@ -185,6 +185,23 @@ class RequestContext:
         except GroupError as exc:  # its offsets are loading, or another daemon took them
             raise Refused(ErrorCode(exc.kafka_error_code), exc.message) from exc
 
+    def open_unheld(self, topic: str, partitions: int) -> None:
+        """Have this node open, in the background, its partitions of ``topic`` nobody holds.
+
+        They are the ones the cluster says this node leads at epoch -1: taking
+        their leases now (`LogManager.open_soon`) gives the client's next
+        Metadata their real leader epochs.  Called when a client names the
+        topic (Metadata) or creates it.
+        """
+        node_id = self.cluster.node_id
+        unheld = [
+            index
+            for index in range(partitions)
+            if self.cluster.leader(topic, index) == Leader(node_id, -1)
+        ]
+        if unheld:
+            self.log.open_soon(topic, unheld)
+
     def leader_epoch_error(self, topic: str, partition: int, requested: int) -> ErrorCode:
         """FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when ``requested`` is not this node's epoch.
 

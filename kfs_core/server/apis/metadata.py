@@ -7,7 +7,9 @@ UNKNOWN_TOPIC_OR_PARTITION per topic.  The brokers are the live daemons
 through (a daemon without that listener is left out); the controller is
 the lowest live node id.  Each partition's leader and leader epoch are
 `ClusterView.leader`'s (no leader: LEADER_NOT_AVAILABLE for that
-partition).  Replicas and in-sync replicas are the leader and the next
+partition); a partition of a named topic that is assigned to this daemon
+and held by nobody (epoch -1) is opened in the background, which takes its
+lease, so the client's next Metadata carries its epoch.  Replicas and in-sync replicas are the leader and the next
 brokers, up to the replication factor the topic was created with: what
 Kafka tools expect to see, while durability comes from the WAL and the
 object store, not from copies.
@@ -100,7 +102,9 @@ async def _one_topic(context: RequestContext, entry: MetadataTopic, allow_create
             is_internal=False,
             partitions=[],
         )
-    return await topic_metadata(context, info)
+    named = await topic_metadata(context, info)
+    context.open_unheld(info.name, info.partitions)
+    return named
 
 
 def broker_entry(

@@ -1,33 +1,56 @@
-"""ListOffsets: earliest (-2), latest (-1) and by timestamp.
+"""ListOffsets: earliest (-2), latest (-1) and by timestamp; OffsetForLeaderEpoch.
 
-The max-timestamp spec (-3, KIP-734) and the tiered-storage specs get
-INVALID_REQUEST.  (Committed consumer offsets are the groups' business:
-`kfs_core.server.apis.groups`.)
+ListOffsets.  The max-timestamp spec (-3, KIP-734) and the tiered-storage
+specs get INVALID_REQUEST.  (Committed consumer offsets are the groups'
+business: `kfs_core.server.apis.groups`.)  From v4 a partition's
+``current_leader_epoch`` older than this daemon's lease epoch answers
+FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH; an answer carries
+this daemon's epoch.  A partition another daemon serves is
+NOT_LEADER_OR_FOLLOWER, from the log.
 
-From v4 a partition's ``current_leader_epoch`` older than this daemon's
-lease epoch answers FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH;
-an answer carries this daemon's epoch.  A partition another daemon serves
-is NOT_LEADER_OR_FOLLOWER, from the log.
+OffsetForLeaderEpoch (KIP-101, KIP-320).  A consumer that read records of
+leader epoch ``E`` asks, after a leader change, where ``E`` ended, to know
+whether its position is still in the log.  Each partition's answer is
+Kafka's (`kfs_core.catalog.epochs`, from the lease history in the catalog):
+for the newest epoch the high watermark, for an older one the start of the
+first epoch after it with the largest known epoch at or below it, and
+UNDEFINED (-1, -1) for a negative epoch or one newer than the newest.
+``current_leader_epoch`` -1 asks for no check; any other value than this
+daemon's lease epoch is FENCED_LEADER_EPOCH (older, negative ones too, as
+Kafka) or UNKNOWN_LEADER_EPOCH (newer); a partition another daemon serves
+is NOT_LEADER_OR_FOLLOWER, an unknown topic or partition
+UNKNOWN_TOPIC_OR_PARTITION.  ``replica_id`` (v3+: -1 a consumer, -2 a debug
+client, else a follower) changes nothing in the answer, as in Kafka: KFS
+has no followers, and every caller is told the leader's history.  The ACLs
+allow it with CLUSTER_ACTION on the cluster (what brokers' replica
+fetchers hold) or, topic by topic, DESCRIBE, as Kafka does.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.security.acls import Operation
-from kfs_core.server.apis.access import topics_rule
+from kfs_core.server.apis.access import Checker, Plan, topics_rule
 from kfs_core.server.apis.base import Api, Refused, error_code_for, log_failure
 from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.protocol.errors import ErrorCode
-from kfs_core.server.protocol.messages import ApiKey, ListOffsetsRequest
-from kfs_core.server.protocol.responses import ListOffsetsResponse
+from kfs_core.server.protocol.messages import (
+    ApiKey,
+    ListOffsetsRequest,
+    OffsetForLeaderEpochRequest,
+)
+from kfs_core.server.protocol.responses import ListOffsetsResponse, OffsetForLeaderEpochResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
-    from kfs_core.server.protocol.bodies import ListOffsetsRequestBody
+    from kfs_core.server.protocol.bodies import (
+        ListOffsetsRequestBody,
+        OffsetForLeaderEpochRequestBody,
+    )
 
-__all__ = ["APIS", "LIST_OFFSETS"]
+__all__ = ["APIS", "LIST_OFFSETS", "OFFSET_FOR_LEADER_EPOCH"]
 
 EARLIEST_TIMESTAMP: Final = -2  # the log start offset (-1 is the high watermark)
 
@@ -106,4 +129,97 @@ LIST_OFFSETS: Final[Api[ListOffsetsRequestBody, ListOffsetsResponse]] = Api(
     authorize=topics_rule("topics", Operation.DESCRIBE, "topics"),
 )
 
-APIS: Final = (LIST_OFFSETS,)
+# --- OffsetForLeaderEpoch ---------------------------------------------------------
+
+NO_EPOCH_CHECK: Final = -1  # a current_leader_epoch of -1 asks for no check
+
+
+async def handle_offset_for_leader_epoch(
+    context: RequestContext, request: Request[OffsetForLeaderEpochRequestBody]
+) -> OffsetForLeaderEpochResponse:
+    result = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+    answer = result.EpochEndOffset
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for p in topic.partitions:
+            code, epoch, end_offset = ErrorCode.NONE, -1, -1
+            try:
+                # Opening the partition first (if it is ours and closed) gives it its epoch.
+                found = await context.log.end_offset_for_epoch(
+                    topic.topic, p.partition, p.leader_epoch
+                )
+                current = getattr(p, "current_leader_epoch", NO_EPOCH_CHECK)
+                epoch_error = _current_epoch_error(context, topic.topic, p.partition, current)
+                if epoch_error != ErrorCode.NONE:
+                    raise Refused(epoch_error, f"leader epoch: {epoch_error.name}")
+                epoch, end_offset = found
+            except Exception as exc:  # noqa: BLE001 - any failure is this partition's error code
+                code = error_code_for(exc)
+                log_failure(f"end offset of epoch in {topic.topic}-{p.partition}", exc, code)
+            context.count_error(ApiKey.OFFSET_FOR_LEADER_EPOCH, code)
+            partitions.append(
+                answer(
+                    error_code=code,
+                    partition=p.partition,
+                    leader_epoch=epoch,
+                    end_offset=end_offset,
+                )
+            )
+        topics.append(result(topic=topic.topic, partitions=partitions))
+    return OffsetForLeaderEpochResponse(
+        version=request.api_version, throttle_time_ms=0, topics=topics
+    )
+
+
+def _current_epoch_error(
+    context: RequestContext, topic: str, partition: int, current: int
+) -> ErrorCode:
+    """As Kafka: only -1 skips the check, so another negative epoch is older than any: fenced."""
+    if current < NO_EPOCH_CHECK and context.cluster.local_epoch(topic, partition) is not None:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    return context.leader_epoch_error(topic, partition, current)
+
+
+offset_for_leader_epoch_error = schema_error_body(
+    OffsetForLeaderEpochResponse,
+    {
+        "topics": Mirror(
+            "topics",
+            {"topic": "topic"},
+            {
+                "partitions": Mirror(
+                    "partitions",
+                    {"partition": "partition"},
+                    {"leader_epoch": -1, "end_offset": -1},
+                )
+            },
+        )
+    },
+)
+
+_DESCRIBE_TOPICS = topics_rule("topics", Operation.DESCRIBE, "topics")
+
+
+def _authorize_offset_for_leader_epoch(may: Checker, request: Request[Any]) -> Plan | None:
+    """CLUSTER_ACTION on the cluster allows every topic; otherwise DESCRIBE on each (Kafka's)."""
+    if may.cluster(Operation.CLUSTER_ACTION, log_denied=False):
+        return None
+    return _DESCRIBE_TOPICS(may, request)
+
+
+# v0 and v1 are gone from the spec (Kafka 4.0); v2 adds current_leader_epoch,
+# v3 replica_id, v4 is v3 flexible.  librdkafka sends 2, kafka-python 4.
+OFFSET_FOR_LEADER_EPOCH: Final[
+    Api[OffsetForLeaderEpochRequestBody, OffsetForLeaderEpochResponse]
+] = Api(
+    ApiKey.OFFSET_FOR_LEADER_EPOCH,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    (2, 4),
+    handle_offset_for_leader_epoch,
+    offset_for_leader_epoch_error,
+    authorize=_authorize_offset_for_leader_epoch,
+)
+
+APIS: Final = (LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH)

@@ -146,6 +146,7 @@ async def _create_topics(
             continue
         if not validate_only:
             log.info("created topic %r with %d partition(s)", name, info.partitions)
+            context.open_unheld(name, info.partitions)
         effective = {**DEFAULT_CONFIGS, **overrides}
         results.append(
             result(

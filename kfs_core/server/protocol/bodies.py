@@ -13,6 +13,7 @@ the handlers read them with a default.
     ProduceRequestBody     ProduceRequest v3-v9
     FetchRequestBody       FetchRequest v4-v12
     ListOffsetsRequestBody ListOffsetsRequest v1-v7
+    OffsetForLeaderEpochRequestBody OffsetForLeaderEpochRequest v2-v4
     JoinGroupRequestBody   JoinGroupRequest v0-v7
     SyncGroupRequestBody   SyncGroupRequest v0-v5
     HeartbeatRequestBody   HeartbeatRequest v0-v4
@@ -82,6 +83,9 @@ __all__ = [
     "OffsetFetchGroup",
     "OffsetFetchRequestBody",
     "OffsetFetchTopic",
+    "OffsetForLeaderEpochRequestBody",
+    "OffsetForLeaderPartition",
+    "OffsetForLeaderTopic",
     "PartitionsAssignment",
     "ProducePartitionData",
     "ProduceRequestBody",
@@ -179,6 +183,27 @@ class ListOffsetsRequestBody(Protocol):
     """ListOffsetsRequest."""
 
     topics: Sequence[ListOffsetsTopic]
+
+
+class OffsetForLeaderPartition(Protocol):
+    """OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition."""
+
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+
+
+class OffsetForLeaderTopic(Protocol):
+    """OffsetForLeaderEpochRequest.OffsetForLeaderTopic."""
+
+    topic: str
+    partitions: Sequence[OffsetForLeaderPartition]
+
+
+class OffsetForLeaderEpochRequestBody(Protocol):
+    """OffsetForLeaderEpochRequest (``replica_id`` from v3: read with a default)."""
+
+    topics: Sequence[OffsetForLeaderTopic]
 
 
 # --- consumer groups ---------------------------------------------------------

@@ -89,6 +89,8 @@ with warnings.catch_warnings():
         OffsetDeleteResponse,
         OffsetFetchRequest,
         OffsetFetchResponse,
+        OffsetForLeaderEpochRequest,
+        OffsetForLeaderEpochResponse,
         SyncGroupRequest,
         SyncGroupResponse,
     )
@@ -189,6 +191,8 @@ __all__ = [
     "OffsetDeleteResponse",
     "OffsetFetchRequest",
     "OffsetFetchResponse",
+    "OffsetForLeaderEpochRequest",
+    "OffsetForLeaderEpochResponse",
     "ProduceRequest",
     "ProduceResponse",
     "SaslAuthenticateRequest",
@@ -224,6 +228,7 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
@@ -274,6 +279,9 @@ MESSAGES: Final[Mapping[ApiKey, MessagePair]] = MappingProxyType(
         ApiKey.DELETE_TOPICS: MessagePair(DeleteTopicsRequest, DeleteTopicsResponse),
         ApiKey.DELETE_RECORDS: MessagePair(DeleteRecordsRequest, DeleteRecordsResponse),
         ApiKey.INIT_PRODUCER_ID: MessagePair(InitProducerIdRequest, InitProducerIdResponse),
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: MessagePair(
+            OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+        ),
         ApiKey.ADD_PARTITIONS_TO_TXN: MessagePair(
             AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
         ),

@@ -41,6 +41,7 @@ __all__ = [
     "OffsetCommitResponse",
     "OffsetDeleteResponse",
     "OffsetFetchResponse",
+    "OffsetForLeaderEpochResponse",
     "ProduceResponse",
     "SaslAuthenticateResponse",
     "SaslHandshakeResponse",
@@ -1456,6 +1457,46 @@ class OffsetFetchResponse:
         topics: list[OffsetFetchResponseTopic] = ...,
         error_code: int = ...,
         groups: list[OffsetFetchResponseGroup] = ...,
+    ) -> None: ...
+    @property
+    def version(self) -> int | None: ...
+    def encode(self, *args: Any, **kwargs: Any) -> bytes: ...
+
+class OffsetForLeaderEpochResponse:
+    class OffsetForLeaderTopicResult:
+        class EpochEndOffset:
+            error_code: int
+            partition: int
+            leader_epoch: int
+            end_offset: int
+            def __init__(
+                self,
+                *,
+                version: int | None = None,
+                error_code: int = ...,
+                partition: int = ...,
+                leader_epoch: int = ...,
+                end_offset: int = ...,
+            ) -> None: ...
+
+        topic: str
+        partitions: list[EpochEndOffset]
+        def __init__(
+            self,
+            *,
+            version: int | None = None,
+            topic: str = ...,
+            partitions: list[EpochEndOffset] = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    topics: list[OffsetForLeaderTopicResult]
+    def __init__(
+        self,
+        *,
+        version: int,
+        throttle_time_ms: int = ...,
+        topics: list[OffsetForLeaderTopicResult] = ...,
     ) -> None: ...
     @property
     def version(self) -> int | None: ...
