@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +22,16 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 
+from kfs_core.catalog import PartitionCatalog, SetLeaderEpochStart, TakeLease
+from kfs_core.storage import LocalObjectStore
 from soak.fault_proxy import FaultProxy
-from testkit.daemon import Daemon, DaemonFactory
+from testkit.daemon import Daemon, DaemonFactory, node_id_of
+from testkit.raw_client import RawClient
 from testkit.waiting import wait_for
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 
 PARTITIONS = 6
 #: moto answers slower than a local directory, above all on a busy machine.
@@ -437,3 +445,251 @@ def test_a_wal_directory_serves_one_daemon_at_a_time(factory: DaemonFactory) -> 
         )
     assert "another kfs serve is using the WAL directory" in factory.daemons[-1].log()
     assert first.alive()
+
+
+# --- leader epochs across a failover ------------------------------------------------------
+
+#: Consumer errors that mean its position was judged lost.
+POSITION_LOST = {
+    confluent_kafka.KafkaError.OFFSET_OUT_OF_RANGE,
+    confluent_kafka.KafkaError._AUTO_OFFSET_RESET,
+    confluent_kafka.KafkaError._LOG_TRUNCATION,
+}
+
+
+class TrackingConsumer:
+    """Reads every partition from its start in a thread; each record with its leader epoch.
+
+    ``auto.offset.reset=error``: a position judged lost (out of range, or
+    truncated by an OffsetForLeaderEpoch answer) is an error, not a reset.
+    """
+
+    def __init__(self, servers: str, topic: str) -> None:
+        self.records: list[
+            tuple[int, int, bytes, int | None]
+        ] = []  # partition, offset, value, epoch
+        self.errors: list[Any] = []  # per-partition errors poll returned
+        self.client_errors: list[Any] = []  # the client's own (a broker going away)
+        self.lock = threading.Lock()
+        self._topic = topic
+        self._servers = servers
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TrackingConsumer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": self._servers,
+                "group.id": f"validate-{uuid.uuid4().hex[:6]}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "error",
+                "fetch.wait.max.ms": 100,
+                "topic.metadata.refresh.interval.ms": 500,
+                "error_cb": self.client_errors.append,
+            }
+        )
+        consumer.assign(
+            [
+                confluent_kafka.TopicPartition(self._topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in range(PARTITIONS)
+            ]
+        )
+        try:
+            while not self._stop.is_set():
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                with self.lock:
+                    if msg.error() is not None:
+                        self.errors.append(msg.error())
+                    else:
+                        self.records.append(
+                            (msg.partition(), msg.offset(), msg.value(), msg.leader_epoch())
+                        )
+        finally:
+            consumer.close()
+
+    def positions(self) -> dict[int, int]:
+        """Partition -> the offset after the last record read."""
+        with self.lock:
+            found: dict[int, int] = {}
+            for partition, offset, _, _ in self.records:
+                found[partition] = max(found.get(partition, 0), offset + 1)
+            return found
+
+
+def end_offsets(servers: str, topic: str) -> dict[int, int]:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": servers, "group.id": "ends"})
+    try:
+        return {
+            p: wait_for(
+                lambda p=p: consumer.get_watermark_offsets(
+                    confluent_kafka.TopicPartition(topic, p), timeout=10
+                ),
+                timeout=60,
+                what=f"the end of partition {p}",
+            )[1]
+            for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
+
+
+def end_offset_for_epoch(daemon: Daemon, topic: str, partition: int, epoch: int) -> tuple[int, ...]:
+    """OffsetForLeaderEpoch v3 from ``daemon``: (error code, leader epoch, end offset)."""
+    asked = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    request = OffsetForLeaderEpochRequest(
+        version=3,
+        replica_id=-1,
+        topics=[
+            asked(
+                topic=topic,
+                partitions=[
+                    asked.OffsetForLeaderPartition(
+                        partition=partition, current_leader_epoch=-1, leader_epoch=epoch
+                    )
+                ],
+            )
+        ],
+    )
+    with RawClient(daemon.bootstrap) as client:
+        [answer] = client.request(request).topics[0].partitions
+    return (answer.error_code, answer.leader_epoch, answer.end_offset)
+
+
+def lease_start(store_url: str, topic: str, partition: int, epoch: int) -> int:
+    """The start offset the lease commit of ``epoch`` recorded (the catalog's end then)."""
+    catalog = PartitionCatalog(
+        LocalObjectStore(store_url.removeprefix("file://")), "test", topic, partition
+    )
+    state = catalog.load()
+    for commit in catalog.read_commits(0, state.version + 1):
+        for action in commit.actions:
+            if isinstance(action, TakeLease) and action.epoch == epoch:
+                assert action.start_offset is not None
+                return action.start_offset
+    raise AssertionError(f"no lease of epoch {epoch} in {topic}-{partition}")
+
+
+def test_after_a_failover_consumers_keep_their_positions_and_read_every_record_once(
+    factory: DaemonFactory,
+) -> None:
+    """A consumer reading across a kill -9 validates its position (KIP-320) and loses nothing.
+
+    Flushes are rare (5 s), so the consumer has read, from the holder's
+    buffers, records the catalog does not hold yet: the new holder replays
+    them from the store WAL under the old epoch, and its own epoch begins
+    after them -- which is what OffsetForLeaderEpoch must answer.
+    """
+    store_url = (factory.root / "store").as_uri()
+    daemons = factory.start_cluster(
+        3, store_url=store_url, extra_args=["--flush-interval-ms", "5000"]
+    )
+    servers = bootstrap(daemons)
+    topic = create_topic(servers)
+    victim = daemons[1]
+    victim_id = node_id_of(victim)
+    with TrackingConsumer(servers, topic) as consumer:
+        with BackgroundProducer(servers, topic) as producer:
+            wait_for(lambda: producer.acked_count() >= 300, timeout=60, what="300 acks")
+            wait_for(
+                lambda: (
+                    len(consumer.positions()) == PARTITIONS
+                    and sum(consumer.positions().values()) >= 200
+                ),
+                timeout=60,
+                what="the consumer reading every partition",
+            )
+            moved = [p for p, node in leaders(servers, topic).items() if node == victim_id]
+            assert moved, "the victim leads no partition"
+            read_before = consumer.positions()
+            victim.kill()
+            wait_for(
+                lambda: victim_id not in leaders(daemons[0].bootstrap, topic).values(),
+                timeout=30,
+                what="the dead daemon's partitions moving",
+            )
+            before = producer.acked_count()
+            wait_for(
+                lambda: producer.acked_count() >= before + 300,
+                timeout=60,
+                what="acks after the kill",
+            )
+        servers = bootstrap(daemons)
+        ends = end_offsets(servers, topic)
+        wait_for(
+            lambda: (
+                bool(consumer.errors)  # a position judged lost: fail at once
+                or all(consumer.positions().get(p, 0) >= ends[p] for p in range(PARTITIONS))
+            ),
+            timeout=60,
+            what="the consumer reading every partition to its end",
+        )
+    assert not producer.history.errors, producer.history.errors[:3]
+    assert not consumer.errors, consumer.errors[:3]
+    assert not [e for e in consumer.client_errors if e.code() in POSITION_LOST]
+    offsets = [(p, o) for p, o, _, _ in consumer.records]
+    assert len(offsets) == len(set(offsets)), "a record was read twice"
+    stored = {(p, o): v for p, o, v, _ in consumer.records}
+    check_history(producer.history, stored)
+
+    survivors = [d for d in daemons if d.alive()]
+    by_node = {node_id_of(d): d for d in survivors}
+    now_leading = leaders(servers, topic)
+    replayed_past_catalog = 0
+    for p in moved:
+        epochs = {o: e for q, o, _, e in consumer.records if q == p}
+        old = max(e for o, e in epochs.items() if o < read_before[p] and e is not None)
+        began = min(o for o, e in epochs.items() if e is not None and e > old)
+        new = epochs[began]
+        # The old epoch ended where the new holder's began, past what it replayed.
+        assert end_offset_for_epoch(by_node[now_leading[p]], topic, p, old) == (0, old, began)
+        lease = lease_start(store_url, topic, p, new)
+        assert lease <= began
+        if read_before[p] > lease:
+            replayed_past_catalog += 1
+    # The case the test is about came up: the consumer had read beyond the catalog's end.
+    assert replayed_past_catalog > 0, (read_before, moved)
+    validations = sum(
+        d.metric('kfs_requests_total{api="OFFSET_FOR_LEADER_EPOCH"}') for d in survivors
+    )
+    assert validations > 0, "the consumer never validated its position"
+
+
+def test_a_daemon_restarted_after_kill_9_begins_its_epoch_after_what_it_recovered(
+    factory: DaemonFactory,
+) -> None:
+    daemon = factory.start(extra_args=["--node-id", "1", "--flush-interval-ms", "600000"])
+    topic = create_topic(daemon.bootstrap, partitions=1, replication=1)
+    producer = confluent_kafka.Producer({"bootstrap.servers": daemon.bootstrap, "acks": "all"})
+    for i in range(20):
+        producer.produce(topic, value=b"before-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    daemon.kill()  # nothing was flushed: the 20 records are in the WAL only
+    daemon.start()
+    # WAL recovery replayed them under epoch 1; epoch 2 (this run's lease) begins after them.
+    assert lease_start(daemon.store_url, topic, 0, 2) == 0
+    assert end_offset_for_epoch(daemon, topic, 0, 1) == (0, 1, 20)
+    assert end_offset_for_epoch(daemon, topic, 0, 2) == (0, 2, 20)
+    producer.produce(topic, value=b"after", partition=0)
+    assert producer.flush(30) == 0
+    assert end_offset_for_epoch(daemon, topic, 0, 2) == (0, 2, 21)
+    catalog = PartitionCatalog(
+        LocalObjectStore(daemon.store_url.removeprefix("file://")), "test", topic, 0
+    )
+    state = catalog.load()
+    starts = [
+        action
+        for commit in catalog.read_commits(0, state.version + 1)
+        for action in commit.actions
+        if isinstance(action, SetLeaderEpochStart)
+    ]
+    assert starts == [SetLeaderEpochStart(epoch=2, start_offset=20)]
