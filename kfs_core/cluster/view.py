@@ -45,7 +45,8 @@ class Leader:
     """Where clients should send a partition's requests: a node id and its leader epoch.
 
     ``node_id`` -1: no live daemon can serve it now (LEADER_NOT_AVAILABLE);
-    ``epoch`` -1: not known yet (the assignee takes it on the first request).
+    ``epoch`` -1: not known yet (the assignee takes it on the first request,
+    or as soon as a client names the topic to it).
     """
 
     node_id: int

@@ -24,11 +24,17 @@ up and hand it to its part, DeleteRecords and the metrics snapshot.
 
 Start-up.  `start` runs WAL recovery, skips what the catalog already has
 (batches below its high watermark), replays the rest into the buffers
-(`Appender.replay`) and flushes them before anything else happens.  Then,
+(`Appender.replay`) and flushes them before anything else happens; a
+partition's new lease epoch is recorded to begin after what was replayed
+(`_begin_epoch`), as after a takeover's replay of earlier holders.  Then,
 in the background, it opens the other partitions the WAL's live files name
 (`PartitionTable.warm_up`, at most ``warmup_partitions``), so their
 producers' first requests after a restart do not wait for the catalogs to
 load.
+
+Leader epochs.  `end_offset_for_epoch` answers OffsetForLeaderEpoch from
+the partition's catalog state; `open_soon` opens, in the background, the
+partitions a client named that this daemon should lead and nobody holds.
 
 Admin changes.  `adopt_topic` takes a registry record an admin request just
 wrote (altered configs, added partitions) into the topic cache at once;

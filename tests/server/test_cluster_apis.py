@@ -798,7 +798,8 @@ def test_offset_for_leader_epoch_of_unknown_topics_and_partitions(
         2: [unknown],
         -1: [unknown],
     }
-    assert client_answer(server, epoch_request("no-such-topic", [(0, -1, 1)])) == {0: [unknown]}
+    for name in ("no-such-topic", "", "not/a/topic"):
+        assert client_answer(server, epoch_request(name, [(0, -1, 1)])) == {0: [unknown]}
     # A partition never written: whatever epochs it had, each ends at 0.
     assert client_answer(server, epoch_request("history", [(1, -1, 1), (1, -1, 0)])) == {
         1: [(0, 1, 0), (0, 0, 0)]
