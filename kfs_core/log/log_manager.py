@@ -305,7 +305,7 @@ class LogManager:
             skipped += ignored
         for p in touched.values():
             p.high_watermark = p.next_offset
-            await self._begin_epoch(p)
+        await asyncio.gather(*(self._begin_epoch(p) for p in touched.values()))
         log.info(
             "WAL replay: %d batches into %d partitions, %d already in the catalog",
             replayed,
