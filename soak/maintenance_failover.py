@@ -18,10 +18,11 @@ and a tail consumer follows each.  Each round (seeded: ``kill`` or
 ``restart``) is one pass of the jobs with a move inside it:
 
 1. Compaction plans and rewrites from the catalogs as they stand.  Just
-   before it commits its first replace on the compact topic (its
-   ``before_commit`` hook), the daemon leading that partition is killed
-   (``kill -9``: the others take over after the session timeout and replay
-   its store WAL) or stopped gracefully; retention runs meanwhile.  Once the
+   before it commits its replace of one partition of the compact topic (its
+   ``before_commit`` hook; round n takes partition n mod 3), the daemon
+   leading that partition is killed (``kill -9``: the others take over after
+   the session timeout and replay its store WAL) or stopped gracefully;
+   retention runs meanwhile.  Once the
    new owner's lease commit has landed, compaction commits: a replace planned
    before a lease, landing after it, beside the replay's commits.
 2. The victim starts again and its partitions move back to it by hand-over,
@@ -470,12 +471,13 @@ class Campaign:
         self.wait_balanced()
         self.delete_records(n % PARTITIONS)
         move = Move(action)
+        target = (COMPACT_TOPIC, n % PARTITIONS)  # each round another daemon's partition
         retention_run = threading.Thread(target=self.job, args=(retention, *RETENTION_ARGS))
 
         failed: list[Exception] = []
 
         def before_commit(partition_plan: Any) -> None:
-            if partition_plan.topic != COMPACT_TOPIC or move.partition >= 0 or failed:
+            if (partition_plan.topic, partition_plan.partition) != target or move.partition >= 0:
                 return
             retention_run.start()  # retention too, while the partition moves
             try:
@@ -486,7 +488,7 @@ class Campaign:
         self.job(compaction, *COMPACTION_ARGS, before_commit=before_commit)
         if move.partition < 0 and not failed:  # nothing to compact there this time: move anyway
             retention_run.start()
-            self._move(move, COMPACT_TOPIC, n % PARTITIONS)
+            self._move(move, *target)
         if retention_run.ident is not None:  # started
             retention_run.join(600)
         if failed:
