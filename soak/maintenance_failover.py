@@ -42,7 +42,10 @@ and each partition's catalog is checked whole:
   it lies below the log start offset (retention, DeleteRecords) or, on the
   compact topic, a later record of its partition has its key; the newest
   record of every key is there; offsets are dense otherwise (on the compact
-  topic every missing offset is a superseded record's); nothing a consumer
+  topic every missing offset is a superseded record's); a record librdkafka
+  acknowledged without an offset (an idempotent producer counts a batch
+  whose answer was lost delivered once a later one is acknowledged) is there
+  once, or lies below the log start or is superseded; nothing a consumer
   read changed; no producer reported an error;
 - every hooked replace landed after the lease it had not read;
 - the catalog history is linear: commit versions without holes, each
@@ -350,6 +353,34 @@ def unexplained_gaps(
     return missing
 
 
+def placed(
+    log: Mapping[Position, Record],
+    sent: Mapping[bytes, Record],
+    partition: int,
+    ident: bytes,
+    *,
+    compacted: bool,
+) -> bool:
+    """Whether a record acknowledged without an offset is in ``log``, or may be gone.
+
+    One producer writes each topic, so its records lie in the order of their
+    ``seq`` header: the record may be gone below the log start (its
+    partition's oldest record of the producer is a later one) or, on a
+    compacted topic, superseded (a later record of the producer has its key).
+    """
+
+    def seq(record: Record) -> int:
+        return int(dict(record.headers)["seq"])
+
+    record = sent[ident]
+    mine = [r for (p, _), r in log.items() if p == partition]
+    if any(r.ident == ident for r in mine):
+        return True
+    if compacted:
+        return any(r.key == record.key and seq(r) > seq(record) for r in mine)
+    return bool(mine) and min(seq(r) for r in mine) > seq(record)
+
+
 # --- the cluster ---------------------------------------------------------------------------
 
 
@@ -363,6 +394,7 @@ class Move:
     victim: int = -1  # node id
     lease_version: int = -1  # the new owner's lease commit
     takeover_s: float = 0.0  # from the fault to that lease commit
+    held: bool = False  # whether compaction's replace of the partition waited for the move
     replace_version: int = -1  # compaction's replace of the partition (-1: none landed)
 
 
@@ -393,6 +425,7 @@ class Campaign:
         self.watch = LeaseWatch(self.store, self.findings)
         self.jobs_run = 0
         self.moves: list[Move] = []
+        self.unplaced = 0  # records acknowledged without an offset
 
     # --- jobs ---------------------------------------------------------------------------------
 
@@ -480,6 +513,7 @@ class Campaign:
             if (partition_plan.topic, partition_plan.partition) != target or move.partition >= 0:
                 return
             retention_run.start()  # retention too, while the partition moves
+            move.held = True
             try:
                 self._move(move, partition_plan.topic, partition_plan.partition)
             except Exception as exc:  # noqa: BLE001 - raised again after the job, not into it
@@ -586,6 +620,12 @@ class Campaign:
             check_log(
                 final, sent, acked, self.findings, ends, log_starts=starts, compacted=compacted
             )
+            self.unplaced += len(producer.unplaced_acks())
+            for partition, ident in producer.unplaced_acks():
+                if not placed(final, sent, partition, ident, compacted=compacted):
+                    self.findings.problem(
+                        "lost", f"{ident.decode()}, acknowledged without an offset, is not there"
+                    )
             if compacted:
                 for p in range(PARTITIONS):
                     gaps = unexplained_gaps(final, sent, acked, p, starts[p], ends[p])
@@ -612,7 +652,7 @@ class Campaign:
 
     def check_moves(self) -> None:
         for n, move in enumerate(self.moves):
-            if move.replace_version < 0:
+            if move.held and move.replace_version < 0:
                 self.findings.problem(
                     "moves",
                     f"round {n + 1}: no replace of {move.topic}/{move.partition} landed after "
@@ -739,9 +779,11 @@ def run(
         seed=seed,
         problems=findings.lines(),
         details=[
-            f"{campaign.jobs_run} job runs; {len(moves)} moves inside compaction, each replace "
-            f"landing after the lease it had not read; {campaign.watch.cold_loads} cold loads "
-            "watched",
+            f"{campaign.jobs_run} job runs; {len(moves)} moves, {sum(m.held for m in moves)} of "
+            "them inside compaction's replace of the partition, which landed after the lease it "
+            f"had not read; {campaign.watch.cold_loads} cold loads watched; "
+            f"{campaign.unplaced} records acknowledged without an offset (librdkafka's implicit "
+            "acknowledgements), each there or legitimately gone",
             f"catalogs: {history.commits} commits, {history.leases} leases, {history.replaces} "
             f"replaces, {history.removes} removes, {history.checkpoints} checkpoints; "
             f"newest epochs {history.epochs}",

@@ -21,7 +21,13 @@ from kfs_core.catalog.actions import encode_commit
 from kfs_core.storage import LocalObjectStore
 from soak import maintenance_failover
 from soak.load import Findings, Record
-from soak.maintenance_failover import NAMESPACE, LeaseWatch, check_history, unexplained_gaps
+from soak.maintenance_failover import (
+    NAMESPACE,
+    LeaseWatch,
+    check_history,
+    placed,
+    unexplained_gaps,
+)
 from soak.report import format_table
 from testkit.daemon import DaemonFactory
 from tests.catalog.conftest import seg
@@ -95,6 +101,22 @@ def test_only_a_superseded_record_may_leave_a_gap() -> None:
     assert unexplained_gaps(log, sent, acked, 0, 2, 3) == []
 
 
+def test_a_record_acknowledged_without_an_offset_must_be_there_or_legitimately_gone() -> None:
+    def record(key: bytes, seq: int) -> Record:
+        ident = b"p0-%09d" % seq
+        return Record(key, b"v", (("id", ident), ("seq", b"%d" % seq)), 1_700_000_000_000)
+
+    sent = {r.ident: r for r in (record(b"a", 1), record(b"b", 2), record(b"a", 3))}
+    one, two, three = sent
+    log = {(0, 7): sent[three]}
+    assert placed(log, sent, 0, three, compacted=False)  # there
+    assert placed(log, sent, 0, one, compacted=True)  # superseded by seq 3 of its key
+    assert not placed(log, sent, 0, two, compacted=True)  # its key's newest, and gone
+    assert placed(log, sent, 0, two, compacted=False)  # below the log start: seq 3 is first
+    assert not placed({(0, 7): sent[one]}, sent, 0, two, compacted=False)  # a hole
+    assert not placed(log, sent, 1, one, compacted=False)  # nothing of it in its partition
+
+
 def test_a_lease_epoch_going_down_is_a_finding(tmp_path: Path) -> None:
     findings = Findings()
     watch = LeaseWatch(LocalObjectStore(tmp_path), findings)
@@ -135,5 +157,5 @@ def test_jobs_while_a_partition_moves_lose_nothing_they_may_not(
     assert row.passed, report + "\n" + logs
     assert [m.action for m in moves] == ["kill"]
     (move,) = moves
-    assert move.replace_version > move.lease_version >= 0  # the replace landed after the lease
+    assert move.held and move.replace_version > move.lease_version >= 0  # after the lease
     assert row.acknowledged > maintenance_failover.WARM_UP_RECORDS
