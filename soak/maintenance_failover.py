@@ -455,15 +455,16 @@ class Campaign:
     def wait_balanced(self) -> None:
         """Until every daemon counts all three live and leads one partition of each topic."""
         nodes = {node_id_of(d) for d in self.daemons}
+
+        def all_live() -> bool:
+            return all(d.metric("kfs_cluster_live_nodes") >= len(nodes) for d in self.daemons)
+
+        def balanced() -> bool:
+            return all(set(self.leaders(t).values()) == nodes for t in TOPICS)
+
+        wait_until(_asking_again(all_live), WAIT_S, "every daemon counting every daemon live")
         wait_until(
-            lambda: all(d.metric("kfs_cluster_live_nodes") >= len(nodes) for d in self.daemons),
-            WAIT_S,
-            "every daemon counting every daemon live",
-        )
-        wait_until(
-            lambda: all(set(self.leaders(t).values()) == nodes for t in TOPICS),
-            WAIT_S,
-            "every daemon leading a partition of each topic",
+            _asking_again(balanced), WAIT_S, "every daemon leading a partition of each topic"
         )
 
     def delete_records(self, partition: int) -> None:
@@ -685,6 +686,18 @@ class Campaign:
             for partition in range(PARTITIONS):
                 history.add(check_history(self.store, topic, partition, self.findings))
         return history
+
+
+def _asking_again(condition: Callable[[], bool]) -> Callable[[], bool]:
+    """``condition``, false while a daemon is too busy to answer it (asked again next time)."""
+
+    def asked() -> bool:
+        try:
+            return condition()
+        except (confluent_kafka.KafkaException, OSError, AssertionError):
+            return False
+
+    return asked
 
 
 def _orphans(store: ObjectStore) -> list[str]:
