@@ -1,7 +1,7 @@
 """Run the fault campaigns' long forms and print one table (``make soak``).
 
     python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--maintenance-rounds 20] [--fuzz-cases 50000] [--skip-decoder-fuzz]
-                   [--failover-cycles 50] [--failover-pauses 5] [--failover-only]
+                   [--failover-cycles 50] [--failover-pauses 5] [--failover-only] [--maintenance-move-rounds 10]
 
 - kill -9 cycles of a real `kfs serve` under load, in ``cautious`` and
   ``normal`` mode, over the local store and over S3 on a moto server;
@@ -12,6 +12,9 @@
   outage) through a fault proxy in front of the moto server, under load;
 - compaction, retention, checkpoint and index_rebuild in rounds (and two at
   once) against a live daemon on a delete and a compact topic;
+- the same jobs while partitions move between three ``store``-mode daemons:
+  a daemon killed (kill -9) or stopped inside each compaction pass, its
+  partitions back by hand-over while compaction and checkpoints run;
 - protocol fuzzing of a live daemon (every API key and version, mutated
   bodies, frame abuse, slow-loris and 3,000 idle connections) while a
   producer and a consumer work;
@@ -38,6 +41,7 @@ from pathlib import Path
 from soak import (
     crash_cycles,
     failover,
+    maintenance_failover,
     maintenance_live,
     protocol_fuzz,
     store_faults,
@@ -108,6 +112,31 @@ def maintenance_row(factory: DaemonFactory, rounds: int, seed: int) -> Row:
     return row
 
 
+def maintenance_failover_row(root: Path, rounds: int, seed: int) -> Row:
+    """The jobs while partitions move between three ``store``-mode daemons (local store)."""
+    from spark_jobs.common import get_spark
+
+    spark = get_spark("kfs-soak-moves", "local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    factory = DaemonFactory(root / "maintenance-failover")
+    try:
+        store_url = (factory.root / "store").as_uri()
+        cluster = maintenance_failover.start_cluster(factory, store_url=store_url)
+        row, _ = maintenance_failover.run(
+            cluster,
+            spark,
+            actions=maintenance_failover.plan(seed, rounds),
+            seed=seed,
+            store_url=store_url,
+            progress=lambda line: print(f"  maintenance while moving: {line}", flush=True),
+        )
+    finally:
+        factory.close()
+        spark.stop()
+    print(format_table([row]), flush=True)
+    return row
+
+
 def fuzz_row() -> Row:
     """The decoder fuzzing at soak size, as one row (cases: the tests that ran)."""
     result = subprocess.run(
@@ -150,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--failover-only", action="store_true", help="run only the failover campaign"
+    )
+    parser.add_argument(
+        "--maintenance-move-rounds",
+        type=int,
+        default=10,
+        help="rounds of jobs with a partition moved between daemons inside each",
     )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
@@ -197,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                 return _finish(rows)
             rows.append(store_fault_row(factory, endpoint, seed))
             rows.append(maintenance_row(factory, args.maintenance_rounds, seed))
+            if args.maintenance_move_rounds > 0:
+                rows.append(maintenance_failover_row(Path(tmp), args.maintenance_move_rounds, seed))
             daemon = factory.start(name="fuzzed", extra_args=protocol_fuzz.daemon_args())
             row, outcomes = protocol_fuzz.run(
                 daemon,

@@ -2,7 +2,8 @@
 
 `LoadProducer` (idempotent confluent-kafka, acks=all, one codec each) sends
 records with a key, a value, headers and a create time at a steady rate and
-remembers what it sent and what the broker acknowledged where;
+remembers what it sent and what the broker acknowledged where (and, apart,
+what librdkafka counted delivered without an offset: `unplaced_acks`);
 `TailConsumer` follows every partition from offset 0; `read_range` reads
 partitions up to their high watermarks.  `check_log` judges what was read
 against the model:
@@ -232,6 +233,7 @@ class LoadProducer:
         self.sent: dict[bytes, Record] = {}
         self.acked: dict[Position, bytes] = {}
         self.acked_order: list[tuple[Position, bytes]] = []  # in delivery-report order
+        self.unplaced: list[tuple[int, bytes]] = []  # (partition, ident): acked, offset unknown
         self.failed: dict[bytes, str] = {}  # key -> error name
         self.fatal: str | None = None
         self.max_latency_s = 0.0  # the slowest delivery report, acknowledged or not
@@ -251,7 +253,12 @@ class LoadProducer:
         with self._lock:
             # librdkafka's own measure: from produce() to the delivery report.
             self.max_latency_s = max(self.max_latency_s, (msg.latency() or 0.0))
-            if err is None:
+            if err is None and msg.offset() is None:
+                # librdkafka acknowledged it without an offset: an idempotent
+                # producer whose request got no answer (its broker died) counts
+                # it delivered once a later batch is acknowledged.
+                self.unplaced.append((msg.partition(), ident))
+            elif err is None:
                 position = (msg.partition(), msg.offset())
                 self.acked[position] = ident
                 self.acked_order.append((position, ident))
@@ -338,6 +345,11 @@ class LoadProducer:
     def snapshot(self) -> tuple[dict[bytes, Record], list[tuple[Position, bytes]]]:
         with self._lock:
             return dict(self.sent), list(self.acked.items())
+
+    def unplaced_acks(self) -> list[tuple[int, bytes]]:
+        """(partition, ident) of the records acknowledged without an offset."""
+        with self._lock:
+            return list(self.unplaced)
 
 
 class TailConsumer:

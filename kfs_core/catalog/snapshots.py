@@ -18,7 +18,10 @@ resumes it: files already written are read back and kept, the rest are
 written, then the manifest.  Each partition's copy is one consistent catalog
 version; partitions are read one after another, not at a single instant.
 
-Restoring a topic from a snapshot lives in `kfs_core.catalog.restore`.
+A partition's copy includes its lease (epoch, node, incarnation) as a
+checkpoint does; a restore never commits it back (`kfs_core.catalog.restore`
+changes segments only), so the partition's epoch keeps growing.  Restoring a
+topic from a snapshot lives in `kfs_core.catalog.restore`.
 """
 
 from __future__ import annotations
@@ -213,6 +216,10 @@ def _encode_state(state: PartitionState) -> bytes:
         "config": dict(state.config),
         **lease_header(state),
     }
+    if state.leader_epoch:  # as a checkpoint has them: the copy says who led at that version
+        header["leader_epoch"] = state.leader_epoch
+        header["leader_node_id"] = state.leader_node_id
+        header["leader_incarnation"] = state.leader_incarnation
     segments = [s.model_dump_json() for s in state.segments]
     tombstones = [t.model_dump_json() for t in state.tombstones]
     return encode_document(header, [("segments", segments), ("tombstones", tombstones)])
