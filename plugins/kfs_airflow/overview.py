@@ -6,6 +6,12 @@ every store read, `kfs_airflow.hooks`):
 - topics and, per partition, the catalog version, live segments, bytes,
   records, log start offset and high watermark (`KfsHook.topics`,
   `KfsHook.partition_state`, as ``kfs catalog show`` reads them);
+- the daemons serving the namespace and each partition's lease
+  (`read_cluster`, on `kfs_core.cluster.status` as ``kfs cluster status|leases``
+  read them): every heartbeat with its wall-clock state, the leases from the
+  catalog states just read, which partitions no live daemon holds, and for
+  ``durability=store`` daemons the offsets their store WAL objects hold above
+  each catalog's end (acknowledged, not yet in segments);
 - recent compaction runs and what they saved, from their run summaries
   (`KfsHook.report_history`, `kfs_core.reports.RunSummary`);
 - recent validation runs and their data-quality reports

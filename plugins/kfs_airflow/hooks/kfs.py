@@ -7,7 +7,8 @@ Connection ``kfs_default`` (type ``kfs``)::
                "s3_endpoint_url": "http://minio:9000",     # MinIO, moto; optional
                "region_name": "eu-west-1",                 # optional
                "jobs_server": "http://127.0.0.1:7079",     # optional; else spark-submit
-               "bootstrap_servers": "kfs:9092", ...}       # the daemon: `KfsAdminHook`
+               "bootstrap_servers": "kfs:9092",            # the daemon: `KfsAdminHook`
+               "broker_session_timeout_ms": 9000, ...}     # the daemons'; optional
     login     AWS access key id      (optional; else the usual AWS chain)
     password  AWS secret access key  (optional)
 
@@ -23,9 +24,10 @@ The hook owns the store client and every read of the store the plugin makes,
 and it runs the maintenance jobs (`run_job`: on the job server the connection
 names, else through spark-submit).  Operators and sensors ask it for the
 topics, the catalog, a job's run and its summary (`run_summary`); the KFS page
-asks it for the catalog, the run history (`report_history`), the data-quality
-reports (`validation_report`), the Data Docs files and its own stored copy
-(`page_copy`).  The reports are `kfs_core.reports` models, the same the jobs
+asks it for the catalog, the daemons' heartbeats (`heartbeats`) and store WAL
+objects (`store_wal_headers`), the run history (`report_history`), the
+data-quality reports (`validation_report`), the Data Docs files and its own
+stored copy (`page_copy`).  The reports are `kfs_core.reports` models, the same the jobs
 write.  The consumer groups live in the daemon, not in the store: the page asks
 `kfs_airflow.hooks.admin.KfsAdminHook` for them.
 
