@@ -15,106 +15,22 @@ clock it wrote (``heartbeat_ms``) is older than the session timeout by this
 machine's wall clock.  The daemons themselves never compare clocks (they time
 the heartbeat's sequence number by their own monotonic clock), so this
 judgement is an operator's estimate: clock skew between machines shifts it.
+What both read, and that verdict, live in `kfs_core.cluster.status`, which
+the KFS page shares.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
 
 import click
 
 from kfs_core.cli.common import CliError, cli_settings, cli_store, format_ms, operator_errors
 from kfs_core.clock import now_ms
-from kfs_core.cluster.nodes import CorruptHeartbeat, decode_node, nodes_prefix
+from kfs_core.cluster.status import daemon_statuses, read_heartbeats, read_leases
 from kfs_core.cluster.view import NodeInfo
-from kfs_core.errors import ObjectNotFound
-from kfs_core.storage import ObjectStore
 
-__all__ = ["DaemonStatus", "cluster", "daemon_statuses", "read_heartbeats"]
-
-DaemonState = Literal["running", "stopped", "dead"]
-
-
-@dataclass(frozen=True)
-class DaemonStatus:
-    """One daemon as `kfs cluster status` reports it: its heartbeat and the wall-clock verdict."""
-
-    info: NodeInfo
-    heartbeat_ms: int  # the wall clock the daemon wrote; -1 when the document has none
-    state: DaemonState
-    age_ms: int | None  # this machine's wall clock minus heartbeat_ms; None when unknown
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON object `kfs cluster status --json` prints for this daemon."""
-        return {
-            "node_id": self.info.node_id,
-            "state": self.state,
-            "heartbeat_ms": self.heartbeat_ms,
-            "heartbeat_age_ms": self.age_ms,
-            "incarnation": self.info.incarnation,
-            "seq": self.info.seq,
-            "durability": self.info.durability,
-            "listeners": {
-                name: f"{host}:{port}" for name, (host, port) in sorted(self.info.listeners.items())
-            },
-            "rack": self.info.rack,
-            "partitions": len(self.info.held),
-        }
-
-
-def read_heartbeats(
-    store: ObjectStore, namespace: str
-) -> tuple[list[tuple[NodeInfo, int]], list[str]]:
-    """Every heartbeat of ``namespace`` with the wall clock it carries, by node id; and the corrupt ones.
-
-    The second list holds one message per heartbeat that is not a valid
-    document (skipped, as the daemons skip it).
-    """
-    found: list[tuple[NodeInfo, int]] = []
-    corrupt: list[str] = []
-    for obj in store.list(nodes_prefix(namespace)):
-        if not obj.key.endswith(".json"):
-            continue
-        try:
-            data = store.get(obj.key)
-        except ObjectNotFound:
-            continue  # deleted between the listing and the get
-        try:
-            info = decode_node(data, obj.key)
-        except CorruptHeartbeat as exc:
-            corrupt.append(str(exc))
-            continue
-        written = json.loads(data).get("heartbeat_ms")
-        heartbeat_ms = written if isinstance(written, int) and not isinstance(written, bool) else -1
-        found.append((info, heartbeat_ms))
-    found.sort(key=lambda pair: pair[0].node_id)
-    return found, corrupt
-
-
-def daemon_statuses(
-    heartbeats: Sequence[tuple[NodeInfo, int]], session_timeout_ms: int, now: int
-) -> list[DaemonStatus]:
-    """The state of each heartbeat at wall-clock time ``now``.
-
-    ``stopped`` when the heartbeat says so; ``dead`` when it says ``running``
-    but was written more than ``session_timeout_ms`` before ``now`` (or
-    carries no time); ``running`` otherwise.
-    """
-    statuses = []
-    for info, heartbeat_ms in heartbeats:
-        age = now - heartbeat_ms if heartbeat_ms >= 0 else None
-        state: DaemonState
-        if info.state == "stopped":
-            state = "stopped"
-        elif age is None or age > session_timeout_ms:
-            state = "dead"
-        else:
-            state = "running"
-        statuses.append(DaemonStatus(info, heartbeat_ms, state, age))
-    return statuses
+__all__ = ["cluster"]
 
 
 def _age(age_ms: int | None) -> str:
@@ -214,41 +130,33 @@ def cluster_leases(ctx: click.Context, topic: str, as_json: bool) -> None:
     Read from the partition catalogs, so it shows the epochs even when no
     daemon runs.  Epoch 0 means no daemon has taken the partition yet.
     """
-    from kfs_core.catalog.partition import PartitionCatalog
-    from kfs_core.catalog.topics import TopicRegistry
-
     settings = cli_settings(ctx)
     with operator_errors():
-        store = cli_store(ctx)
-        info = TopicRegistry(store, settings.namespace).get(topic)
-        states = [
-            (p, PartitionCatalog(store, settings.namespace, topic, p).load())
-            for p in range(info.partitions)
-        ]
+        leases = read_leases(cli_store(ctx), settings.namespace, topic)
     if as_json:
         click.echo(
             json.dumps(
                 [
                     {
                         "topic": topic,
-                        "partition": p,
-                        "leader_epoch": s.leader_epoch,
-                        "leader_node_id": s.leader_node_id,
-                        "leader_incarnation": s.leader_incarnation,
+                        "partition": lease.partition,
+                        "leader_epoch": lease.epoch,
+                        "leader_node_id": lease.node_id,
+                        "leader_incarnation": lease.incarnation,
                     }
-                    for p, s in states
+                    for lease in leases
                 ],
                 indent=2,
             )
         )
         return
-    if not states:
+    if not leases:
         raise CliError(f"topic {topic!r} has no partitions")
-    for p, s in states:
-        if s.leader_epoch:
+    for lease in leases:
+        if lease.epoch:
             click.echo(
-                f"{topic}/{p}  epoch {s.leader_epoch}  node {s.leader_node_id}  "
-                f"incarnation {s.leader_incarnation}"
+                f"{topic}/{lease.partition}  epoch {lease.epoch}  node {lease.node_id}  "
+                f"incarnation {lease.incarnation}"
             )
         else:
-            click.echo(f"{topic}/{p}  no lease yet")
+            click.echo(f"{topic}/{lease.partition}  no lease yet")

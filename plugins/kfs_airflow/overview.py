@@ -6,6 +6,12 @@ every store read, `kfs_airflow.hooks`):
 - topics and, per partition, the catalog version, live segments, bytes,
   records, log start offset and high watermark (`KfsHook.topics`,
   `KfsHook.partition_state`, as ``kfs catalog show`` reads them);
+- the daemons serving the namespace and each partition's lease
+  (`read_cluster`, on `kfs_core.cluster.status` as ``kfs cluster status|leases``
+  read them): every heartbeat with its wall-clock state, the leases from the
+  catalog states just read, which partitions no live daemon holds, and for
+  ``durability=store`` daemons the offsets their store WAL objects hold above
+  each catalog's end (acknowledged, not yet in segments);
 - recent compaction runs and what they saved, from their run summaries
   (`KfsHook.report_history`, `kfs_core.reports.RunSummary`);
 - recent validation runs and their data-quality reports
@@ -39,6 +45,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, computed_field
 
+from kfs_core.clock import now_ms
+from kfs_core.cluster.status import (
+    DEFAULT_SESSION_TIMEOUT_MS,
+    PartitionLease,
+    daemon_statuses,
+    lease_holder,
+    lease_of,
+)
 from kfs_core.errors import ObjectNotFound
 from kfs_core.kafka_admin import ConsumerGroup
 from kfs_core.reports import (
@@ -54,13 +68,19 @@ from kfs_core.reports import (
 if TYPE_CHECKING:
     from kfs_airflow.hooks import KfsHook
     from kfs_core.catalog import PartitionState
+    from kfs_core.log.wal.store import WalObjectHeader
 
 __all__ = [
     "COMPACTION_JOB",
     "VALIDATION_JOB",
+    "ClusterSummary",
     "CompactionRun",
     "CompactionSavings",
+    "DaemonSummary",
     "ExpectationResult",
+    "HeldPartition",
+    "LeaseRow",
+    "LeaseTopic",
     "Overview",
     "PartitionSummary",
     "ReadPartition",
@@ -69,6 +89,7 @@ __all__ = [
     "data_docs_key",
     "describe_error",
     "partition_summary",
+    "read_cluster",
     "read_overview",
     "unavailable",
     "unreadable_partition",
@@ -88,6 +109,12 @@ class PartitionSummary(BaseModel):
     record_count: int = 0
     log_start_offset: int = 0
     high_watermark: int = 0
+    #: The newest commit's wall clock (ms since the epoch; 0: no commits).
+    commit_ms: int = 0
+    #: The newest lease (`kfs_core.cluster.status.lease_of`): epoch 0 when never taken.
+    leader_epoch: int = 0
+    leader_node_id: int = -1
+    leader_incarnation: str = ""
     error: str | None = None
 
 
@@ -176,6 +203,88 @@ class ValidationRun(BaseModel):
         return self.evaluated - self.successful
 
 
+class HeldPartition(BaseModel):
+    topic: str
+    partition: int
+    epoch: int
+
+
+class DaemonSummary(BaseModel):
+    """One daemon by its heartbeat (`kfs_core.cluster.status.DaemonStatus`), as of the read."""
+
+    node_id: int
+    #: "running", "stopped" or "dead" (running by its heartbeat, written longer ago than
+    #: the session timeout by the page's wall clock).
+    state: str
+    heartbeat_ms: int = -1  # the daemon's wall clock when it wrote the heartbeat; -1: none
+    heartbeat_age_s: float | None = None
+    incarnation: str = ""
+    seq: int = 0
+    durability: str = ""
+    listeners: list[str] = Field(default_factory=list)  # "PLAINTEXT://host:port"
+    rack: str | None = None
+    held: list[HeldPartition] = Field(default_factory=list)
+    #: ``durability=store``: its WAL objects in the store, their bytes, and the offsets
+    #: they hold above the catalogs' ends (acknowledged, not yet in segments).  None: its
+    #: WAL is on its own disk, which the store does not show.
+    wal_objects: int | None = None
+    wal_bytes: int | None = None
+    unflushed_offsets: int | None = None
+
+
+class LeaseRow(BaseModel):
+    """One partition's lease from its catalog, and whether a live daemon holds it."""
+
+    topic: str
+    partition: int
+    epoch: int = 0
+    node_id: int = -1
+    incarnation: str = ""
+    #: `kfs_core.cluster.status.HolderState`: live, no-lease, dead, stopped,
+    #: no-heartbeat, released; "unknown" when the catalog could not be read.
+    holder: str = "no-lease"
+    high_watermark: int = 0
+    commit_age_s: float | None = None  # since the newest catalog commit; None: no commits
+    #: The offset after the last one any store WAL object holds of it; None: none does.
+    wal_end_offset: int | None = None
+    #: Offsets in store WAL objects above the catalog's end: acknowledged, not yet in segments.
+    unflushed_offsets: int = 0
+    error: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]  # mypy: no decorators over @property; pydantic's documented ignore
+    @property
+    def live(self) -> bool:
+        return self.holder == "live"
+
+
+class LeaseTopic(BaseModel):
+    name: str
+    partitions: list[LeaseRow] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]  # mypy: no decorators over @property; pydantic's documented ignore
+    @property
+    def without_live_holder(self) -> int:
+        return sum(not p.live for p in self.partitions)
+
+
+class ClusterSummary(BaseModel):
+    """The daemons serving the namespace and the partitions' leases, from the store."""
+
+    #: A running daemon whose heartbeat is older than this is shown dead.
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    daemons: list[DaemonSummary] = Field(default_factory=list)  # by node id
+    #: Per topic, every partition's lease; empty while no daemon has written a heartbeat
+    #: or taken a lease (a namespace no daemon serves).
+    topics: list[LeaseTopic] = Field(default_factory=list)
+    #: Corrupt heartbeats, damaged WAL objects, listings that failed.
+    problems: list[str] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]  # mypy: no decorators over @property; pydantic's documented ignore
+    @property
+    def without_live_holder(self) -> int:
+        return sum(t.without_live_holder for t in self.topics)
+
+
 class Overview(BaseModel):
     """Everything the KFS page shows, as of ``generated_at``."""
 
@@ -195,6 +304,8 @@ class Overview(BaseModel):
     groups: list[ConsumerGroup] = Field(default_factory=list)
     #: Why the groups could not be read (no daemon address, the daemon did not answer).
     groups_problem: str | None = None
+    #: The daemons' heartbeats and the partitions' leases.
+    cluster: ClusterSummary = Field(default_factory=ClusterSummary)
     #: When the store state shown was read, if this answer is a copy the page's cache
     #: read earlier (``generated_at`` is then when it was served); None: read for this answer.
     as_of: str | None = None
@@ -241,12 +352,14 @@ def read_overview(
     max_runs: int = DEFAULT_MAX_RUNS,
     read_partition: ReadPartition | None = None,
     planned: Callable[[int], None] | None = None,
+    wal_headers: dict[str, WalObjectHeader] | None = None,
 ) -> Overview:
-    """Topics, partitions and the recent compaction and validation runs of the hook's namespace.
+    """Topics, partitions, the daemons and the recent compaction and validation runs of the namespace.
 
     ``read_partition`` gives one partition's summary (default: a full catalog
     load through ``hook``); it must not raise.  ``planned`` hears how many
     partitions are about to be read, once the topics are listed.
+    ``wal_headers`` is the caller's cache of store WAL headers (`read_cluster`).
     """
     overview = Overview(
         namespace=hook.namespace, store_url=redact_url(hook.get_conn().url), generated_at=_now()
@@ -255,6 +368,7 @@ def read_overview(
         overview.topics = read_topics(hook, read_partition, planned)
     except Exception as exc:  # noqa: BLE001 - the page shows it instead of failing
         overview.problems.append(f"cannot list the topics: {describe_error(exc)}")
+    overview.cluster = read_cluster(hook, overview.topics, wal_headers=wal_headers)
     overview.compaction = read_compaction(hook, max_runs=max_runs)
     try:
         overview.validation = read_validation(hook, max_runs=max_runs)
@@ -324,6 +438,7 @@ def unreadable_partition(topic: str, partition: int, exc: BaseException) -> Part
 
 def partition_summary(topic: str, partition: int, state: PartitionState) -> PartitionSummary:
     """The row of a partition from its catalog state."""
+    lease = lease_of(state)
     return PartitionSummary(
         topic=topic,
         partition=partition,
@@ -333,7 +448,141 @@ def partition_summary(topic: str, partition: int, state: PartitionState) -> Part
         record_count=state.record_count,
         log_start_offset=state.log_start_offset,
         high_watermark=state.high_watermark,
+        commit_ms=state.timestamp_ms,
+        leader_epoch=lease.epoch,
+        leader_node_id=lease.node_id,
+        leader_incarnation=lease.incarnation,
     )
+
+
+# --- the cluster: heartbeats, leases, the store WAL ----------------------------------------
+
+
+def read_cluster(
+    hook: KfsHook,
+    topics: list[TopicSummary],
+    *,
+    wal_headers: dict[str, WalObjectHeader] | None = None,
+    now: int | None = None,
+) -> ClusterSummary:
+    """The daemons by their heartbeats and each partition's lease, as `kfs cluster status` reads them.
+
+    The leases come from ``topics`` (the catalog states just read); a lease
+    is held live when its node's heartbeat is running and lists the partition
+    (`kfs_core.cluster.status.lease_holder`).  For ``durability=store`` daemons,
+    what they acknowledged and have not yet sealed into segments is readable
+    in the store: the offsets their WAL objects hold above each catalog's end
+    (`KfsHook.store_wal_headers`).  A daemon with a local WAL shows only its
+    heartbeat's age: what its own disk holds beyond the catalog is not in the
+    store, and its heartbeat does not say.  ``wal_headers`` (key -> header)
+    is kept by the caller between reads: objects never change, so only new
+    ones are read; it is left holding the headers of the objects listed now.
+    ``now`` is the wall clock (ms) the ages count to (default: now).
+    """
+    now = now_ms() if now is None else now
+    cluster = ClusterSummary()
+    timeout = hook.session_timeout_ms
+    if isinstance(timeout, str):
+        cluster.problems.append(
+            f"connection extra broker_session_timeout_ms={timeout!r} is not a positive number "
+            f"of milliseconds; using {DEFAULT_SESSION_TIMEOUT_MS}"
+        )
+        timeout = DEFAULT_SESSION_TIMEOUT_MS
+    cluster.session_timeout_ms = timeout
+    try:
+        heartbeats, corrupt = hook.heartbeats()
+    except Exception as exc:  # noqa: BLE001 - the page shows it
+        cluster.problems.append(f"cannot read the heartbeats: {describe_error(exc)}")
+        heartbeats, corrupt = [], []
+    cluster.problems += [f"skipping a corrupt heartbeat: {message}" for message in corrupt]
+    statuses = {s.info.node_id: s for s in daemon_statuses(heartbeats, timeout, now)}
+
+    # The store WAL: per writer node and partition, the offset after the last one it holds.
+    wal_ends: dict[int, dict[tuple[str, int], int]] = {}
+    wal_counts: dict[int, tuple[int, int]] = {}
+    try:
+        objects, damaged = hook.store_wal_headers(wal_headers)
+    except Exception as exc:  # noqa: BLE001
+        cluster.problems.append(f"cannot list the store WAL objects: {describe_error(exc)}")
+        objects, damaged = [], []
+    else:
+        if wal_headers is not None:
+            wal_headers.clear()
+            wal_headers.update((info.key, header) for info, header in objects)
+    cluster.problems += [f"damaged store WAL object: {message}" for message in damaged]
+    for info, header in objects:
+        ends = wal_ends.setdefault(header.node_id, {})
+        for entry in header.entries:
+            tp = (entry.topic, entry.partition)
+            ends[tp] = max(ends.get(tp, 0), entry.last_offset + 1)
+        count, size = wal_counts.get(header.node_id, (0, 0))
+        wal_counts[header.node_id] = (count + 1, size + info.size)
+
+    catalog_ends = {
+        (p.topic, p.partition): p.high_watermark
+        for t in topics
+        for p in t.partitions
+        if p.error is None
+    }
+
+    def unflushed(ends: dict[tuple[str, int], int]) -> int:
+        return sum(max(0, end - catalog_ends[tp]) for tp, end in ends.items() if tp in catalog_ends)
+
+    for node_id, status in sorted(statuses.items()):
+        node = status.info
+        daemon = DaemonSummary(
+            node_id=node_id,
+            state=status.state,
+            heartbeat_ms=status.heartbeat_ms,
+            heartbeat_age_s=None if status.age_ms is None else round(status.age_ms / 1000, 1),
+            incarnation=node.incarnation,
+            seq=node.seq,
+            durability=node.durability,
+            listeners=[
+                f"{name}://{host}:{port}" for name, (host, port) in sorted(node.listeners.items())
+            ],
+            rack=node.rack,
+            held=[
+                HeldPartition(topic=t, partition=p, epoch=e)
+                for (t, p), e in sorted(node.held.items())
+            ],
+        )
+        if node.durability == "store" or node_id in wal_counts:
+            daemon.wal_objects, daemon.wal_bytes = wal_counts.get(node_id, (0, 0))
+            daemon.unflushed_offsets = unflushed(wal_ends.get(node_id, {}))
+        cluster.daemons.append(daemon)
+
+    any_lease = any(p.leader_epoch > 0 for t in topics for p in t.partitions)
+    if not statuses and not any_lease:
+        return cluster  # no daemon has served this namespace: no lease table
+    partition_ends: dict[tuple[str, int], int] = {}
+    for ends in wal_ends.values():
+        for tp, end in ends.items():
+            partition_ends[tp] = max(partition_ends.get(tp, 0), end)
+    for topic in topics:
+        rows = LeaseTopic(name=topic.name)
+        for p in topic.partitions:
+            tp = (p.topic, p.partition)
+            row = LeaseRow(
+                topic=p.topic, partition=p.partition, wal_end_offset=partition_ends.get(tp)
+            )
+            if p.error is not None:
+                row.holder, row.error = "unknown", p.error
+                rows.partitions.append(row)
+                continue
+            lease = PartitionLease(
+                p.topic, p.partition, p.leader_epoch, p.leader_node_id, p.leader_incarnation
+            )
+            row.epoch, row.node_id, row.incarnation = lease.epoch, lease.node_id, lease.incarnation
+            row.holder = lease_holder(lease, statuses)
+            row.high_watermark = p.high_watermark
+            if p.commit_ms > 0:
+                row.commit_age_s = round(max(0, now - p.commit_ms) / 1000, 1)
+            if row.wal_end_offset is not None:
+                row.unflushed_offsets = max(0, row.wal_end_offset - p.high_watermark)
+            rows.partitions.append(row)
+        cluster.topics.append(rows)
+    return cluster
 
 
 # --- run summaries --------------------------------------------------------------------

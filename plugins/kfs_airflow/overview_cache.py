@@ -14,8 +14,11 @@ and answers from it:
   partition (`KfsHook.partition_catalog`): a refresh calls each one's
   ``refresh``, which reads only the commits after the version it holds (an
   unchanged partition costs two "not found" probes instead of a load), and a
-  partition whose version did not move keeps its `PartitionSummary`.  Every
-  store read still goes through the hook's client; this module opens nothing.
+  partition whose version did not move keeps its `PartitionSummary`.  It also
+  keeps the headers of the ``durability=store`` WAL objects it has read (they
+  never change; `kfs_airflow.overview.read_cluster`), so a refresh reads only
+  the new ones; the heartbeats are a handful of small objects, read every time.
+  Every store read still goes through the hook's client; this module opens nothing.
 - A request with a copy younger than the maximum age (``KFS_PAGE_MAX_AGE_S``,
   default 30 s) gets it at once, marked with ``as_of``, ``age_s`` and
   ``refreshing``, and starts a background refresh (one thread at a time per
@@ -29,7 +32,7 @@ and answers from it:
   shows the write whenever that read fits the wait.
 - Every refresh that read something new writes the overview back to the store
   (``{ns}/_page/overview.json``, `StoredCopy`; one PUT, skipped when nothing
-  shown changed; after a refusal, such as read-only credentials, tried again
+  shown changed but the heartbeats' clocks and ages; after a refusal, such as read-only credentials, tried again
   every `COPY_RETRY_S`, with one warning).  An
   api-server that starts, or a store seen for the first time, serves that copy
   (with its age) while its own first read of every catalog runs: a restart does
@@ -42,6 +45,7 @@ Nothing raises out of here: a store that cannot be read is an `Overview` whose
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import logging
 import math
 import os
@@ -68,6 +72,7 @@ from kfs_core.reports import redact_url
 if TYPE_CHECKING:
     from kfs_airflow.hooks import KfsHook
     from kfs_core.catalog import PartitionCatalog
+    from kfs_core.log.wal.store import WalObjectHeader
 
 __all__ = [
     "BACKGROUND_AFTER_S",
@@ -161,6 +166,7 @@ class StoreCache:
         self._catalogs: dict[tuple[str, int], PartitionCatalog] = {}
         self._summaries: dict[tuple[str, int], PartitionSummary] = {}
         self._seen: set[tuple[str, int]] = set()
+        self._wal_headers: dict[str, WalObjectHeader] = {}  # store WAL headers by key
         self._copy_checked = False  # looked for the stored copy
         self._copy_retry_at = 0.0  # monotonic time before which no save is tried (0: none failed)
         self._stored_state: str | None = None  # what the stored copy holds (see _state_of)
@@ -292,6 +298,7 @@ class StoreCache:
         # Called once no refresh runs, so no read is using the hook's client.
         self._catalogs.clear()
         self._summaries.clear()
+        self._wal_headers.clear()
         self.hook.close()
 
     def _publish(self, copy: _Copy) -> None:
@@ -305,7 +312,10 @@ class StoreCache:
         self._seen = set()
         try:
             overview = read_overview(
-                self.hook, read_partition=self._read_partition, planned=self._planned
+                self.hook,
+                read_partition=self._read_partition,
+                planned=self._planned,
+                wal_headers=self._wal_headers,
             )
         except Exception as exc:  # noqa: BLE001 - read_overview keeps its own; belt and braces
             overview = unavailable(
@@ -418,8 +428,20 @@ class StoredCopy(BaseModel):
 
 
 def _state_of(overview: Overview) -> str:
-    """The overview without the time it was read: equal when nothing shown changed."""
-    return overview.model_dump_json(exclude={"generated_at"})
+    """The overview without what ticks by itself: equal when nothing shown changed.
+
+    Left out: the time of the read, and each heartbeat's clock, age and
+    sequence number and each commit's age (a daemon's change of state counts).
+    """
+    doc = overview.model_dump(mode="json", exclude={"generated_at"})
+    cluster = doc["cluster"]
+    for daemon in cluster["daemons"]:
+        for ticking in ("heartbeat_ms", "heartbeat_age_s", "seq"):
+            del daemon[ticking]
+    for topic in cluster["topics"]:
+        for row in topic["partitions"]:
+            del row["commit_age_s"]
+    return json.dumps(doc, sort_keys=True)
 
 
 class OverviewCache:

@@ -824,3 +824,227 @@ def test_no_daemon_address_or_an_unreachable_daemon_is_a_message_in_the_section(
     data = client.get("/kfs/api/overview", headers=auth).json()
     assert data["groups"] == [] and data["groups_problem"].startswith("cannot reach the daemon")
     assert data["problems"] == [] and len(data["topics"]) == 2
+
+
+# --- the cluster view: heartbeats, leases, the store WAL --------------------------------
+
+WAL_RECORDS = 7  # node 1's WAL object holds orders/0 offsets 10..16: 7 above the catalog
+#: The connection's session timeout in these tests: long enough that node 1, written
+#: just before, is running however slow the machine; node 2 was written a day ago.
+SESSION_TIMEOUT_MS = 120_000
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class ClusterStore:
+    url: str
+    endpoint: str | None  # the moto server's, for an S3 store
+    now_ms: int  # the wall clock the heartbeats were written against
+    wal_key: str  # node 1's store WAL object
+
+
+def _cluster_store(store: ObjectStore, wal_dir: Path, namespace: str) -> tuple[int, str]:
+    """Topic orders (3 x 10 records) served by two daemons by their real heartbeat documents.
+
+    Node 1 (``durability=store``) runs and holds orders/0 at epoch 1; its WAL
+    object, written by the daemon's own `StoreWal`, holds orders/0 offsets
+    10..16, above the catalog's end.  Node 2 (``cautious``, a local WAL) holds
+    orders/1 by its heartbeat, written a day ago: dead.  orders/2 has no lease.
+    """
+    from kfs_core.clock import now_ms
+    from kfs_core.cluster.nodes import encode_node, node_key
+    from kfs_core.cluster.view import NodeInfo
+    from kfs_core.log.wal.store import StoreWal, StoreWalReader
+    from kfs_core.log.wal.writer import WalAppend
+    from testkit.batches import make_batch
+
+    write_topic(store, namespace, "orders", partitions=3, segments=1, records_per_segment=10)
+    PartitionCatalog(store, namespace, "orders", 0).take_lease(1, "inc-1")
+    PartitionCatalog(store, namespace, "orders", 1).take_lease(2, "inc-2")
+    one = NodeInfo(1, "inc-1", {"PLAINTEXT": ("kfs-1", 9092), "SASL_SSL": ("kfs-1", 9093)},
+                   "store", seq=41, held={("orders", 0): 1})  # fmt: skip
+    two = NodeInfo(2, "inc-2", {"PLAINTEXT": ("kfs-2", 9092)}, "cautious", seq=7,
+                   held={("orders", 1): 1})  # fmt: skip
+    store.put(node_key(namespace, 2), encode_node(two, heartbeat_ms=now_ms() - DAY_MS))
+    wal = StoreWal(store, namespace, 1, "inc-1", wal_dir, interval_ms=5)
+    wal.recover()
+    batch = make_batch(0, 10, count=WAL_RECORDS)
+    wal.append_group([WalAppend("orders", 0, 10, batch)]).result(30)
+    wal.close()  # never checkpointed: the object stays, as a daemon's does until its flush
+    [(info, *_)] = list(StoreWalReader(store, namespace).objects())
+    now = now_ms()
+    store.put(node_key(namespace, 1), encode_node(one, heartbeat_ms=now - 500))
+    return now, info.key
+
+
+@pytest.fixture(params=["local", "s3"])
+def cluster_store(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> ClusterStore:
+    """`_cluster_store` on a local directory or a fresh prefix of the moto bucket; kfs_default names it."""
+    import uuid
+
+    endpoint: str | None = None
+    if request.param == "s3":
+        endpoint = request.getfixturevalue("moto_server")
+        url = f"s3://{request.getfixturevalue('s3_bucket')}/page-cluster-{uuid.uuid4().hex[:8]}"
+        store = open_store(url, endpoint_url=endpoint)
+    else:
+        url = (tmp_path / "store").as_uri()
+        store = open_store(url)
+    try:
+        now, wal_key = _cluster_store(store, tmp_path / "wal", NS)
+    finally:
+        store.close()
+    extra = {"s3_endpoint_url": endpoint} if endpoint else {}
+    env = kfs_connection_env(url, NS, broker_session_timeout_ms=str(SESSION_TIMEOUT_MS), **extra)
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
+    return ClusterStore(url, endpoint, now, wal_key)
+
+
+def test_the_cluster_from_heartbeats_leases_and_the_store_wal(cluster_store: ClusterStore) -> None:
+    from kfs_airflow.hooks import KfsHook
+    from kfs_airflow.overview import read_overview
+
+    with KfsHook() as hook:
+        cluster = read_overview(hook).cluster
+    assert cluster.problems == [] and cluster.session_timeout_ms == SESSION_TIMEOUT_MS
+    one, two = cluster.daemons
+    assert (one.node_id, one.state, one.durability, one.seq) == (1, "running", "store", 41)
+    assert one.heartbeat_ms == cluster_store.now_ms - 500
+    assert one.heartbeat_age_s is not None and 0.5 <= one.heartbeat_age_s < 100
+    assert one.listeners == ["PLAINTEXT://kfs-1:9092", "SASL_SSL://kfs-1:9093"]
+    assert [(h.topic, h.partition, h.epoch) for h in one.held] == [("orders", 0, 1)]
+    assert (one.wal_objects, one.unflushed_offsets) == (1, WAL_RECORDS)
+    assert one.wal_bytes is not None and one.wal_bytes > WAL_RECORDS
+    assert (two.node_id, two.state, two.durability) == (2, "dead", "cautious")
+    assert two.heartbeat_age_s is not None and two.heartbeat_age_s >= DAY_MS / 1000
+    # A local WAL is on the daemon's own disk: nothing of it is in the store to count.
+    assert (two.wal_objects, two.wal_bytes, two.unflushed_offsets) == (None, None, None)
+
+    [orders] = cluster.topics
+    assert orders.name == "orders" and orders.without_live_holder == 2
+    assert cluster.without_live_holder == 2
+    rows = [(r.partition, r.epoch, r.node_id, r.holder, r.high_watermark, r.wal_end_offset,
+             r.unflushed_offsets) for r in orders.partitions]  # fmt: skip
+    assert rows == [
+        (0, 1, 1, "live", 10, 10 + WAL_RECORDS, WAL_RECORDS),
+        (1, 1, 2, "dead", 10, None, 0),
+        (2, 0, -1, "no-lease", 10, None, 0),
+    ]
+    assert all(r.commit_age_s is not None and r.commit_age_s >= 0 for r in orders.partitions)
+
+
+def test_the_wal_headers_are_kept_and_damage_is_a_message(cluster_store: ClusterStore) -> None:
+    from kfs_airflow.hooks import KfsHook
+    from kfs_airflow.overview import read_overview
+
+    from kfs_core.cluster.nodes import nodes_prefix
+
+    store = (
+        open_store(cluster_store.url, endpoint_url=cluster_store.endpoint)
+        if cluster_store.endpoint
+        else open_store(cluster_store.url)
+    )
+    headers: dict[str, Any] = {}
+    with KfsHook() as hook:
+        read_overview(hook, wal_headers=headers)
+        assert list(headers) == [cluster_store.wal_key]
+        # Objects never change, so a kept header is not read again: the copy the page
+        # holds still counts although the bytes in the store are now damaged.
+        store.put(cluster_store.wal_key, b"KFWO" + bytes(60))
+        kept = read_overview(hook, wal_headers=headers).cluster
+        assert kept.problems == [] and kept.daemons[0].unflushed_offsets == WAL_RECORDS
+        # A reader without them reads the object: damaged, one message, nothing counted.
+        fresh = read_overview(hook).cluster
+        [problem] = fresh.problems
+        assert problem.startswith(f"damaged store WAL object: {cluster_store.wal_key}")
+        assert (fresh.daemons[0].wal_objects, fresh.daemons[0].unflushed_offsets) == (0, 0)
+        # Gone from the store (swept, or deleted after a flush): gone from the kept headers.
+        store.delete(cluster_store.wal_key)
+        store.put(f"{nodes_prefix(NS)}3.json", b"{not json")
+        after = read_overview(hook, wal_headers=headers).cluster
+        assert headers == {}
+        [corrupt] = after.problems
+        assert corrupt.startswith("skipping a corrupt heartbeat:") and "3.json" in corrupt
+        assert [d.node_id for d in after.daemons] == [1, 2]
+        assert after.topics[0].partitions[0].wal_end_offset is None
+    store.close()
+
+
+def test_the_session_timeout_comes_from_the_connection(
+    cluster_store: ClusterStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kfs_airflow.hooks import KfsHook
+    from kfs_airflow.overview import read_overview
+
+    extra = {"s3_endpoint_url": cluster_store.endpoint} if cluster_store.endpoint else {}
+
+    def cluster(timeout: str) -> Any:
+        env = kfs_connection_env(cluster_store.url, NS, broker_session_timeout_ms=timeout, **extra)
+        monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
+        with KfsHook() as hook:
+            return read_overview(hook).cluster
+
+    patient = cluster(str(2 * DAY_MS))
+    assert patient.session_timeout_ms == 2 * DAY_MS and patient.problems == []
+    assert [d.state for d in patient.daemons] == ["running", "running"]
+    assert patient.without_live_holder == 1  # only orders/2, which was never taken
+    for bad in ("soon", "0"):
+        fallback = cluster(bad)
+        assert fallback.session_timeout_ms == 9000
+        assert fallback.problems == [
+            f"connection extra broker_session_timeout_ms={bad!r} is not a positive number of "
+            "milliseconds; using 9000"
+        ]
+        assert fallback.daemons[1].state == "dead"
+
+
+def test_a_namespace_no_daemon_served_has_no_lease_table(
+    reported_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kfs_airflow.overview import read_overview
+
+    cluster = read_overview(_hook(monkeypatch, reported_store)).cluster
+    assert (cluster.daemons, cluster.topics, cluster.problems) == ([], [], [])
+
+
+def _row(html: str, tag_class: str, **data: object) -> str:
+    attrs = "".join(f' data-{k.replace("_", "-")}="{v}"' for k, v in data.items())
+    found = re.search(rf'<tr class="{tag_class}"{attrs}[^>]*>(.*?)</tr>', html, re.S)
+    assert found is not None, (tag_class, data)
+    return found.group(1)
+
+
+def test_the_page_shows_the_daemons_and_the_leases(
+    client: Any, cluster_store: ClusterStore
+) -> None:
+    html = client.get("/kfs/", headers=_login(client)).text
+    section = re.search(r'<section id="cluster">(.*?)</section>', html, re.S)
+    assert section is not None
+    cluster = section.group(1)
+    one = _row(cluster, "daemon", node_id=1, state="running")
+    assert '<span class="status state-running">running</span>' in one
+    assert '<td class="durability">store</td>' in one
+    assert "<code>PLAINTEXT://kfs-1:9092</code><br><code>SASL_SSL://kfs-1:9093</code>" in one
+    assert 'title="orders/0 epoch 1"><span class="held-count">1</span>' in one
+    assert re.search(rf'<span class="unflushed">{WAL_RECORDS}</span> offsets in '
+                     r'<span class="wal-objects">1</span> WAL object \(', one)  # fmt: skip
+    two = _row(cluster, "daemon", node_id=2, state="dead")
+    assert '<span class="status state-dead">dead</span>' in two
+    assert re.search(r'class="num heartbeat-age"[^>]*>\d{5,}\.\d s ago<', two)
+    assert "not visible from the store (local WAL); heartbeat " in two
+
+    assert re.search(r'id="leases-summary">.*2 partitions without a live holder', cluster, re.S)
+    live = _row(cluster, "lease", topic="orders", partition=0, holder="live")
+    assert re.search(r'class="num leader-node">1<.*class="num epoch">1<', live, re.S)
+    assert re.search(rf'class="num unflushed behind">{WAL_RECORDS}<', live)
+    dead = _row(cluster, "lease no-live-holder", topic="orders", partition=1, holder="dead")
+    assert "no live holder</span> node 2 is dead" in dead
+    assert re.search(r'class="num catalog-end">10<', dead)
+    never = _row(cluster, "lease no-live-holder", topic="orders", partition=2, holder="no-lease")
+    assert "no lease yet" in never and re.search(r'class="num epoch">–<', never)  # noqa: RUF001 - the page's dash
+
+    data = client.get("/kfs/api/overview", headers=_login(client)).json()["cluster"]
+    assert [(d["node_id"], d["state"]) for d in data["daemons"]] == [(1, "running"), (2, "dead")]
+    assert data["without_live_holder"] == 2

@@ -16,7 +16,15 @@ One test, in this order:
    Data Docs link; the Data Docs page renders styled (bootstrap's and Font
    Awesome's computed styles, their scripts loaded) although the browser
    resolves no name but 127.0.0.1, so every asset came from ``/kfs``; then the
-   same page framed in the Airflow UI at ``/plugin/kfs``.
+   same page framed in the Airflow UI at ``/plugin/kfs``;
+5. the cluster view, with two real ``kfs serve`` daemons (``durability=store``,
+   a flush interval so long that what they acknowledge stays in their WAL
+   objects) serving topic ``events``: both running with their listeners and
+   the partitions they hold, every ``events`` lease live, the acknowledged
+   offsets not yet in segments counted; after one daemon is killed, it shows
+   dead and the other holds every partition at a newer epoch; after that one
+   stops too, every lease is flagged as having no live holder and nothing is
+   left outside the segments.
 
 Screenshots go to ``$KFS_TEST_ARTIFACTS`` (default: the test's tmp_path); the
 path is printed.  Chromium is driven over the DevTools protocol with the
@@ -44,6 +52,7 @@ from typing import Any
 
 import pytest
 
+from testkit.daemon import Daemon, DaemonFactory
 from testkit.ports import free_port
 from testkit.waiting import wait_for
 from tests.airflow.conftest import AIRFLOW, REPO, kfs_connection_env
@@ -53,6 +62,38 @@ pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.spark]
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 ADMIN = "admin"
 NS = "default"
+#: The daemons' heartbeat interval and session timeout; the page is given the same timeout.
+HEARTBEAT_MS = 300
+SESSION_TIMEOUT_MS = 6000
+EVENTS_PARTITIONS = 4
+EVENTS_PER_PARTITION = 5
+
+# The cluster view as the browser renders it.
+_CLUSTER_JS = """(() => {
+    const text = (row, selector) => {
+        const cell = row.querySelector(selector);
+        return cell ? cell.textContent.trim() : null;
+    };
+    return {
+        shown: !!document.querySelector('#cluster') &&
+            document.querySelector('#cluster').offsetParent !== null,
+        daemons: [...document.querySelectorAll('#daemons tr.daemon')].map(r => ({
+            node: Number(r.dataset.nodeId), state: r.dataset.state,
+            badge: text(r, '.status'), durability: text(r, '.durability'),
+            listeners: r.querySelector('.listeners').innerText.trim(),
+            held: Number(text(r, '.held-count')), unflushed: text(r, '.unflushed'),
+            lag: r.querySelector('.lag').innerText.trim(),
+        })),
+        leases: [...document.querySelectorAll('#leases tr.lease')].map(r => ({
+            topic: r.dataset.topic, partition: Number(r.dataset.partition),
+            holder: r.dataset.holder, node: text(r, '.leader-node'), epoch: text(r, '.epoch'),
+            flagged: r.classList.contains('no-live-holder'),
+            holderText: r.querySelector('.holder') ? r.querySelector('.holder').innerText.trim() : '',
+            catalogEnd: text(r, '.catalog-end'), unflushed: text(r, '.unflushed'),
+        })),
+        summary: (document.querySelector('#leases-summary') || {innerText: ''}).innerText,
+    };
+})()"""
 
 # Runs in a subprocess (a JVM stays out of the test process): topics written as the
 # daemon writes them, then real compaction and validation runs on one local[1] session.
@@ -246,7 +287,9 @@ def api_server(airflow_db: Path, tmp_path: Path, artifacts: Path) -> Iterator[di
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
-        "AIRFLOW_CONN_KFS_DEFAULT": kfs_connection_env(store_url, NS),
+        "AIRFLOW_CONN_KFS_DEFAULT": kfs_connection_env(
+            store_url, NS, broker_session_timeout_ms=str(SESSION_TIMEOUT_MS)
+        ),
     }
     log_path = artifacts / "api-server.log"
     with open(log_path, "wb") as log:
@@ -291,8 +334,63 @@ def _seed_store(store_url: str, artifacts: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[DaemonFactory]:
+    factory = DaemonFactory(tmp_path / "daemons")
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+def _serve_events(factory: DaemonFactory, store_url: str) -> list[Daemon]:
+    """Two store-mode daemons on the page's namespace; topic events, records in every partition.
+
+    Their flush interval is ten minutes: what they acknowledge stays in their
+    store WAL objects, above the catalogs' ends, until they stop.
+    """
+    import confluent_kafka
+    import confluent_kafka.admin
+
+    cluster = factory.start_cluster(
+        2,
+        store_url=store_url,
+        heartbeat_ms=HEARTBEAT_MS,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        extra_args=["--namespace", NS, "--flush-interval-ms", "600000"],
+    )
+    bootstrap = ",".join(d.bootstrap for d in cluster)
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+    topic = confluent_kafka.admin.NewTopic("events", EVENTS_PARTITIONS, 1)
+    for future in admin.create_topics([topic]).values():
+        future.result(60)
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for p in range(EVENTS_PARTITIONS):
+        for i in range(EVENTS_PER_PARTITION):
+            producer.produce("events", b"event-%d" % i, partition=p)
+    assert producer.flush(120) == 0
+    return cluster
+
+
+def _cluster_view(browser: Chromium, url: str) -> dict[str, Any]:
+    """Load the page afresh and read its cluster view."""
+    browser.evaluate("window.kfsStale = true")
+    browser.navigate(url)
+    browser.wait(
+        "!window.kfsStale && document.readyState === 'complete' && "
+        "!!document.querySelector('#cluster')",
+        "the KFS page reloaded",
+    )
+    view: dict[str, Any] = browser.evaluate(_CLUSTER_JS)
+    return view
+
+
+def _events(view: dict[str, Any]) -> list[dict[str, Any]]:
+    return [row for row in view["leases"] if row["topic"] == "events"]
+
+
 def test_kfs_page_in_a_real_api_server_with_chromium(
-    api_server: dict[str, Any], artifacts: Path, tmp_path: Path
+    api_server: dict[str, Any], artifacts: Path, tmp_path: Path, daemons: DaemonFactory
 ) -> None:
     binary = _chromium()
     base = api_server["base"]
@@ -344,6 +442,20 @@ def test_kfs_page_in_a_real_api_server_with_chromium(
     status, _, body = _http("GET", f"{base}/kfs/api/overview", bearer)
     assert status == 200, body
     assert [t["name"] for t in json.loads(body)["topics"]] == ["clicks", "orders"]
+    assert json.loads(body)["cluster"]["daemons"] == []  # no daemon has served it yet
+
+    # --- two daemons serve the namespace; their heartbeats list every partition of events ---
+    first, second = _serve_events(daemons, api_server["store_url"])
+
+    def events_held() -> dict[str, Any] | None:
+        status, _, body = _http("GET", f"{base}/kfs/api/overview", bearer)
+        assert status == 200, body
+        cluster: dict[str, Any] = json.loads(body)["cluster"]
+        held = {(h["topic"], h["partition"]) for d in cluster["daemons"] for h in d["held"]}
+        wanted = {("events", p) for p in range(EVENTS_PARTITIONS)}
+        return cluster if wanted <= held else None
+
+    wait_for(events_held, timeout=120, interval=0.5, what="every events partition in a heartbeat")
 
     # --- chromium: log in through Airflow's form, land on the KFS page ---------------
     browser = Chromium(binary, tmp_path)
@@ -448,6 +560,70 @@ def test_kfs_page_in_a_real_api_server_with_chromium(
             ".filter(h => h && h.includes('plugin/kfs'))"
         )
         assert nav_links, "no navigation link to the KFS page in the Airflow UI"
+
         print(f"screenshot: {browser.screenshot(artifacts / 'airflow-ui-kfs.png')}")
+
+        # --- the cluster view: two daemons serving events -----------------------------
+        page_url = f"{base}/kfs/"
+        view = _cluster_view(browser, page_url)
+        print(f"screenshot: {browser.screenshot(artifacts / 'kfs-cluster.png')}")
+        assert view["shown"], view
+        one, two = view["daemons"]
+        assert [(d["node"], d["state"], d["badge"], d["durability"]) for d in (one, two)] == [
+            (1, "running", "running", "store"), (2, "running", "running", "store"),
+        ], view["daemons"]  # fmt: skip
+        assert one["listeners"] == f"PLAINTEXT://{first.bootstrap}", one
+        assert two["listeners"] == f"PLAINTEXT://{second.bootstrap}", two
+        events = _events(view)
+        assert [r["partition"] for r in events] == list(range(EVENTS_PARTITIONS)), view
+        assert all(r["holder"] == "live" and not r["flagged"] for r in events), events
+        assert {r["node"] for r in events} <= {"1", "2"} and all(
+            int(r["epoch"]) >= 1 for r in events
+        )
+        # Each daemon holds what the leases name it for (and whatever else it opened).
+        live = [r for r in view["leases"] if r["holder"] == "live"]
+        assert [one["held"], two["held"]] == [
+            sum(r["node"] == str(n) for r in live) for n in (1, 2)
+        ], view
+        # Nothing flushed yet: every acknowledged event is in the WAL objects, not in segments.
+        assert all(r["catalogEnd"] == "0" for r in events), events
+        assert all(r["unflushed"] == str(EVENTS_PER_PARTITION) for r in events), events
+        assert int(one["unflushed"]) + int(two["unflushed"]) == (
+            EVENTS_PARTITIONS * EVENTS_PER_PARTITION
+        ), view["daemons"]
+        assert " WAL object" in one["lag"], one
+        epochs = {r["partition"]: int(r["epoch"]) for r in events}
+        moved = {r["partition"] for r in events if r["node"] == "2"}
+
+        # --- node 2 is killed: dead on the page, node 1 holds every partition -------------
+        second.kill()
+
+        def failed_over() -> dict[str, Any] | None:
+            view = _cluster_view(browser, page_url)
+            states = [(d["node"], d["state"]) for d in view["daemons"]]
+            rows = _events(view)
+            taken = all(r["holder"] == "live" and r["node"] == "1" for r in rows)
+            return view if states == [(1, "running"), (2, "dead")] and taken else None
+
+        view = wait_for(failed_over, timeout=120, interval=0.5, what="the failover on the page")
+        print(f"screenshot: {browser.screenshot(artifacts / 'kfs-cluster-failover.png')}")
+        for row in _events(view):
+            newer = int(row["epoch"]) > epochs[row["partition"]]
+            assert newer == (row["partition"] in moved), (row, epochs)
+        assert view["daemons"][1]["badge"] == "dead"
+
+        # --- node 1 stops too: no partition has a live holder, nothing is outside the segments ---
+        assert first.stop() == 0
+        view = _cluster_view(browser, page_url)
+        print(f"screenshot: {browser.screenshot(artifacts / 'kfs-cluster-stopped.png')}")
+        assert [(d["node"], d["state"]) for d in view["daemons"]] == [(1, "stopped"), (2, "dead")]
+        events = _events(view)
+        assert all(r["holder"] == "stopped" and r["flagged"] for r in events), events
+        assert all("no live holder" in r["holderText"] for r in events), events
+        assert all(r["catalogEnd"] == str(EVENTS_PER_PARTITION) for r in events), events
+        assert all(r["unflushed"] in ("0", "–") for r in events), events  # noqa: RUF001 - the page's dash
+        assert all(d["unflushed"] == "0" for d in view["daemons"]), view["daemons"]
+        unheld = sum(r["flagged"] for r in view["leases"])
+        assert f"{unheld} partitions without a live holder" in view["summary"], view["summary"]
     finally:
         browser.close()

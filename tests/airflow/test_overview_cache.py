@@ -423,3 +423,44 @@ def test_a_store_that_refuses_the_copy_or_holds_garbage_still_shows_the_page(
         assert hook_class.stores[0].puts == [f"{NS}/_page/overview.json"]
     finally:
         cache.close()
+
+
+def test_a_ticking_heartbeat_does_not_rewrite_the_copy_a_dead_daemon_does(
+    local_url: str,
+) -> None:
+    """The page's copy is written again only when something an operator acts on changed.
+
+    A heartbeat's clock and sequence number move every interval: not such a change.
+    """
+    from kfs_airflow.hooks import KfsHook
+    from kfs_airflow.overview_cache import OverviewCache
+
+    from kfs_core.clock import now_ms
+    from kfs_core.cluster.nodes import encode_node, node_key
+    from kfs_core.cluster.view import NodeInfo
+
+    store = open_store(local_url)
+    node = NodeInfo(1, "inc-1", {"PLAINTEXT": ("kfs-1", 9092)}, "store", seq=1)
+
+    def beat(seq: int, heartbeat_ms: int) -> None:
+        info = NodeInfo(node.node_id, node.incarnation, node.listeners, node.durability, seq=seq)
+        store.put(node_key(NS, 1), encode_node(info, heartbeat_ms=heartbeat_ms))
+
+    cache = OverviewCache(max_age_s=0.0, wait_s=math.inf)
+    try:
+        beat(1, now_ms())
+        first = cache.overview(KfsHook())
+        kept = cache.store(*_identity_and_hook())
+        assert kept.wait(timeout_s=60) and kept.copies_saved == 1
+        assert [(d.node_id, d.state, d.seq) for d in first.cluster.daemons] == [(1, "running", 1)]
+        beat(2, now_ms())
+        ticked = cache.overview(KfsHook())
+        assert kept.wait(timeout_s=60) and ticked.cluster.daemons[0].seq == 2
+        assert kept.copies_saved == 1
+        beat(3, now_ms() - 3_600_000)  # an hour old: dead by the page's clock
+        dead = cache.overview(KfsHook())
+        assert kept.wait(timeout_s=60) and dead.cluster.daemons[0].state == "dead"
+        assert kept.copies_saved == 2
+    finally:
+        cache.close()
+        store.close()

@@ -7,7 +7,8 @@ Connection ``kfs_default`` (type ``kfs``)::
                "s3_endpoint_url": "http://minio:9000",     # MinIO, moto; optional
                "region_name": "eu-west-1",                 # optional
                "jobs_server": "http://127.0.0.1:7079",     # optional; else spark-submit
-               "bootstrap_servers": "kfs:9092", ...}       # the daemon: `KfsAdminHook`
+               "bootstrap_servers": "kfs:9092",            # the daemon: `KfsAdminHook`
+               "broker_session_timeout_ms": 9000, ...}     # the daemons'; optional
     login     AWS access key id      (optional; else the usual AWS chain)
     password  AWS secret access key  (optional)
 
@@ -23,9 +24,10 @@ The hook owns the store client and every read of the store the plugin makes,
 and it runs the maintenance jobs (`run_job`: on the job server the connection
 names, else through spark-submit).  Operators and sensors ask it for the
 topics, the catalog, a job's run and its summary (`run_summary`); the KFS page
-asks it for the catalog, the run history (`report_history`), the data-quality
-reports (`validation_report`), the Data Docs files and its own stored copy
-(`page_copy`).  The reports are `kfs_core.reports` models, the same the jobs
+asks it for the catalog, the daemons' heartbeats (`heartbeats`) and store WAL
+objects (`store_wal_headers`), the run history (`report_history`), the
+data-quality reports (`validation_report`), the Data Docs files and its own
+stored copy (`page_copy`).  The reports are `kfs_core.reports` models, the same the jobs
 write.  The consumer groups live in the daemon, not in the store: the page asks
 `kfs_airflow.hooks.admin.KfsAdminHook` for them.
 
@@ -56,13 +58,17 @@ if TYPE_CHECKING:
     # kfs_core is imported where it is used: DAG files import this module through the
     # operators, and parsing a DAG must stay cheap.
     from kfs_core.catalog import PartitionCatalog, PartitionState, TopicRegistry
+    from kfs_core.cluster.view import NodeInfo
+    from kfs_core.log.wal.store import WalObjectHeader
     from kfs_core.reports import RunSummary, StoredRun, ValidationReport
-    from kfs_core.storage import ObjectStore
+    from kfs_core.storage import ObjectInfo, ObjectStore
 
 __all__ = ["JobRunFailed", "KfsConnectionError", "KfsHook", "SparkSubmit"]
 
 #: Run summaries read at once by `report_history`.
 _SUMMARY_THREADS = 8
+#: Store WAL object headers read at once by `store_wal_headers`.
+_WAL_HEADER_THREADS = 8
 
 #: How `run_job` runs spark-submit: called with the job's arguments and the
 #: environment the connection adds (the Spark provider's operator does the rest).
@@ -181,6 +187,26 @@ class KfsHook(KfsBaseHook):
         return hashlib.sha256(text.encode()).hexdigest()
 
     @property
+    def session_timeout_ms(self) -> int | str:
+        """The daemons' ``broker.session.timeout.ms`` (extra ``broker_session_timeout_ms``).
+
+        The KFS page counts a running daemon dead once its heartbeat is older
+        than this; default the daemons' default (`KFS_BROKER_SESSION_TIMEOUT_MS`).
+        A value that is not a positive whole number comes back as the text it
+        is, for the page to name.
+        """
+        from kfs_core.cluster.status import DEFAULT_SESSION_TIMEOUT_MS
+
+        raw = self._extra.get("broker_session_timeout_ms")
+        if raw is None or raw == "":
+            return DEFAULT_SESSION_TIMEOUT_MS
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            return str(raw)
+        return value if value > 0 else str(raw)
+
+    @property
     def is_s3(self) -> bool:
         return self.store_url.lower().startswith("s3://")
 
@@ -276,6 +302,60 @@ class KfsHook(KfsBaseHook):
             ]
         finally:
             store.close()
+
+    # --- the daemons: heartbeats and the store WAL --------------------------------------
+
+    def heartbeats(self) -> tuple[list[tuple[NodeInfo, int]], list[str]]:
+        """Every daemon's heartbeat with the wall clock it carries, and the corrupt ones' messages.
+
+        As `kfs cluster status` reads them (`kfs_core.cluster.status.read_heartbeats`).
+        """
+        from kfs_core.cluster.status import read_heartbeats
+
+        return read_heartbeats(self.get_conn(), self.namespace)
+
+    def store_wal_headers(
+        self, known: dict[str, WalObjectHeader] | None = None
+    ) -> tuple[list[tuple[ObjectInfo, WalObjectHeader]], list[str]]:
+        """Every ``durability=store`` WAL object of the namespace with its header; and the damaged ones.
+
+        The objects hold what the daemons acknowledged and have not yet
+        sealed into segments (`kfs_core.log.wal.store`; a writer deletes each
+        once its frames are in the catalog).  One ranged GET per object whose
+        header ``known`` (key -> header, from an earlier call) does not hold:
+        objects never change.  An object deleted since the listing is left
+        out; a damaged one is one message in the second list.
+        """
+        from kfs_core.errors import CorruptWal, ObjectNotFound
+        from kfs_core.log.wal.store import StoreWalReader
+
+        known = known or {}
+        reader = StoreWalReader(self.get_conn(), self.namespace)
+        objects = [info for info, _node, _incarnation, _seq in reader.objects()]
+
+        def read(info: ObjectInfo) -> WalObjectHeader | str | None:
+            cached = known.get(info.key)
+            if cached is not None:
+                return cached
+            try:
+                return reader.header(info)
+            except ObjectNotFound:
+                return None
+            except CorruptWal as exc:
+                return str(exc)
+
+        results: list[WalObjectHeader | str | None] = []
+        if objects:
+            with ThreadPoolExecutor(min(_WAL_HEADER_THREADS, len(objects))) as pool:
+                results = list(pool.map(read, objects))
+        found: list[tuple[ObjectInfo, WalObjectHeader]] = []
+        damaged: list[str] = []
+        for info, result in zip(objects, results, strict=True):
+            if isinstance(result, str):
+                damaged.append(result)
+            elif result is not None:
+                found.append((info, result))
+        return found, damaged
 
     # --- the jobs' reports ------------------------------------------------------------
 
