@@ -13,6 +13,7 @@ One module per command group; `common` holds what they share (`CliError`,
     topics      kfs topics ...          groups    kfs groups ... (kfs_core.kafka_admin)
     segment     kfs segment dump        catalog   kfs catalog ...
     cluster     kfs cluster status / leases: the daemons' heartbeats and the partition leases
+    partitions  kfs partitions reassign: move partitions by hand (kafka-reassign-partitions.sh)
     lifecycle   kfs lifecycle (s3_lifecycle: the rules it plans from topic retention)
     jobs        kfs jobs ... (the Spark maintenance jobs)
 
@@ -39,6 +40,7 @@ from kfs_core.cli import (
     groups,
     jobs,
     lifecycle,
+    partitions,
     run,
     segment,
     serve,
@@ -72,6 +74,7 @@ for _command in (
     segment.segment,
     catalog.catalog,
     cluster.cluster,
+    partitions.partitions,
     lifecycle.lifecycle,
     jobs.jobs,
     users.users,

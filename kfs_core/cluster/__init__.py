@@ -10,7 +10,11 @@ The design is in ``docs/architecture.md`` ("High availability").  The rooms:
   by this daemon's own monotonic clock); `NodeIdInUse`, the refusal to start
   under a node id another live daemon runs as.
 - `assignment`: which live node each partition belongs to (rendezvous
-  hashing with a fair share per node), the same on every daemon.
+  hashing with a fair share per node, then the operator's pins), the same on
+  every daemon.
+- `reassignments`: the operator's pins (`kfs partitions reassign`), one
+  document per version in ``{ns}/_cluster/reassignments/``, and
+  `ReassignmentFollower`, the cheap read a daemon makes of them every tick.
 - `leases`: `LeaseKeeper`, the loop that writes the heartbeat, reads the
   others', takes the partitions assigned here (a ``lease`` commit in the
   partition's catalog) and hands over the ones assigned elsewhere.

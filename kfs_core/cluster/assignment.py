@@ -13,12 +13,19 @@ more for ``partitions % nodes`` of them).  Without the cap, rendezvous hashing m
 partitions when a node joins and only the leaver's when one leaves, but can
 pile many on one node; the cap keeps the spread within one partition of even
 at the price of a few more moves.
+
+An operator can pin partitions to nodes (`kfs partitions reassign`, the
+document of `kfs_core.cluster.reassignments`): a pinned partition goes to its
+target while that node is live, and to its computed node otherwise.  The
+others keep the placement they have without pins, so a reassignment moves
+exactly the partitions it names, as Kafka's does; pins count for nothing in
+the fair shares, which stay those of the whole topic.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = ["assign", "assign_topic", "weight"]
 
@@ -30,13 +37,17 @@ def weight(topic: str, partition: int, node: int) -> int:
 
 
 def assign(
-    partitions: Sequence[tuple[str, int]], nodes: Sequence[int]
+    partitions: Sequence[tuple[str, int]],
+    nodes: Sequence[int],
+    pins: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[tuple[str, int], int]:
     """``{(topic, partition): node}`` for every partition; empty when there are no nodes.
 
     Each node's share is ``len(partitions) // len(nodes)``, and the
     ``len(partitions) % len(nodes)`` nodes that weigh the whole set highest
-    take one more, so the spread is never more than one apart.
+    take one more, so the spread is never more than one apart.  Then each
+    partition ``pins`` names goes to its target node if that node is among
+    ``nodes``; a pin of a partition not in ``partitions`` changes nothing.
     """
     candidates = sorted(set(nodes))
     if not candidates:
@@ -53,10 +64,19 @@ def assign(
         owner = next(n for n in ranked if room[n] > 0)
         room[owner] -= 1
         result[(topic, partition)] = owner
+    for tp, target in (pins or {}).items():
+        if tp in result and target in room:
+            result[tp] = target
     return result
 
 
-def assign_topic(topic: str, partitions: int, nodes: Sequence[int]) -> tuple[int, ...]:
-    """The node of each of ``topic``'s partitions, by partition number; empty without nodes."""
-    owners = assign([(topic, p) for p in range(partitions)], nodes)
+def assign_topic(
+    topic: str, partitions: int, nodes: Sequence[int], pins: Mapping[int, int] | None = None
+) -> tuple[int, ...]:
+    """The node of each of ``topic``'s partitions, by partition number; empty without nodes.
+
+    ``pins`` maps a partition number to the node it is pinned to (`assign`).
+    """
+    keyed = {(topic, p): node for p, node in (pins or {}).items()}
+    owners = assign([(topic, p) for p in range(partitions)], nodes, keyed)
     return tuple(owners[(topic, p)] for p in range(partitions)) if owners else ()

@@ -2,14 +2,16 @@
 
 One keeper runs in the daemon's event loop.  Every heartbeat interval
 (`tick`) it writes this daemon's heartbeat, reads the others', works out who
-is live (`LivenessObserver`) and the assignment (`assign`), then:
+is live (`LivenessObserver`), the operator's pinned placements
+(`ReassignmentFollower`: one GET) and the assignment (`assign`), then:
 
 - hands over each partition it holds that is now assigned to another live
   daemon: the log's ``on_release`` stops appends, flushes and drops it, and
   the next heartbeat no longer lists it;
 - takes over, through the log's ``on_takeover``, the partitions assigned
   here that a dead or stopped daemon's heartbeat still lists and that
-  `may_take` allows.
+  `may_take` allows, and the partitions pinned here that no live daemon holds
+  any more (the holder handed them over).
 
 The log opens a partition by calling `acquire`, which commits a ``lease``
 action in the partition's catalog (one epoch more than the last; exactly one
@@ -42,6 +44,11 @@ from typing import Any, Protocol, TypeVar
 
 from kfs_core.cluster.assignment import assign_topic
 from kfs_core.cluster.nodes import LivenessObserver, NodeIdInUse, NodeRegistry
+from kfs_core.cluster.reassignments import (
+    ReassignmentFollower,
+    Reassignments,
+    ReassignmentStore,
+)
 from kfs_core.cluster.view import NO_LEADER, Leader, NodeInfo, NodeState
 from kfs_core.config import Settings
 from kfs_core.errors import KfsError, LeaseConflict, NotLeaderOrFollower
@@ -160,6 +167,8 @@ class LeaseKeeper:
         incarnation: str = "",
     ) -> None:
         self._registry = NodeRegistry(store, namespace)
+        self._follower = ReassignmentFollower(ReassignmentStore(store, namespace))
+        self._pins = Reassignments()
         self._settings = settings
         self._listeners = dict(listeners)
         self._partition_count = partition_count
@@ -220,6 +229,7 @@ class LeaseKeeper:
         nodes = await self._read_nodes()
         if nodes is not None:
             self._observe(nodes)
+        await self._read_pins()
         if run_loop:
             self._task = asyncio.ensure_future(self._loop())
             self._beats = asyncio.ensure_future(self._beat_loop())
@@ -313,6 +323,7 @@ class LeaseKeeper:
             if nodes is None:
                 return
             self._observe(nodes)
+            await self._read_pins()
             if await self._hand_over():
                 await self._heartbeat()
             await self._take_over()
@@ -368,6 +379,14 @@ class LeaseKeeper:
         self._read_outage = False
         return nodes
 
+    async def _read_pins(self) -> None:
+        """Take in the operator's pins (`ReassignmentFollower.read` never raises)."""
+        pins = await self._io(self._follower.read)
+        if pins.version != self._pins.version:
+            log.info("node %d: partition reassignments version %d", self.node_id, pins.version)
+            self._pins = pins
+            self._owners.clear()
+
     async def _hand_over(self) -> bool:
         """Release what another live daemon should have (or already holds); True if any."""
         released = False
@@ -414,13 +433,18 @@ class LeaseKeeper:
         orphaned = {
             tp for node in gone for tp in (*node.held, *self._last_held.get(node.node_id, ()))
         }
+        # Pinned here and handed over by its holder: taken now, not on the first request.
+        pinned = {
+            tp
+            for tp, target in self._pins.targets.items()
+            if target == self.node_id and tp[1] < (self._partition_count(tp[0]) or 0)
+        }
         # A topic not looked up yet may be ours: the log looks it up, then asks.
         keys = [
             tp
-            for tp in sorted(orphaned)
+            for tp in sorted(orphaned | pinned)
             if (self._owner(tp) == self.node_id or self._partition_count(tp[0]) is None)
             and tp not in self._held
-            and tp in orphaned
             and self.may_take(*tp)
         ]
         if not keys:
@@ -625,7 +649,8 @@ class LeaseKeeper:
             count = partition + 1
         owners = self._owners.get((topic, count))
         if owners is None:
-            owners = self._owners[(topic, count)] = assign_topic(topic, count, live)
+            pins = self._pins.of_topic(topic)
+            owners = self._owners[(topic, count)] = assign_topic(topic, count, live, pins)
         return owners[partition]
 
     # --- ClusterView -------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from kfs_core.cluster.assignment import assign, weight
+from kfs_core.cluster.assignment import assign, assign_topic, weight
 
 PARTITIONS = [(f"topic-{t}", p) for t in range(10) for p in range(30)]  # 300
 
@@ -79,3 +79,47 @@ def test_a_leaving_node_moves_about_only_its_own() -> None:
         assert moved >= own
         # The fair-share cap may move a few more; never many.
         assert moved <= own + len(PARTITIONS) // (2 * n), (n, own, moved)
+
+
+# --- pins: the operator's placements (kfs partitions reassign) ----------------------------
+
+
+def test_a_pinned_partition_goes_to_its_live_target_and_nothing_else_moves() -> None:
+    nodes = [1, 2, 3]
+    before = assign(PARTITIONS, nodes)
+    moved = PARTITIONS[:40:7]
+    pins = {tp: next(n for n in nodes if n != before[tp]) for tp in moved}
+    after = assign(PARTITIONS, nodes, pins)
+    assert {tp: after[tp] for tp in moved} == pins
+    assert {tp: n for tp, n in after.items() if tp not in pins} == {
+        tp: n for tp, n in before.items() if tp not in pins
+    }
+
+
+def test_a_pin_to_a_node_that_is_not_live_leaves_the_computed_placement() -> None:
+    nodes = [1, 2, 3]
+    tp = PARTITIONS[5]
+    assert assign(PARTITIONS, nodes, {tp: 9}) == assign(PARTITIONS, nodes)
+    # Once the target is live, the pin applies again.
+    assert assign(PARTITIONS, [*nodes, 9], {tp: 9})[tp] == 9
+
+
+def test_a_pin_of_an_unknown_partition_changes_nothing() -> None:
+    assert assign(PARTITIONS, [1, 2], {("elsewhere", 0): 1}) == assign(PARTITIONS, [1, 2])
+    assert assign([], [1, 2], {("elsewhere", 0): 1}) == {}
+    assert assign(PARTITIONS, [], {PARTITIONS[0]: 1}) == {}
+
+
+def test_pins_come_out_the_same_whatever_the_order() -> None:
+    pins = {PARTITIONS[0]: 2, PARTITIONS[1]: 2, PARTITIONS[299]: 1}
+    forward = assign(PARTITIONS, [3, 1, 2], pins)
+    backward = assign(list(reversed(PARTITIONS)), [2, 1, 3], dict(reversed(pins.items())))
+    assert forward == backward
+
+
+def test_assign_topic_honours_pins_by_partition_number() -> None:
+    plain = assign_topic("orders", 6, [1, 2, 3])
+    target = next(n for n in (1, 2, 3) if n != plain[4])
+    pinned = assign_topic("orders", 6, [1, 2, 3], {4: target, 9: 1})
+    assert pinned == tuple(target if p == 4 else plain[p] for p in range(6))
+    assert assign_topic("orders", 6, [], {4: 1}) == ()

@@ -21,6 +21,7 @@ import pytest
 from kfs_core.cluster.assignment import assign
 from kfs_core.cluster.leases import Acquired, LeaseKeeper, twin_moved
 from kfs_core.cluster.nodes import NodeIdInUse, NodeRegistry
+from kfs_core.cluster.reassignments import ReassignmentStore
 from kfs_core.cluster.view import NO_LEADER, ClusterView, Leader, NodeInfo
 from kfs_core.config import Settings
 from kfs_core.errors import (
@@ -418,6 +419,54 @@ def test_a_joining_node_gets_its_share_by_hand_over(cluster: Cluster) -> None:
         )
         await _tick(b, a)
         assert all(a.keeper.leader(*tp) == Leader(1, 1) for tp in moving)
+
+    asyncio.run(main())
+
+
+def test_a_pinned_partition_moves_to_its_target_by_hand_over(cluster: Cluster) -> None:
+    async def main() -> None:
+        nodes = [cluster.node(i) for i in range(3)]
+        for node in nodes:
+            await node.keeper.start(run_loop=False)
+        await _tick(*nodes)
+        for node in nodes:
+            await node.acquire_assigned()
+        await _tick(*nodes)
+        expected = assign(PARTS, [0, 1, 2])
+        tp = PARTS[3]
+        source, target = nodes[expected[tp]], nodes[(expected[tp] + 1) % 3]
+        documents = ReassignmentStore(cluster.store, NS)
+        # A pin to a node that is not live changes nothing.
+        documents.update(lambda current: {tp: 7})
+        await _tick(*nodes)
+        assert source.released == [] and tp in source.keeper.held
+
+        documents.update(lambda current: {tp: target.keeper.node_id})
+        await _tick(target)  # the holder has not handed it over yet: nothing to take
+        assert target.taken == []
+        assert target.keeper.leader(*tp) == Leader(source.keeper.node_id, 0)
+        await _tick(source)  # the holder sees the pin and hands the partition over
+        assert source.released == [tp] and tp not in source.keeper.held
+        await _tick(target)  # the target takes it at once, at the next epoch
+        assert target.taken == [[tp]]
+        assert target.acquired[tp] == Acquired(1, source.keeper.node_id, source.keeper.incarnation,
+                                               "cautious")  # fmt: skip
+        await _tick(*nodes, *nodes)
+        for node in nodes:
+            assert node.keeper.leader(*tp) == Leader(target.keeper.node_id, 1)
+        # Nothing else moved.
+        assert all(n.released in ([], [tp]) for n in nodes)
+        assert sorted(source.keeper.held) == [p for p in _assigned([0, 1, 2], expected[tp])
+                                              if p != tp]  # fmt: skip
+
+        # Dropping the pin gives the partition back to its computed node, which
+        # takes it on request as after any hand-over.
+        documents.update(lambda current: {})
+        await _tick(target, source)
+        assert target.released == [tp] and tp not in target.keeper.held
+        assert source.keeper.leader(*tp) == Leader(source.keeper.node_id, -1)
+        await source.acquire_assigned()
+        assert source.keeper.held[tp] == 2
 
     asyncio.run(main())
 
