@@ -71,7 +71,6 @@ the log's (`kfs_core.log.appender`, "Replay").
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import logging
@@ -104,6 +103,7 @@ from kfs_core.formats.wal import Buffer, FrameType, WalReader, record_frame_part
 from kfs_core.log.wal.files import WalPosition, batch_last_offset
 from kfs_core.log.wal.recovery import RecoveredBatch, WalRecovery
 from kfs_core.log.wal.writer import (
+    BaseWal,
     FailureListener,
     FsyncObserver,
     StageObserver,
@@ -429,7 +429,7 @@ def _always_valid(topic: str, partition: int) -> bool:
     return True
 
 
-class StoreWal:
+class StoreWal(BaseWal):
     """The ``store`` mode WAL of one daemon incarnation: a drop-in for `WalWriter`.
 
     Lifecycle: construct, `recover` (once; starts the threads, returns
@@ -605,31 +605,10 @@ class StoreWal:
         with self._lock:
             return [self._live[seq].key for seq in sorted(self._live)]
 
-    def __enter__(self) -> StoreWal:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"StoreWal({self.prefix!r})"
 
     # --- appends --------------------------------------------------------------------
-
-    def append(
-        self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
-    ) -> WalPosition:
-        """Append one batch; return once its object is in the store (see `append_group`)."""
-        return self.append_group([WalAppend(topic, partition, base_offset, batch_bytes)]).result()[
-            0
-        ]
-
-    async def append_async(
-        self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
-    ) -> WalPosition:
-        """`append` for an event loop."""
-        future = self.append_group([WalAppend(topic, partition, base_offset, batch_bytes)])
-        return (await asyncio.shield(asyncio.wrap_future(future)))[0]
 
     def append_group(self, appends: list[WalAppend]) -> Future[list[WalPosition]]:
         """Queue one RECORD frame per `WalAppend`; returns at once.
