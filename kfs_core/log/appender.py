@@ -26,7 +26,18 @@ segments committed since, and the WAL (`Appender.replay`).
 
 Replay.  At start-up the batches WAL recovery returns enter the buffers here
 too (`replay`), above what the catalog already holds, so every way a batch
-gets into a partition buffer is in this module.
+gets into a partition buffer is in this module.  A takeover in the ``store``
+durability mode replays the previous holders' WAL objects the same way, with
+``stop_at_gap``: a batch that breaks its idempotent producer's sequence
+(`ProducerStateTable.breaks_sequence`: the producer's previous batch never
+landed, so the holder refused this one) ends the replay there, and the
+partition's offsets continue at that batch.  Kept, it would make the
+producer's retry of the missing batch out of order -- fatal to a Kafka
+client -- or, accepted after it, reorder the producer's records; left out,
+the retries append both batches in order, once each.  Nothing acknowledged
+is left out: see `kfs_core.log.producer_state` ("Replay and sequence gaps").
+The start-up replay of the local WAL keeps such a batch (every frame there
+was written in order by this daemon) and only says so in a warning.
 
 Transactions.  Control batches (commit and abort markers) and the last
 stable offset belong here: markers are assigned offsets and logged in
@@ -48,7 +59,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kfs_core.config import Settings
 from kfs_core.errors import (
@@ -66,7 +77,7 @@ from kfs_core.log.metrics import LogMetrics
 from kfs_core.log.partition import Partition, PendingAppend, deleted_error, not_leader
 from kfs_core.log.partition_table import PartitionTable
 from kfs_core.log.pool import MemoryPool
-from kfs_core.log.producer_state import BatchMetadata, batch_offsets
+from kfs_core.log.producer_state import BatchMetadata, ProducerEntry, batch_offsets
 from kfs_core.log.topic_cache import TopicInfo
 from kfs_core.log.validate import validate_produce
 from kfs_core.log.wal import RecoveredBatch, WalAppend, WalLike, WalPosition
@@ -77,7 +88,7 @@ from kfs_core.records.batch import (
 )
 from kfs_core.records.header import BatchHeader
 
-__all__ = ["AppendResult", "Appender"]
+__all__ = ["AppendResult", "Appender", "Replayed"]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +100,14 @@ class AppendResult:
     base_offset: int
     log_append_time: int  # the stamped time for LogAppendTime topics, else -1 (as Kafka)
     log_start_offset: int
+
+
+class Replayed(NamedTuple):
+    """What `Appender.replay` did with one recovered WAL frame."""
+
+    added: int  # batches buffered
+    skipped: int  # batches the catalog already had
+    stopped: bool  # a batch broke its producer's sequence: it and the rest were left out
 
 
 @dataclass(eq=False, slots=True)
@@ -412,6 +431,9 @@ class Appender:
             # before it landed.  The WAL goes on; these partitions start over from
             # the store (their acknowledged batches are in it) on the next request.
             for p in {id(p): p for p, _ in appends}.values():
+                current = self._table.partitions.get((p.topic, p.partition))
+                if current is not None and current is not p:
+                    continue  # a late refusal of a dropped partition: the new one is fine
                 if not p.leaving:
                     log.warning(
                         "%s: the WAL refused an append (%s); the partition starts over "
@@ -463,15 +485,20 @@ class Appender:
         if p is not None and p.leaving:
             raise not_leader(p)
 
-    def replay(self, p: Partition, record: RecoveredBatch) -> tuple[int, int]:
-        """Buffer the batches of one recovered WAL frame that the catalog does not have."""
+    def replay(
+        self, p: Partition, record: RecoveredBatch, *, stop_at_gap: bool = False
+    ) -> Replayed:
+        """Buffer the batches of one recovered WAL frame that the catalog does not have.
+
+        With ``stop_at_gap`` (a takeover's replay of the store WAL) the first
+        batch that breaks its producer's sequence is not buffered, nor any
+        after it (see the module docstring), and the outcome says so.
+        """
         added = skipped = 0
         now = time.monotonic()
+        now_ms = self._clock()
         view = memoryview(record.batch)
-        headers = list(iter_batch_headers(record.batch, verify_crc=False, object_name=p.name))
-        # Skipped batches too: the segments may have been read only in part (`_load_producers`).
-        p.producers.replay((header for _, header in headers), self._clock())
-        for pos, header in headers:
+        for pos, header in iter_batch_headers(record.batch, verify_crc=False, object_name=p.name):
             if header.base_offset < p.next_offset:
                 # Flushed before its WAL checkpoint was written.  Segments hold
                 # whole batches, so a batch is either all in the catalog or not.
@@ -484,8 +511,17 @@ class Appender:
                         header.last_offset,
                         p.next_offset,
                     )
+                # Remembered all the same: the segments may have been read only in
+                # part (`PartitionTable._load_producers`).
+                p.producers.replay((header,), now_ms)
                 skipped += 1
                 continue
+            broken = p.producers.breaks_sequence(header, now_ms)
+            if broken is not None:
+                self._warn_gap(p, header, broken, left_out=stop_at_gap)
+                if stop_at_gap:
+                    return Replayed(added, skipped, stopped=True)
+            p.producers.replay((header,), now_ms)
             data = view[pos : pos + header.total_size]  # shares the recovered frame's bytes
             p.buffer.append(
                 BufferedBatch(
@@ -495,4 +531,25 @@ class Appender:
             self._pool.force_acquire(len(data))
             p.next_offset = header.last_offset + 1
             added += 1
-        return added, skipped
+        return Replayed(added, skipped, stopped=False)
+
+    def _warn_gap(
+        self, p: Partition, header: BatchHeader, broken: ProducerEntry, *, left_out: bool
+    ) -> None:
+        log.warning(
+            "%s: WAL batch %d..%d of producer %d (epoch %d, sequence %d) does not follow its "
+            "last batch (epoch %d, sequence %d, offset %d); %s",
+            p.name,
+            header.base_offset,
+            header.last_offset,
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            broken.epoch,
+            broken.last_seq,
+            broken.last_offset,
+            f"an earlier batch of it never landed, so no holder acknowledged this one: the "
+            f"replay stops here and offsets continue at {header.base_offset}"
+            if left_out
+            else "kept",
+        )

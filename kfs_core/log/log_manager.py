@@ -300,9 +300,9 @@ class LogManager:
                 led_elsewhere.add((record.topic, record.partition))
                 continue
             touched[(p.topic, p.partition)] = p
-            added, ignored = self._appender.replay(p, record)
-            replayed += added
-            skipped += ignored
+            outcome = self._appender.replay(p, record)
+            replayed += outcome.added
+            skipped += outcome.skipped
         for p in touched.values():
             p.high_watermark = p.next_offset
         await asyncio.gather(*(self._begin_epoch(p) for p in touched.values()))
@@ -400,9 +400,13 @@ class LogManager:
             return
         replayed = skipped = 0
         for record in records:
-            added, ignored = self._appender.replay(p, record)
-            replayed += added
-            skipped += ignored
+            # A batch breaking its producer's sequence was never acknowledged:
+            # the replay ends there (`Appender.replay`).
+            outcome = self._appender.replay(p, record, stop_at_gap=True)
+            replayed += outcome.added
+            skipped += outcome.skipped
+            if outcome.stopped:
+                break
         p.high_watermark = p.next_offset
         await self._begin_epoch(p)
         await self._flusher.flush_until(p, p.high_watermark)

@@ -41,6 +41,34 @@ it, then the WAL replay.  `SnapshotStore` keeps one small JSON file per
 partition, written after each flush's catalog commit and describing the
 partition up to that flush's end offset (``through``): only batches already
 in the object store, so a snapshot never remembers a batch a crash lost.
+
+Replay and sequence gaps.  A batch read back from the log is remembered
+without checks (`replay`): it is in the log, whatever its sequence.  But a
+takeover in the ``store`` durability mode reads the previous holders' WAL
+objects, which can hold a batch the holder refused (its PUT landed after
+its lease lapsed, or its PUT failed in a way that hid its landing).  Such a
+batch breaks its producer's sequence when a batch before it never landed:
+the producer retries that earlier batch on the new holder, its sequence now
+looks old, and a Kafka client treats OUT_OF_ORDER_SEQUENCE_NUMBER on the
+first batch it has in flight as fatal.  Accepting the retry after the later
+batch would reorder the producer's records; answering it with any retriable
+error leaves it no way out but its delivery timeout.  So the log never takes
+in a replayed batch that breaks its producer's sequence: `breaks_sequence`
+finds it, and the replay stops there (`kfs_core.log.appender`).  That loses
+nothing acknowledged: a holder acknowledges a batch only after every earlier
+batch of the partition is in the store under its lease, and only after
+checking it against the producer's last batch, so a batch whose producer's
+previous batch is missing from the log below it was never acknowledged, and
+neither was anything the same holder wrote after it.  The producer's
+retries then append the missing batch and the later one, in order, once
+each.
+
+The check only trusts a producer entry the table knows to be exact: the
+table tracks the offsets from which it has seen every batch of the log
+(``_covered_from``, ``_covered_to``); an entry whose last batch lies below
+that (from a snapshot, or before segments the rebuild skipped) may be older
+than the log, and a batch that does not follow it is kept.  A producer the
+table does not know may start anywhere, as on append (KIP-360).
 """
 
 from __future__ import annotations
@@ -185,6 +213,10 @@ class ProducerStateTable:
         self.expiration_ms = expiration_ms
         self._entries: dict[int, ProducerEntry] = {}
         self.changed = False  # since the last snapshot
+        # Every batch of the log at offsets [_covered_from, _covered_to) went
+        # through `apply`: entries whose last batch lies in there are exact.
+        self._covered_from = 0
+        self._covered_to = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -280,10 +312,11 @@ class ProducerStateTable:
         """
         previous: dict[int, ProducerEntry | None] = {}
         for first_offset, header in placed:
+            last_offset = first_offset + header.last_offset_delta
+            self._cover(first_offset, last_offset)
             pid = header.producer_id
             if pid == NO_PRODUCER_ID or header.is_control:
                 continue
-            last_offset = first_offset + header.last_offset_delta
             entry = self._entries.get(pid)
             if entry is not None and last_offset <= entry.last_offset:
                 continue
@@ -302,9 +335,44 @@ class ProducerStateTable:
             self.changed = True
         return previous
 
+    def _cover(self, first_offset: int, last_offset: int) -> None:
+        if first_offset > self._covered_to:  # offsets between were never seen here
+            self._covered_from = first_offset
+        self._covered_to = max(self._covered_to, last_offset + 1)
+
     def replay(self, headers: Iterable[BatchHeader], now_ms: int) -> None:
         """Remember batches read back from the log (their base offsets are assigned)."""
         self.apply(((header.base_offset, header) for header in headers), now_ms)
+
+    def breaks_sequence(self, header: BatchHeader, now_ms: int) -> ProducerEntry | None:
+        """The producer entry a batch read back from the log fails to continue, else None.
+
+        Only an exact entry counts (see the module docstring): a batch of a
+        producer the table does not know, or knows from an entry that may be
+        older than the log, breaks nothing.  A batch breaks its producer's
+        sequence where an append of it would be out of order: a gap in the
+        same epoch, or a newer epoch that does not start at sequence 0.  A
+        batch already remembered (the same sequences, or at or below the
+        entry's last offset) breaks nothing either.
+        """
+        pid = header.producer_id
+        if pid == NO_PRODUCER_ID or header.is_control:
+            return None
+        entry = self.entry(pid, now_ms)
+        if entry is None or not entry.batches or entry.last_offset < self._covered_from:
+            return None
+        if header.base_offset <= entry.last_offset:
+            return None
+        first_seq = header.base_sequence
+        epoch = header.producer_epoch
+        if epoch > entry.epoch:
+            return None if first_seq == 0 else entry
+        if epoch < entry.epoch:
+            return None  # a fenced producer's batch: not a gap in the one we know
+        last_seq = end_sequence(first_seq, header.last_offset_delta)
+        if entry.find_duplicate(epoch, first_seq, last_seq) is not None:
+            return None
+        return None if _in_sequence(entry.last_seq, first_seq) else entry
 
     def restore(self, previous: dict[int, ProducerEntry | None]) -> None:
         """Undo an `apply` (the WAL refused the append it recorded)."""
@@ -358,7 +426,12 @@ class ProducerStateTable:
         return ProducerSnapshot(through=through, written_ms=written_ms, producers=producers)
 
     def load(self, snapshot: ProducerSnapshot, now_ms: int) -> None:
-        """Take the producers of ``snapshot`` (replacing any known), then expire."""
+        """Take the producers of ``snapshot`` (replacing any known), then expire.
+
+        Its entries are not exact (see the module docstring): the snapshot
+        may be older than the log above it.
+        """
+        self._covered_from = self._covered_to = max(snapshot.through, self._covered_to)
         for p in snapshot.producers:
             batches = tuple(BatchMetadata(*b) for b in p.batches[-BATCHES_TO_RETAIN:])
             self._entries[p.producer_id] = ProducerEntry(

@@ -204,6 +204,54 @@ def test_replay_is_idempotent() -> None:
     assert entry is not None and [b.first_offset for b in entry.batches] == [0, 1, 2]
 
 
+# --- replay: batches that break their producer's sequence ----------------------------
+
+
+def rebuilt(*headers: BatchHeader) -> ProducerStateTable:
+    """A table rebuilt from a log holding ``headers`` (their base offsets assigned)."""
+    table = ProducerStateTable("t-0")
+    table.replay(headers, NOW)
+    return table
+
+
+def test_a_replayed_batch_after_a_missing_one_breaks_the_sequence() -> None:
+    table = rebuilt(header(0, 2, base_offset=0), header(0, 2, pid=9, base_offset=2))
+    gap = header(4, 2, base_offset=4)  # sequences 2..3 never landed
+    entry = table.breaks_sequence(gap, NOW)
+    assert entry is not None and (entry.last_seq, entry.last_offset) == (1, 1)
+    assert table.breaks_sequence(header(2, 2, base_offset=4), NOW) is None  # continues
+    assert table.breaks_sequence(header(0, 2, base_offset=4), NOW) is None  # a duplicate
+    assert table.breaks_sequence(header(5, pid=3, base_offset=4), NOW) is None  # unknown pid
+    assert table.breaks_sequence(header(7, pid=-1, base_offset=4), NOW) is None
+    assert table.breaks_sequence(header(0, 1, base_offset=1), NOW) is None  # already in
+    with pytest.raises(OutOfOrderSequence):  # appended, it would be out of order
+        table.check([gap], NOW)
+
+
+def test_a_newer_epoch_breaks_the_sequence_unless_it_starts_at_zero() -> None:
+    table = rebuilt(header(0, 2, base_offset=0))
+    assert table.breaks_sequence(header(0, epoch=1, base_offset=2), NOW) is None
+    assert table.breaks_sequence(header(3, epoch=1, base_offset=2), NOW) is not None
+    assert table.breaks_sequence(header(2, epoch=0, base_offset=2), NOW) is None
+
+
+def test_only_an_exact_entry_can_be_broken() -> None:
+    """An entry the table may know only in part (a snapshot, skipped segments) breaks nothing."""
+    log = Log()
+    log.produce(header(0, 2))  # offsets 0..1
+    snapshot = log.table.snapshot(through=2, written_ms=NOW)
+    from_snapshot = ProducerStateTable("t-0")
+    from_snapshot.load(snapshot, NOW)
+    gap = header(4, 2, base_offset=2)
+    assert from_snapshot.breaks_sequence(gap, NOW) is None  # the log may hold newer ones
+    # The segments the rebuild read start above what it saw before: offsets 2..9 unseen.
+    skipped = rebuilt(header(0, 2, base_offset=0), header(0, 2, pid=9, base_offset=10))
+    assert skipped.breaks_sequence(header(4, 2, base_offset=12), NOW) is None
+    # Once the producer's own batch lies in the part seen whole, it is exact again.
+    from_snapshot.replay([header(2, 2, base_offset=2)], NOW)
+    assert from_snapshot.breaks_sequence(header(7, base_offset=4), NOW) is not None
+
+
 def test_a_snapshot_keeps_only_batches_below_through(tmp_path: Path) -> None:
     log = Log()
     for seq in range(4):

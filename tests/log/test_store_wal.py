@@ -22,6 +22,8 @@ from typing import Any
 import crc32c
 import pytest
 
+from kfs_core.catalog.partition import PartitionCatalog
+from kfs_core.cluster.leases import Acquired
 from kfs_core.config import Settings
 from kfs_core.errors import (
     CorruptWal,
@@ -40,6 +42,7 @@ from kfs_core.log.wal.store import (
     wal_object_key,
     wal_prefix,
 )
+from kfs_core.records.batch import assign_offsets_into
 from kfs_core.storage.base import ByteRange, ObjectInfo, ObjectStore
 from kfs_core.storage.local import LocalObjectStore
 from testkit.batches import make_batch
@@ -234,6 +237,60 @@ def test_an_append_whose_lease_ended_is_not_acknowledged(
     assert {e.leader_epoch for e in decode_header(store.inner.get(key), key).entries} == {7}
     assert appended(wal, 0, 1)
     assert wal.metrics.lease_refusals == 1
+
+
+def test_an_append_queued_under_another_epoch_is_not_acknowledged(
+    store: CountingStore, open_wal: Callable[..., StoreWal]
+) -> None:
+    """Queued while the lease had lapsed (no epoch), completed once a new lease holds: refused."""
+    epoch = {"now": 0}
+    wal = open_wal(epoch_of=lambda t, p: epoch["now"])
+    store.hold.clear()
+    queued = wal.append_group([WalAppend("t", 0, 0, make_batch(0, 0))])
+    assert store.entered.wait(30)
+    epoch["now"] = 3
+    store.hold.set()
+    with pytest.raises(NotLeaderOrFollower):
+        queued.result(timeout=30)
+    appended(wal, 0, 0)  # queued under epoch 3: acknowledged
+
+
+def test_frames_queued_by_a_dropped_partition_are_never_written(
+    store: CountingStore, open_wal: Callable[..., StoreWal]
+) -> None:
+    """The log drops a partition on a failed PUT; its frames queued above the hole stay out.
+
+    Offset 0's PUT fails; offset 1 was queued meanwhile.  The log hears of
+    the failure and drops the partition (`forget_partition`) before the
+    writer takes offset 1 -- the order in which a takeover would otherwise
+    find offset 1 in the store with offset 0 missing below it.
+    """
+    wal = open_wal()
+    store.hold.clear()
+    lost = wal.append_group([WalAppend("t", 0, 0, make_batch(0, 0))])
+    assert store.entered.wait(30)  # the writer is in offset 0's PUT
+    above = wal.append_group([WalAppend("t", 0, 1, make_batch(0, 1))])
+    other = wal.append_group([WalAppend("t", 1, 0, make_batch(1, 0))])
+
+    def dropped(_: object) -> None:  # the log's answer, before the writer goes on
+        store.fail_puts = None
+        wal.forget_partition("t", 0)
+
+    lost.add_done_callback(dropped)
+    store.fail_puts = ObjectStoreError("connection reset")
+    store.hold.set()
+    with pytest.raises(StoreWalUnavailable):
+        lost.result(timeout=30)
+    with pytest.raises(StoreWalUnavailable, match="dropped the partition"):
+        above.result(timeout=30)
+    other.result(timeout=30)
+    written = [decode_header(store.inner.get(key), key) for key in store.wal_keys()]
+    assert [(e.topic, e.partition) for h in written for e in h.entries] == [("t", 1)]
+    # The partition opened again starts from the store's end: offset 0 onwards.
+    appended(wal, 0, 0)
+    appended(wal, 0, 1)
+    chain = StoreWalReader(store, NS).read_partition("t", 0, 0)
+    assert [b.base_offset for b in chain] == [0, 1]
 
 
 def test_a_lease_check_that_raises_refuses_the_append_and_the_wal_goes_on(
@@ -661,6 +718,157 @@ def test_the_partition_log_runs_on_a_store_wal_and_a_takeover_replays_it(
         assert {p: await read_all(owner, TOPIC, p) for p in (0, 1)} == acked
         assert reader.sweep(lambda t, p: len(offsets_and_values(acked[p])), {"b"}) >= 3
         assert not store.wal_keys()
+        await owner.close()
+        wal_b.close()
+
+    run(body())
+
+
+class CatalogLeases:
+    """A daemon's partition leases as `LeaseKeeper` takes them: ``lease`` commits in the catalog.
+
+    No heartbeats: the tests say when a daemon holds what.  ``epoch_of`` and
+    ``lease_valid`` are what the daemon hands its `StoreWal`.
+    """
+
+    def __init__(self, store: ObjectStore, node_id: int, incarnation: str) -> None:
+        self._store = store
+        self._node_id = node_id
+        self._incarnation = incarnation
+        self.held: dict[tuple[str, int], int] = {}
+
+    async def acquire(self, topic: str, partition: int) -> Any:
+        if (topic, partition) not in self.held:
+            catalog = PartitionCatalog(self._store, NS, topic, partition)
+            state = await asyncio.to_thread(catalog.take_lease, self._node_id, self._incarnation)
+            self.held[(topic, partition)] = state.leader_epoch
+        return Acquired(self.held[(topic, partition)])
+
+    def local_epoch(self, topic: str, partition: int) -> int | None:
+        return self.held.get((topic, partition))
+
+    def lost(self, topic: str, partition: int) -> None:
+        self.held.pop((topic, partition), None)
+
+    def epoch_of(self, topic: str, partition: int) -> int:
+        return self.held.get((topic, partition), 0)
+
+    def lease_valid(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self.held
+
+
+PRODUCER = 4711
+
+
+def idempotent(seq: int, tag: str) -> bytes:
+    """Two records of producer `PRODUCER` (epoch 0) from sequence ``seq``."""
+    return log_batch(2, tag=tag, producer_id=PRODUCER, producer_epoch=0, base_sequence=seq)
+
+
+async def store_mode_daemon(
+    store: ObjectStore, tmp_path: Path, node_id: int, incarnation: str
+) -> tuple[LogManager, StoreWal]:
+    """A store-mode daemon's log: leases in the catalog, the store WAL, replay on takeover."""
+    leases = CatalogLeases(store, node_id, incarnation)
+    wal = StoreWal(
+        store,
+        NS,
+        node_id,
+        incarnation,
+        tmp_path / incarnation,
+        interval_ms=5,
+        epoch_of=leases.epoch_of,
+        lease_valid=leases.lease_valid,
+    )
+    logs = LogManager(
+        store,
+        NS,
+        wal,
+        Settings(**dict[str, Any](MANUAL_FLUSH)),
+        ownership=leases,
+        previous_holders=StoreWalReader(store, NS),
+    )
+    await logs.start()
+    return logs, wal
+
+
+def values(data: bytes) -> list[bytes | None]:
+    return [value for _, value in offsets_and_values(data)]
+
+
+def test_a_takeover_leaves_out_a_refused_batch_above_a_lost_one_and_the_retries_append_both(
+    store: CountingStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store WAL holds an idempotent producer's batch N+1 while its batch N never landed.
+
+    Holder A acknowledged the producer's sequences 0..1 and another
+    producer's records; both are committed.  Its WAL object that the next
+    holder finds above the catalog's end holds the producer's sequences
+    4..5 -- a batch A refused (its PUT landed after the lease lapsed), whose
+    predecessor, sequences 2..3, never reached the store.  Replayed, it would
+    make the producer's retry of 2..3 out of order (fatal to a Kafka client).
+    The takeover leaves it out; the retries of 2..3 and 4..5 then append in
+    order, each once.
+    """
+
+    async def body() -> None:
+        holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
+        await holder.create_topic(TOPIC, partitions=1)
+        await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)  # offsets 0..1
+        await holder.append(TOPIC, 0, log_batch(2, tag="q-"), timeout_s=10)  # 2..3
+        await holder.flush()
+        await holder.close()
+        wal_a.close()
+        # What A's refused append left in the store: sequences 4..5 at offset 4.
+        left = StoreWal(store, NS, 1, "a-refused", tmp_path / "left", epoch_of=lambda t, p: 1)
+        left.recover()
+        refused = bytearray(idempotent(4, "n2-"))
+        assign_offsets_into(refused, 4, object_name="refused")
+        left.append_group([WalAppend(TOPIC, 0, 4, refused)]).result(timeout=30)
+        left.close()
+
+        owner, wal_b = await store_mode_daemon(store, tmp_path, 2, "b")
+        with caplog.at_level(logging.WARNING, "kfs_core.log.appender"):
+            retry_n = await owner.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)
+        assert any("replay stops here" in r.getMessage() for r in caplog.records)
+        retry_n1 = await owner.append(TOPIC, 0, idempotent(4, "n2-"), timeout_s=10)
+        assert (retry_n.base_offset, retry_n1.base_offset) == (4, 6)
+        again = await owner.append(TOPIC, 0, idempotent(4, "n2-"), timeout_s=10)
+        assert again.base_offset == 6  # a retry of the last batch is a duplicate
+        expected = [
+            *values(log_batch(2, tag="n0-")),
+            *values(log_batch(2, tag="q-")),
+            *values(log_batch(2, tag="n1-")),
+            *values(log_batch(2, tag="n2-")),
+        ]
+        assert values(await read_all(owner, TOPIC, 0)) == expected
+        await owner.close()
+        wal_b.close()
+
+    run(body())
+
+
+def test_a_takeover_replays_a_producer_batch_that_continues_its_sequence(
+    store: CountingStore, tmp_path: Path
+) -> None:
+    """The other side: an acknowledged batch above the catalog's end is replayed, its retry a duplicate."""
+
+    async def body() -> None:
+        holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
+        await holder.create_topic(TOPIC, partitions=1)
+        await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)
+        await holder.flush()
+        acked = await holder.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)
+        await holder.close(flush=False)  # the holder dies: sequences 2..3 are in its WAL only
+        wal_a.close()
+
+        owner, wal_b = await store_mode_daemon(store, tmp_path, 2, "b")
+        retry = await owner.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)
+        assert retry.base_offset == acked.base_offset == 2
+        following = await owner.append(TOPIC, 0, idempotent(4, "n2-"), timeout_s=10)
+        assert following.base_offset == 4
+        expected = [values(log_batch(2, tag=t)) for t in ("n0-", "n1-", "n2-")]
+        assert values(await read_all(owner, TOPIC, 0)) == [v for vs in expected for v in vs]
         await owner.close()
         wal_b.close()
 

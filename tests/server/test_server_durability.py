@@ -7,6 +7,14 @@ close - and started again on the same data directory and store.  Every
 acknowledged record must be readable at its offset with identical bytes.
 The same with SIGTERM, which must also exit 0 after answering the requests
 it had read.
+
+Records are in flight when the daemon goes, by construction, not by timing:
+before the SIGKILL the daemon is frozen (SIGSTOP, every thread seen stopped),
+and the producer goes on producing until it holds records the frozen daemon
+cannot have read, so none of them can be acknowledged; before the test reads
+back, those records are checked to be unacknowledged.  A SIGTERM'd daemon
+answers what it had read, so there the records in flight are those produced
+after it exited.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import random
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,6 +69,10 @@ class StreamingProducer:
         with self._lock:
             return len(self.acked)
 
+    def outstanding(self) -> int:
+        """Records produced and not yet reported delivered or failed (librdkafka's count)."""
+        return len(self.producer)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             i = self.sent
@@ -84,6 +97,37 @@ class StreamingProducer:
         self._stop.set()
         self._thread.join(30)
         assert not self._thread.is_alive()
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is in the stopped state (SIGSTOP has taken hold)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            text = stat.read_text()
+        except FileNotFoundError:  # a thread that just ended
+            continue
+        states.append(text[text.rindex(")") + 2])  # the field after the command name
+    return bool(states) and all(state in "Tt" for state in states)
+
+
+def freeze_with_records_in_flight(daemon: Daemon, producer: StreamingProducer) -> int:
+    """SIGSTOP the daemon, then let the producer send records it cannot read; the first index.
+
+    Every record the producer produces once the daemon is stopped can never
+    be acknowledged by it: a frozen process reads nothing, and a killed one
+    nothing more.
+    """
+    assert daemon.proc is not None
+    daemon.pause()
+    wait_for(lambda: all_threads_stopped(daemon.proc.pid), timeout=10, what="the daemon stopped")
+    first_unreadable = producer.sent
+    wait_for(
+        lambda: producer.sent > first_unreadable + 10 and producer.outstanding() > 0,
+        timeout=30,
+        what="records produced to the frozen daemon",
+    )
+    return first_unreadable
 
 
 def read_all(bootstrap: str) -> dict[tuple[int, int], bytes]:
@@ -153,14 +197,23 @@ def test_acknowledged_records_survive_a_stop_mid_stream(
         )
         # Mid-stream: the producer is still sending.
         if how == "kill-9":
+            in_flight_from = freeze_with_records_in_flight(daemon, producer)
             daemon.kill()
         else:
             assert daemon.stop() == 0, daemon.log()[-3000:]
+            in_flight_from = producer.sent
+            wait_for(
+                lambda: producer.sent > in_flight_from,
+                timeout=30,
+                what="records produced after the daemon exited",
+            )
     finally:
         producer.stop()
     acked = dict(producer.acked)
     assert len(acked) >= ACKED_BEFORE_KILL
-    assert producer.sent > len(acked), "the kill should have caught records in flight"
+    assert producer.sent > in_flight_from  # the stop caught records in flight ...
+    late = [key for key, value in acked.items() if int(value[:8]) >= in_flight_from]
+    assert not late, f"records the daemon could not have read were acknowledged: {late[:5]}"
 
     daemon.start()
     stored = read_all(daemon.bootstrap)

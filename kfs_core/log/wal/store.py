@@ -56,13 +56,21 @@ its appends fail with the retriable `StoreWalUnavailable` and later objects
 are tried again.  Because the log assigned offsets to the failed appends,
 the writer then refuses (with the same error) every later frame of those
 partitions that does not start at or below the first lost offset, so an
-acknowledged frame never sits above a hole.  The log rewinds the partition
-(or drops it, `StoreWal.forget_partition`) to go on.
+acknowledged frame never sits above a hole.  The log drops the partition to go
+on (`StoreWal.forget_partition`), and every frame that partition had queued
+by then is refused as well, whichever of the writer thread and the log gets
+there first: written, such a frame would be an unacknowledged record above
+the hole -- the next holder would replay it, and an idempotent producer
+retrying the lost batch below it would meet a sequence gap.  So the store
+holds a partition's frames of one holder without a hole, and a frame is
+acknowledged only under the lease epoch it was queued under.
+
+What a replay makes of a producer whose sequence the chain still breaks is
+the log's (`kfs_core.log.appender`, "Replay").
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import logging
@@ -95,6 +103,7 @@ from kfs_core.formats.wal import Buffer, FrameType, WalReader, record_frame_part
 from kfs_core.log.wal.files import WalPosition, batch_last_offset
 from kfs_core.log.wal.recovery import RecoveredBatch, WalRecovery
 from kfs_core.log.wal.writer import (
+    BaseWal,
     FailureListener,
     FsyncObserver,
     StageObserver,
@@ -374,6 +383,7 @@ class _Frame:
 class _Pending:
     frames: list[_Frame]
     size: int
+    serial: int = 0  # its place in queue order, set under the queue's lock
     future: Future[list[WalPosition]] = field(default_factory=Future)
     queued_at: float = field(default_factory=time.monotonic)
 
@@ -419,7 +429,7 @@ def _always_valid(topic: str, partition: int) -> bool:
     return True
 
 
-class StoreWal:
+class StoreWal(BaseWal):
     """The ``store`` mode WAL of one daemon incarnation: a drop-in for `WalWriter`.
 
     Lifecycle: construct, `recover` (once; starts the threads, returns
@@ -427,8 +437,9 @@ class StoreWal:
     then `close`.  ``epoch_of(topic, partition)`` is the leader epoch an
     append is accepted under (read on the caller's thread, when it
     appends); ``lease_valid(topic, partition)`` is asked after the PUT
-    returned, and an append of a partition whose lease ended meanwhile fails
-    with `NotLeaderOrFollower`.  ``directory`` is a local directory for what
+    returned, and an append of a partition whose lease ended meanwhile, or
+    whose epoch is no longer the one it was queued under, fails with
+    `NotLeaderOrFollower`.  ``directory`` is a local directory for what
     the log keeps beside the WAL (producer-state snapshots); nothing of the
     WAL is written there.
     """
@@ -477,12 +488,18 @@ class StoreWal:
         self._failure: WalWriteFailed | None = None
         self._failure_listeners: list[FailureListener] = []
         self._writer: threading.Thread | None = None
+        self._next_serial = 0  # the serial of the next item queued
+        # Partitions the log forgot (`forget_partition`) since the writer last
+        # looked: the first serial queued after that.
+        self._forgotten: dict[tuple[str, int], int] = {}
 
         # Owned by the writer thread.
         self._next_seq = 0
         self._outage_failures = 0  # PUTs failed since the last one that succeeded
         # Partitions whose frames a failed PUT lost: the first lost offset.
         self._lost_from: dict[tuple[str, int], int] = {}
+        # Partitions the log forgot: items queued before this serial are refused.
+        self._dropped_before: dict[tuple[str, int], int] = {}
 
         # Checkpoints and the objects they free (under ``_lock``).
         self._lock = threading.Lock()
@@ -588,31 +605,10 @@ class StoreWal:
         with self._lock:
             return [self._live[seq].key for seq in sorted(self._live)]
 
-    def __enter__(self) -> StoreWal:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"StoreWal({self.prefix!r})"
 
     # --- appends --------------------------------------------------------------------
-
-    def append(
-        self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
-    ) -> WalPosition:
-        """Append one batch; return once its object is in the store (see `append_group`)."""
-        return self.append_group([WalAppend(topic, partition, base_offset, batch_bytes)]).result()[
-            0
-        ]
-
-    async def append_async(
-        self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
-    ) -> WalPosition:
-        """`append` for an event loop."""
-        future = self.append_group([WalAppend(topic, partition, base_offset, batch_bytes)])
-        return (await asyncio.shield(asyncio.wrap_future(future)))[0]
 
     def append_group(self, appends: list[WalAppend]) -> Future[list[WalPosition]]:
         """Queue one RECORD frame per `WalAppend`; returns at once.
@@ -631,6 +627,8 @@ class StoreWal:
         with self._cond:
             state = self._state
             if state is _State.OPEN:
+                item.serial = self._next_serial
+                self._next_serial += 1
                 self._queue.append(item)
                 self._queued_bytes += item.size
                 self._queued_frames += len(frames)
@@ -703,9 +701,17 @@ class StoreWal:
         self.checkpoint(topic, partition, flushed_offset)
 
     def forget_partition(self, topic: str, partition: int) -> None:
-        """Forget that a failed PUT lost frames of the partition (the log dropped or reset it)."""
+        """The log dropped the partition: refuse its frames queued so far, forget its lost offsets.
+
+        Frames queued before this call were assigned offsets by the dropped
+        partition; written, they would sit in the store unacknowledged, where
+        a failed PUT may have left a hole below them, and a takeover would
+        replay them above it.  The writer refuses them (`StoreWalUnavailable`)
+        however its thread and this call interleave: what counts is queue
+        order.  Frames queued after it (the partition opened again) go on.
+        """
         with self._cond:
-            self._lost_from.pop((topic, partition), None)
+            self._forgotten[(topic, partition)] = self._next_serial
 
     # --- the writer thread ---------------------------------------------------------
 
@@ -730,7 +736,11 @@ class StoreWal:
                     batch = list(self._queue)
                     self._queue.clear()
                     self._queued_bytes = self._queued_frames = 0
+                    forgotten, self._forgotten = self._forgotten, {}
                     closing = self._state is not _State.OPEN
+                for pk, serial in forgotten.items():
+                    self._lost_from.pop(pk, None)
+                    self._dropped_before[pk] = serial
                 if batch:
                     self._write(batch)
                     batch = []
@@ -746,7 +756,7 @@ class StoreWal:
         if self._stage_observer is not None:
             for item in batch:
                 self._observe("queue_wait", now - item.queued_at)
-        items = [item for item in batch if self._contiguous(item)]
+        items = [item for item in batch if self._current(item) and self._contiguous(item)]
         if not items:
             return
         seq = self._next_seq
@@ -793,6 +803,30 @@ class StoreWal:
                 log.exception("store WAL fsync observer failed")
         self._track(seq, key, frames)
         self._complete(seq, len(header), items)
+
+    def _current(self, item: _Pending) -> bool:
+        """False (and the item refused) if the log dropped a partition of it after queueing it."""
+        dropped = self._dropped_before
+        if not dropped:
+            return True
+        for frame in item.frames:
+            pk = (frame.topic, frame.partition)
+            before = dropped.get(pk)
+            if before is None:
+                continue
+            if item.serial >= before:
+                del dropped[pk]  # queued by the partition opened again: later ones are too
+                continue
+            _reject(
+                item,
+                StoreWalUnavailable(
+                    f"{frame.topic}-{frame.partition}: the log dropped the partition after "
+                    f"offsets {frame.base_offset}..{frame.last_offset} were queued; they are "
+                    "not written"
+                ),
+            )
+            return False
+        return True
 
     def _contiguous(self, item: _Pending) -> bool:
         """False (and the item refused) if it would put a frame above offsets a failed PUT lost."""
@@ -872,6 +906,8 @@ class StoreWal:
                 ok = valid.get(pk)
                 if ok is None:
                     ok = valid[pk] = self._lease_holds(*pk)
+                if ok and self._epoch_now(*pk) != frame.epoch:
+                    ok = False  # queued under another epoch (or none): not this lease's append
                 if not ok and error is None:
                     error = NotLeaderOrFollower(
                         f"{frame.topic}-{frame.partition}: this daemon's lease ended before "
@@ -886,6 +922,13 @@ class StoreWal:
                 _reject(item, error)
         if refused:
             self._counters.count(lease_refusals=refused)
+
+    def _epoch_now(self, topic: str, partition: int) -> int | None:
+        try:
+            return int(self._epoch_of(topic, partition))
+        except Exception:  # not knowing is not holding; a bug there must not stop the WAL
+            log.exception("store WAL: the epoch of %s-%d could not be read", topic, partition)
+            return None
 
     def _lease_holds(self, topic: str, partition: int) -> bool:
         try:

@@ -69,6 +69,7 @@ the daemon's metrics layer turns into a histogram.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import enum
@@ -82,7 +83,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
 from kfs_core.config import DURABILITY_MODES
 from kfs_core.errors import (
@@ -112,6 +113,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_FILE_SIZE",
+    "BaseWal",
     "Durability",
     "FailureListener",
     "FsyncObserver",
@@ -297,7 +299,55 @@ def _checkpoint_entry(topic: str, partition: int, flushed_offset: int) -> _Pendi
 # --- the writer ------------------------------------------------------------
 
 
-class WalWriter:
+class BaseWal(abc.ABC):
+    """What `WalWriter` and `StoreWal` share: one-batch appends and ``with``, over two methods.
+
+    A subclass provides `append_group` (queue the frames, return a future)
+    and `close`; `append`, `append_async` and the context manager follow.
+    """
+
+    @abc.abstractmethod
+    def append_group(self, appends: list[WalAppend]) -> Future[list[WalPosition]]:
+        """Queue one RECORD frame per append; the future gives their positions once durable."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Write what is queued and stop."""
+
+    def append(
+        self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
+    ) -> WalPosition:
+        """Append one produced batch (offsets assigned); return once durable per the WAL.
+
+        ``batch_bytes`` is one or more whole RecordBatch v2, the first starting
+        at ``base_offset``.  Raises what `append_group` raises, and what its
+        future fails with (`WalWriteFailed`, and for the store WAL its
+        retriable refusals).
+        """
+        return self.append_group([WalAppend(topic, partition, base_offset, batch_bytes)]).result()[
+            0
+        ]
+
+    async def append_async(
+        self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
+    ) -> WalPosition:
+        """`append` for an event loop: awaits the WAL without blocking the loop.
+
+        Cancelling the awaiting task does not withdraw the frame -- a queued
+        frame is written regardless -- so treat a cancelled append as
+        "outcome unknown", like a produce request that timed out.
+        """
+        future = self.append_group([WalAppend(topic, partition, base_offset, batch_bytes)])
+        return (await asyncio.shield(asyncio.wrap_future(future)))[0]
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class WalWriter(BaseWal):
     """The WAL of one daemon: append (per durability mode), checkpoint, recover, close.
 
     Lifecycle: construct, `recover` (once; scans, repairs a torn tail, starts
@@ -447,51 +497,19 @@ class WalWriter:
         """Names of the live WAL files, oldest first."""
         return self._ring.names()
 
-    def __enter__(self) -> WalWriter:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"WalWriter({self._directory!r}, durability={self._durability!r})"
 
     # --- appends ----------------------------------------------------------------
-
-    def append(
-        self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
-    ) -> WalPosition:
-        """Append one produced batch (offsets assigned); return once durable per the mode.
-
-        ``batch_bytes`` is one or more whole RecordBatch v2, the first starting
-        at ``base_offset``.  Raises `WalNotRecovered`, `WalClosed`,
-        `WalWriteFailed`, `CorruptRecordBatch` or ValueError.
-        """
-        item = _Pending([_record_frame(WalAppend(topic, partition, base_offset, batch_bytes))])
-        self._submit(item)
-        return item.future.result()[0]
-
-    async def append_async(
-        self, topic: str, partition: int, base_offset: int, batch_bytes: Buffer
-    ) -> WalPosition:
-        """`append` for an event loop: awaits the writer without blocking the loop.
-
-        Cancelling the awaiting task does not withdraw the frame -- a queued
-        frame is written regardless -- so treat a cancelled append as
-        "outcome unknown", like a produce request that timed out.
-        """
-        item = _Pending([_record_frame(WalAppend(topic, partition, base_offset, batch_bytes))])
-        self._submit(item)
-        return (await asyncio.shield(asyncio.wrap_future(item.future)))[0]
 
     def append_group(self, appends: list[WalAppend]) -> Future[list[WalPosition]]:
         """Queue one RECORD frame per `WalAppend` as one entry; returns at once.
 
         The future gives the frames' positions, in order, once all of them
         are durable per the mode; frames of one group may land in two files.
-        Raises, before queueing anything, what `append` raises for a bad
-        batch or a WAL that is not open; write failures arrive through the
-        future.  From an event loop, await ``asyncio.wrap_future(future)``
+        Raises, before queueing anything, `WalNotRecovered`, `WalClosed`,
+        `WalWriteFailed`, `CorruptRecordBatch` or ValueError (a bad batch, no
+        appends); write failures arrive through the future.  From an event loop, await ``asyncio.wrap_future(future)``
         (the frames are written whether or not anyone still waits).
         """
         if not appends:
