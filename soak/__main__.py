@@ -1,13 +1,16 @@
 """Run the fault campaigns' long forms and print one table (``make soak``).
 
     python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--maintenance-rounds 20] [--fuzz-cases 50000] [--skip-decoder-fuzz]
-                   [--failover-cycles 50] [--failover-pauses 5] [--failover-only] [--maintenance-move-rounds 10]
+                   [--failover-cycles 50] [--failover-pauses 5] [--network-cuts 10] [--failover-only] [--maintenance-move-rounds 10]
 
 - kill -9 cycles of a real `kfs serve` under load, in ``cautious`` and
   ``normal`` mode, over the local store and over S3 on a moto server;
 - failover of three ``store``-mode daemons sharing a namespace: kill -9,
   SIGSTOP past the session timeout and a rolling restart on the local store,
   kill -9 on S3, each timed until every partition is served again;
+- network cuts of one of three ``store``-mode daemons on S3, run in a
+  network namespace of its own: its path to the store, or to its clients,
+  cut with blackhole routes and restored;
 - object-store faults (errors, slow responses, reset uploads, a 2-minute
   outage) through a fault proxy in front of the moto server, under load;
 - compaction, retention, checkpoint and index_rebuild in rounds (and two at
@@ -43,6 +46,7 @@ from soak import (
     failover,
     maintenance_failover,
     maintenance_live,
+    network_cuts,
     protocol_fuzz,
     store_faults,
     wal_recovery,
@@ -178,7 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         "--failover-pauses", type=int, default=5, help="SIGSTOP cycles of the failover campaign"
     )
     parser.add_argument(
-        "--failover-only", action="store_true", help="run only the failover campaign"
+        "--network-cuts",
+        type=int,
+        default=10,
+        help="cycles of each network cut (store, clients) of a daemon in a network namespace",
+    )
+    parser.add_argument(
+        "--failover-only",
+        action="store_true",
+        help="run only the failover campaigns (with the network cuts)",
     )
     parser.add_argument(
         "--maintenance-move-rounds",
@@ -205,13 +217,23 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 rows.append(row)
                 print(format_table([row]), flush=True)
+            for row in network_cuts.rows(
+                Path(tmp),
+                store_cuts=args.network_cuts,
+                client_cuts=args.network_cuts,
+                seed=seed,
+                progress=lambda line: print(f"  network cuts: {line}", flush=True),
+            ):
+                rows.append(row)
+                print(format_table([row]), flush=True)
             for backend in () if args.failover_only else ("local", "s3"):
                 for mode in ("cautious", "normal"):
                     store = _s3_store(endpoint) if backend == "s3" else {}
                     daemon = factory.start(
                         name=f"cycles-{backend}-{mode}",
                         extra_args=[*crash_cycles.DAEMON_ARGS, "--durability", mode],
-                        **store,
+                        store_url=store.get("store_url"),
+                        s3_endpoint_url=store.get("s3_endpoint_url"),
                     )
 
                     def progress(line: str, b: str = backend, m: str = mode) -> None:

@@ -2,7 +2,8 @@
 
     testkit.ports       a free loopback port
     testkit.waiting     `wait_for`: poll a condition until it holds or a deadline passes
-    testkit.moto_s3     a moto S3 server on a free loopback port
+    testkit.moto_s3     a moto S3 server on a free loopback port (or another local address)
+    testkit.netns       a network namespace on a veth pair whose paths can be cut and restored
     testkit.metrics     the daemon's /metrics text as {series: value}
     testkit.daemon      `kfs serve` as a subprocess: start it, wait for /readyz, stop it
     testkit.raw_client  a bare socket speaking the Kafka protocol

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testkit.metrics import parse_metrics
+from testkit.netns import NetNamespace
 from testkit.ports import free_port
 from testkit.waiting import wait_for
 
@@ -84,14 +85,26 @@ class Daemon:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
     factory: DaemonFactory | None = field(default=None, repr=False)
+    #: Where it runs: the root network namespace (None), or a namespace of `testkit.netns`.
+    netns: NetNamespace | None = None
+
+    @property
+    def host(self) -> str:
+        """The address its Kafka listener is on (and advertises): clients connect here."""
+        return self.netns.inside("clients") if self.netns else "127.0.0.1"
+
+    @property
+    def metrics_host(self) -> str:
+        """The address its /metrics and /readyz are on."""
+        return self.netns.inside("observer") if self.netns else "127.0.0.1"
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
+        return f"{self.host}:{self.kafka_port}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}"
+        return f"http://{self.metrics_host}:{self.metrics_port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -110,8 +123,12 @@ class Daemon:
         assert not self.alive()
         with open(self.log_path, "ab") as out:
             out.write(b"\n--- start ---\n")
+            command = serve_command(self.args)
             self.proc = subprocess.Popen(
-                serve_command(self.args), stdout=out, stderr=subprocess.STDOUT, env=self.env
+                self.netns.command(command) if self.netns else command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
             )
         self.wait_ready()
         return self
@@ -184,7 +201,17 @@ class DaemonFactory:
         s3_endpoint_url: str | None = None,
         extra_args: Sequence[str] = (),
         name: str | None = None,
+        netns: NetNamespace | None = None,
     ) -> Daemon:
+        """Start one daemon and wait until it is ready.
+
+        With ``netns`` it runs in that network namespace (`testkit.netns`),
+        its Kafka listener on the ``clients`` path's inside address (which
+        Metadata advertises) and its /metrics on the ``observer`` path's, so
+        that the test can cut either without losing the other; it reaches S3
+        at ``s3_endpoint_url``, which must then be on the ``store`` path's
+        outside address.
+        """
         home = self.root / (name or f"kfs-{len(self.daemons)}")
         home.mkdir(parents=True, exist_ok=True)
         data_dir = home / "data"
@@ -194,9 +221,12 @@ class DaemonFactory:
             # Daemons side by side on one namespace need node ids of their own.
             extra_args = [*extra_args, "--node-id", str(max(map(node_id_of, running)) + 1)]
         kafka_port, metrics_port = free_port(), free_port()
+        host = netns.inside("clients") if netns else "127.0.0.1"
+        metrics_host = netns.inside("observer") if netns else "127.0.0.1"
         args = [
-            "--listen", f"127.0.0.1:{kafka_port}",
-            "--metrics-listen", f"127.0.0.1:{metrics_port}",
+            "--listen", f"{host}:{kafka_port}",
+            *(["--advertised-host", host] if netns else []),
+            "--metrics-listen", f"{metrics_host}:{metrics_port}",
             "--data-dir", str(data_dir),
             "--store-url", store_url,
             "--namespace", "test",
@@ -212,6 +242,7 @@ class DaemonFactory:
             env=serve_env(home),
             log_path=home / "kfs-serve.log",
             factory=self,
+            netns=netns,
         )
         self.daemons.append(daemon)
         return daemon.start()
@@ -227,15 +258,17 @@ class DaemonFactory:
         session_timeout_ms: int = 2000,
         extra_args: Sequence[str] = (),
         first_node_id: int = 1,
+        netns: NetNamespace | None = None,
     ) -> list[Daemon]:
         """``count`` daemons on one store and namespace, node ids from ``first_node_id``.
 
         Each has its own data directory and ports; heartbeats and the
-        session timeout are short, so failovers take seconds.
+        session timeout are short, so failovers take seconds.  ``netns``:
+        all of them run in that network namespace (see `start`).
         """
         daemons = self._start_nodes(
             count, store_url, s3_endpoint_url, durability, heartbeat_ms, session_timeout_ms,
-            extra_args, first_node_id,
+            extra_args, first_node_id, netns,
         )  # fmt: skip
         wait_for(
             lambda: all(d.metric("kfs_cluster_live_nodes") >= count for d in daemons),
@@ -254,6 +287,7 @@ class DaemonFactory:
         session_timeout_ms: int,
         extra_args: Sequence[str],
         first_node_id: int,
+        netns: NetNamespace | None,
     ) -> list[Daemon]:
         timing = [
             "--durability", durability,
@@ -266,6 +300,7 @@ class DaemonFactory:
                 s3_endpoint_url=s3_endpoint_url,
                 name=f"node-{node_id}",
                 extra_args=["--node-id", str(node_id), *timing, *extra_args],
+                netns=netns,
             )
             for node_id in range(first_node_id, first_node_id + count)
         ]

@@ -1,4 +1,4 @@
-"""A moto S3 server over HTTP on a free loopback port, as the tests, bench and soak run S3.
+"""A moto S3 server over HTTP on a free local port, as the tests, bench and soak run S3.
 
 `moto_server` starts ``python -m moto.server`` in a subprocess, waits until it
 accepts connections and stops it on exit; the tests' session fixture
@@ -31,17 +31,19 @@ def fake_credentials() -> None:
 
 
 @contextlib.contextmanager
-def moto_server(log_path: Path | None = None) -> Iterator[str]:
-    """A moto S3 server on a free loopback port; yields its endpoint URL.
+def moto_server(log_path: Path | None = None, host: str = "127.0.0.1") -> Iterator[str]:
+    """A moto S3 server on a free port of ``host`` (loopback by default); yields its endpoint URL.
 
     The server's output goes to ``log_path`` (its tail is in the error if the
-    server exits before it answers), or nowhere.
+    server exits before it answers), or nowhere.  ``host`` is another local
+    address where daemons in a network namespace must reach it
+    (`testkit.netns`: the ``store`` path's outside address).
     """
     fake_credentials()
     port = free_port()
     with open(log_path, "wb") if log_path else open(os.devnull, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -52,7 +54,7 @@ def moto_server(log_path: Path | None = None) -> Iterator[str]:
                 log = log_path.read_text()[-2000:] if log_path else ""
                 raise RuntimeError(f"moto server exited with {proc.returncode}: {log}")
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                with socket.create_connection((host, port), timeout=0.5):
                     break
             except OSError:
                 if time.monotonic() > deadline:
@@ -60,7 +62,7 @@ def moto_server(log_path: Path | None = None) -> Iterator[str]:
                         f"moto server did not start within {START_TIMEOUT_S:g} s"
                     ) from None
                 time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         proc.terminate()
         try:

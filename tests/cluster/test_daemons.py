@@ -87,9 +87,12 @@ class History:
 
 
 class BackgroundProducer:
-    """Produces numbered records over every partition until stopped (idempotent, acks=all)."""
+    """Produces numbered records over every partition until stopped (idempotent, acks=all).
 
-    def __init__(self, servers: str, topic: str) -> None:
+    ``settings`` adds to or overrides the producer's configuration.
+    """
+
+    def __init__(self, servers: str, topic: str, settings: dict[str, Any] | None = None) -> None:
         self.history = History()
         self.topic = topic
         self.sent = 0
@@ -105,6 +108,7 @@ class BackgroundProducer:
                 "queue.buffering.max.messages": 2000,
                 "topic.metadata.refresh.interval.ms": 500,
                 "retry.backoff.ms": 100,
+                **(settings or {}),
             }
         )
         self._thread = threading.Thread(target=self._run, daemon=True)

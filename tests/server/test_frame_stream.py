@@ -171,6 +171,41 @@ def test_answers_are_written_after_the_client_stopped_sending(loop_name: str) ->
     assert received == b"".join(frame(p) for p in payloads)
 
 
+def test_a_write_once_the_connection_closed_is_a_connection_error(loop_name: str) -> None:
+    """A client that gave up on its request is gone when its answer comes: no traceback."""
+
+    async def main() -> BaseException | None:
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[BaseException | None] = loop.create_future()
+
+        async def on_connect(stream: FrameStream) -> None:
+            await stream.read_frame()
+            stream.abort()  # as the daemon drops a connection that broke
+            try:
+                stream.writelines([frame(b"late")])
+            except Exception as exc:  # noqa: BLE001 - the error is the outcome under test
+                outcome.set_result(exc)
+            else:
+                outcome.set_result(None)
+
+        server = await loop.create_server(lambda: FrameStream(on_connect), "127.0.0.1", 0)
+        _reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+        writer.write(frame(b"request"))
+        try:
+            return await asyncio.wait_for(outcome, 10)
+        finally:
+            writer.close()
+            server.close()
+            await server.wait_closed()
+
+    loop = LOOPS[loop_name]()
+    try:
+        error = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert isinstance(error, ConnectionResetError), error
+
+
 def test_reading_pauses_while_frames_wait_for_the_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(protocol_framing, "_READ_AHEAD_BYTES", 10_000)
 

@@ -322,7 +322,15 @@ class FrameStream(asyncio.BufferedProtocol):
     # --- writing -----------------------------------------------------------------
 
     def writelines(self, parts: list[bytes | bytearray | memoryview]) -> None:
+        """Queue ``parts`` for sending; `ConnectionResetError` once the connection is closed.
+
+        A transport closed meanwhile (the peer reset it, or this side aborted
+        it) refuses writes in its own way: uvloop raises `RuntimeError`,
+        asyncio drops them with a warning.  Both are a connection gone here.
+        """
         assert self.transport is not None
+        if self._lost or self.transport.is_closing():
+            raise ConnectionResetError("connection lost")
         self.transport.writelines(parts)
 
     async def drain(self) -> None:
