@@ -34,11 +34,11 @@ import click
 
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.topics import TopicRegistry
-from kfs_core.cli.cluster import DaemonStatus, daemon_statuses, read_heartbeats
 from kfs_core.cli.common import CliError, cli_settings, cli_store, operator_errors
 from kfs_core.clock import now_ms
 from kfs_core.cluster.assignment import assign_topic
 from kfs_core.cluster.reassignments import Reassignments, ReassignmentStore
+from kfs_core.cluster.status import DaemonStatus, daemon_statuses, read_heartbeats
 from kfs_core.errors import UnknownTopic
 from kfs_core.storage import ObjectStore
 
