@@ -58,8 +58,15 @@ pytestmark = pytest.mark.integration
 #: The node id of the daemon whose paths are cut.
 CUT = 3
 SESSION_S = S3_TIMING["session_timeout_ms"] / 1000
-#: Room in the producer's queue for the records of partitions nobody answers during a cut.
-PRODUCER = {"queue.buffering.max.messages": 100_000}
+#: The producers ride out a cut: room in the queue for the records of partitions nobody
+#: answers meanwhile, time enough to deliver them after it, and a connection attempt
+#: into the cut (a SYN whose answer is dropped) given up on in seconds, not 30.
+PRODUCER = {
+    "queue.buffering.max.messages": 100_000,
+    "message.timeout.ms": 120_000,
+    "socket.connection.setup.timeout.ms": 3000,
+    "reconnect.backoff.max.ms": 1000,
+}
 
 
 @dataclass
