@@ -24,6 +24,9 @@ them they fail, saying so.
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -55,8 +58,15 @@ pytestmark = pytest.mark.integration
 #: The node id of the daemon whose paths are cut.
 CUT = 3
 SESSION_S = S3_TIMING["session_timeout_ms"] / 1000
-#: Room in the producer's queue for the records of partitions nobody answers during a cut.
-PRODUCER = {"queue.buffering.max.messages": 100_000}
+#: The producers ride out a cut: room in the queue for the records of partitions nobody
+#: answers meanwhile, time enough to deliver them after it, and a connection attempt
+#: into the cut (a SYN whose answer is dropped) given up on in seconds, not 30.
+PRODUCER = {
+    "queue.buffering.max.messages": 100_000,
+    "message.timeout.ms": 120_000,
+    "socket.connection.setup.timeout.ms": 3000,
+    "reconnect.backoff.max.ms": 1000,
+}
 
 
 @dataclass
@@ -185,6 +195,91 @@ def hold(seconds: float, check: Callable[[], None]) -> None:
     while time.monotonic() < deadline:
         check()
         time.sleep(0.2)
+
+
+def connects(ns: NetNamespace, host: str, port: int) -> bool:
+    """Whether a process in ``ns`` opens a TCP connection to ``host:port`` within 2 s."""
+    code = f"import socket; socket.create_connection(({host!r}, {port}), timeout=2)"
+    return ns.run([sys.executable, "-c", code]).returncode == 0
+
+
+def answer(host: str, port: int) -> str:
+    """What a connection from here to ``host:port`` meets within 2 s."""
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "silence"
+    except OSError as exc:
+        return f"unroutable ({exc.strerror})"
+    return "connected"
+
+
+def test_a_cut_drops_one_path_until_restored(netns: NetNamespace) -> None:
+    store = socket.create_server((netns.outside("store"), 0))
+    clients = socket.create_server((netns.outside("clients"), 0))
+    to_store = (netns.outside("store"), store.getsockname()[1])
+    to_clients = (netns.outside("clients"), clients.getsockname()[1])
+    closed_inside = (netns.inside("clients"), 9)  # nothing listens there: refused
+    with store, clients:
+        assert connects(netns, *to_store) and connects(netns, *to_clients)
+        assert answer(*closed_inside) == "refused"
+        netns.cut("store")
+        assert not connects(netns, *to_store)
+        assert connects(netns, *to_clients)  # the other path is untouched
+        netns.restore("store")
+        assert connects(netns, *to_store)
+        netns.cut("clients")  # both ways: nothing from here gets in either
+        assert answer(*closed_inside).startswith("unroutable")
+        netns.restore("clients")
+        # One way: what is sent in arrives, what the namespace sends back is dropped.
+        netns.cut("clients", one_way=True)
+        assert not connects(netns, *to_clients)
+        assert answer(*closed_inside) == "silence"
+        netns.restore("clients")
+        assert answer(*closed_inside) == "refused"
+
+
+def netns_state() -> str:
+    """The namespaces, links and routes of the root namespace, as ``ip`` lists them."""
+    return "".join(
+        subprocess.run(["ip", *what], capture_output=True, text=True, check=True).stdout
+        for what in (["netns", "list"], ["-br", "link"], ["route"])
+    )
+
+
+def test_a_namespace_is_removed_on_failure_and_when_its_maker_was_killed(
+    netns: NetNamespace,
+) -> None:
+    # (The fixture's namespace holds index 0: these take others.)
+    with pytest.raises(RuntimeError, match="the test failed"), network_namespace() as ns:
+        ns.cut("store")
+        state = netns_state()
+        assert ns.name in state and f"blackhole {ns.inside('store')}" in state
+        raise RuntimeError("the test failed")
+    state = netns_state()
+    assert ns.name not in state and ns.outer_link not in state and ns.inside("store") not in state
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal\n"
+            "from testkit.netns import network_namespace\n"
+            "made = network_namespace()\n"
+            "ns = made.__enter__()\n"
+            "ns.cut('clients')\n"
+            "print(ns.name, ns.inside('clients'), flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    left, address = killed.stdout.split() or [killed.stderr, ""]
+    assert left in netns_state() and f"blackhole {address}" in netns_state()
+    with network_namespace():  # the next one made removes what the killed process left
+        assert left not in netns_state() and f"blackhole {address}" not in netns_state()
 
 
 def test_a_daemon_cut_off_from_the_store_stops_acknowledging_and_rejoins(
