@@ -132,6 +132,7 @@ def test_kafka_python_negotiates_its_highest_versions() -> None:
         ApiKey.FETCH: 12,
         ApiKey.LIST_OFFSETS: 7,
         ApiKey.METADATA: 12,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
         ApiKey.OFFSET_COMMIT: 8,
         ApiKey.OFFSET_FETCH: 8,
         ApiKey.FIND_COORDINATOR: 4,
