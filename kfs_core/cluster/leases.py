@@ -675,8 +675,10 @@ class LeaseKeeper:
     def leader(self, topic: str, partition: int) -> Leader:
         """The live holder; else the live assignee if it may take it (epoch -1); else none."""
         tp = (topic, partition)
-        if self._running and tp in self._held:
+        if self._running and tp in self._held and self._lease_valid():
             return Leader(self.node_id, self._held[tp])
+        # A lapsed lease is not leadership, even before the tick that drops it
+        # runs (it may be waiting on the store this daemon cannot reach).
         holders = [n for n in self._observer.live() if tp in n.held]
         if holders:
             best = max(holders, key=lambda n: n.held[tp])

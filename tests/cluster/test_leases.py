@@ -582,6 +582,9 @@ def test_the_lease_lapses_when_heartbeats_fail(
         assert len(failures) == 1  # once per outage
         a.clock.advance(0.06)
         assert a.keeper.local_epoch("t", 0) is None
+        # Held until the next tick, yet no longer named to clients as the leader.
+        assert a.keeper.held == {("t", 0): 0}
+        assert a.keeper.leader("t", 0) == NO_LEADER
         with pytest.raises(NotLeaderOrFollower, match="heartbeats are failing"):
             await a.keeper.acquire("t", 1)
         await _tick(a)
