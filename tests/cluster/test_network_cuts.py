@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ import confluent_kafka
 import pytest
 
 from kfs_core.cluster.assignment import assign_topic
+from kfs_core.groups.offset_log import OFFSETS_TOPIC
 from testkit.daemon import Daemon, DaemonFactory
 from testkit.moto_s3 import moto_server
 from testkit.netns import NetNamespace, NetnsUnavailable, network_namespace, require
@@ -142,14 +144,41 @@ def more_acks(producer: BackgroundProducer, count: int, partitions: Iterable[int
     wait_for(lambda: acked_on(producer, on) >= target, timeout=60, what=f"{count} more acks")
 
 
+def group_not_on(servers: str, node: int) -> str:
+    """A fresh group id that ``node`` does not coordinate.
+
+    librdkafka's consumer starts serving even an assign()ed partition only
+    once its group coordinator answers, so a reader during a cut of
+    ``node`` must not have its group there.
+    """
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": servers})
+
+    def offsets_topic() -> dict[int, int]:
+        # A group request creates the offsets topic when it is missing.
+        probe = [confluent_kafka.ConsumerGroupTopicPartitions("probe")]
+        for future in admin.list_consumer_group_offsets(probe).values():
+            future.result(10)
+        return leaders(servers, OFFSETS_TOPIC)
+
+    offsets = wait_for(offsets_topic, timeout=30, what="the offsets topic")
+    while True:
+        group = f"cut-{uuid.uuid4().hex[:6]}"
+        if offsets[zlib.crc32(group.encode()) % len(offsets)] != node:  # the daemons' rule
+            return group
+
+
 def read_partitions(
-    servers: str, topic: str, partitions: Iterable[int]
+    servers: str, topic: str, partitions: Iterable[int], last: int = 1000
 ) -> dict[tuple[int, int], bytes]:
-    """What a consumer reads of ``partitions`` from offset 0 to their ends now."""
+    """What a consumer reads of the ``last`` records of ``partitions`` up to their ends now.
+
+    The newest records are the ones a cut could change; reading only them
+    keeps the cut short enough for the producers' queued records to wait.
+    """
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": servers,
-            "group.id": f"cut-{uuid.uuid4().hex[:6]}",
+            "group.id": group_not_on(servers, CUT),
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 100,
         }
@@ -160,16 +189,22 @@ def read_partitions(
             p: consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), 10)[1]
             for p in wanted
         }
-        consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in wanted])
+        starts = {p: max(0, ends[p] - last) for p in wanted}
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, starts[p]) for p in wanted])
         got: dict[tuple[int, int], bytes] = {}
-        positions = dict.fromkeys(wanted, 0)
+        positions = dict(starts)
+
+        def done() -> bool:
+            return all(positions[p] >= ends[p] for p in wanted)
 
         def caught_up() -> bool:
-            while (msg := consumer.poll(0.2)) is not None:
+            # The producers go on meanwhile: stop at the ends, not when the polls run dry.
+            while not done() and (msg := consumer.poll(0.2)) is not None:
                 assert msg.error() is None, msg.error()
-                got[(msg.partition(), msg.offset())] = msg.value()
+                if msg.offset() < ends[msg.partition()]:
+                    got[(msg.partition(), msg.offset())] = msg.value()
                 positions[msg.partition()] = msg.offset() + 1
-            return all(positions[p] >= ends[p] for p in wanted)
+            return done()
 
         wait_for(caught_up, timeout=60, what=f"reading partitions {wanted}")
         return got
