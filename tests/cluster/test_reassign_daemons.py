@@ -101,9 +101,16 @@ def test_a_partition_moves_by_hand_under_load_and_loses_nothing(factory: DaemonF
             return f"Reassignment of partition {topic}-{moved} is completed." in result.stdout
 
         wait_for(completed, timeout=60, what=f"{topic}-{moved} moving to node {target}")
-        after = leaders_and_epochs(daemons[0], topic)
-        new_leader, new_epoch = after[moved]
-        assert new_leader == target and new_epoch > epoch, (before, after)
+
+        def target_leads_at_a_new_epoch() -> dict[int, tuple[int, int]] | None:
+            # Daemon 0 learns the target's epoch from the target's next heartbeat.
+            found = leaders_and_epochs(daemons[0], topic)
+            return found if found[moved][0] == target and found[moved][1] > epoch else None
+
+        after = wait_for(
+            target_leads_at_a_new_epoch, timeout=60, what=f"node {target} leading {topic}-{moved}"
+        )
+        new_epoch = after[moved][1]
         # Exactly the partition named moved.
         assert {p: a for p, a in after.items() if p != moved} == {
             p: b for p, b in before.items() if p != moved
