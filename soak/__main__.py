@@ -1,7 +1,8 @@
 """Run the fault campaigns' long forms and print one table (``make soak``).
 
     python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--maintenance-rounds 20] [--fuzz-cases 50000] [--skip-decoder-fuzz]
-                   [--failover-cycles 50] [--failover-pauses 5] [--network-cuts 10] [--failover-only] [--maintenance-move-rounds 10]
+                   [--failover-cycles 100] [--failover-pauses 5] [--network-cuts 10] [--failover-only] [--maintenance-move-rounds 10]
+                   [--only CAMPAIGN ...]
 
 - kill -9 cycles of a real `kfs serve` under load, in ``cautious`` and
   ``normal`` mode, over the local store and over S3 on a moto server;
@@ -57,6 +58,20 @@ from testkit.daemon import DaemonFactory
 from testkit.moto_s3 import moto_server
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The campaigns, in the order they run; ``--only`` names some of them.
+CAMPAIGNS = (
+    "failover",
+    "network-cuts",
+    "crash-cycles",
+    "store-faults",
+    "maintenance",
+    "maintenance-move",
+    "protocol-fuzz",
+    "wal-recovery",
+    "decoder-fuzz",
+)
+#: What ``--failover-only`` runs.
+FAILOVER_CAMPAIGNS = ("failover", "network-cuts")
 
 
 def _s3_store(endpoint: str) -> dict[str, str]:
@@ -158,6 +173,14 @@ def fuzz_row() -> Row:
     return row
 
 
+def campaigns(only: list[str] | None, failover_only: bool, skip_decoder_fuzz: bool) -> set[str]:
+    """The campaigns a run takes: those named by ``--only``, else the failover ones or all."""
+    chosen = set(only or (FAILOVER_CAMPAIGNS if failover_only else CAMPAIGNS))
+    if skip_decoder_fuzz:
+        chosen.discard("decoder-fuzz")
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m soak", description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=100, help="kill -9 cycles per row")
@@ -175,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--failover-cycles",
         type=int,
-        default=50,
+        default=100,
         help="kill -9 cycles of the failover campaign on the local store (a quarter on S3)",
     )
     parser.add_argument(
@@ -198,35 +221,45 @@ def main(argv: list[str] | None = None) -> int:
         default=10,
         help="rounds of jobs with a partition moved between daemons inside each",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=CAMPAIGNS,
+        metavar="CAMPAIGN",
+        help=f"run only this campaign (repeatable): {', '.join(CAMPAIGNS)}",
+    )
     args = parser.parse_args(argv)
+    chosen = campaigns(args.only, args.failover_only, args.skip_decoder_fuzz)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"seed {seed}", flush=True)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="kfs-soak-") as tmp, moto_server() as endpoint:
         factory = DaemonFactory(Path(tmp))
         try:
-            for row in failover.rows(
-                Path(tmp),
-                s3_store=lambda: _s3_store(endpoint),
-                kills=args.failover_cycles,
-                s3_kills=max(1, args.failover_cycles // 4),
-                pauses=args.failover_pauses,
-                rolling=1,
-                seed=seed,
-                progress=lambda line: print(f"  failover {line}", flush=True),
-            ):
-                rows.append(row)
-                print(format_table([row]), flush=True)
-            for row in network_cuts.rows(
-                Path(tmp),
-                store_cuts=args.network_cuts,
-                client_cuts=args.network_cuts,
-                seed=seed,
-                progress=lambda line: print(f"  network cuts: {line}", flush=True),
-            ):
-                rows.append(row)
-                print(format_table([row]), flush=True)
-            for backend in () if args.failover_only else ("local", "s3"):
+            if "failover" in chosen:
+                for row in failover.rows(
+                    Path(tmp),
+                    s3_store=lambda: _s3_store(endpoint),
+                    kills=args.failover_cycles,
+                    s3_kills=max(1, args.failover_cycles // 4),
+                    pauses=args.failover_pauses,
+                    rolling=1,
+                    seed=seed,
+                    progress=lambda line: print(f"  failover {line}", flush=True),
+                ):
+                    rows.append(row)
+                    print(format_table([row]), flush=True)
+            if "network-cuts" in chosen:
+                for row in network_cuts.rows(
+                    Path(tmp),
+                    store_cuts=args.network_cuts,
+                    client_cuts=args.network_cuts,
+                    seed=seed,
+                    progress=lambda line: print(f"  network cuts: {line}", flush=True),
+                ):
+                    rows.append(row)
+                    print(format_table([row]), flush=True)
+            for backend in ("local", "s3") if "crash-cycles" in chosen else ():
                 for mode in ("cautious", "normal"):
                     store = _s3_store(endpoint) if backend == "s3" else {}
                     daemon = factory.start(
@@ -250,34 +283,36 @@ def main(argv: list[str] | None = None) -> int:
                     daemon.kill()
                     rows.append(row)
                     print(format_table([row]), flush=True)
-            if args.failover_only:
-                return _finish(rows)
-            rows.append(store_fault_row(factory, endpoint, seed))
-            rows.append(maintenance_row(factory, args.maintenance_rounds, seed))
-            if args.maintenance_move_rounds > 0:
+            if "store-faults" in chosen:
+                rows.append(store_fault_row(factory, endpoint, seed))
+            if "maintenance" in chosen:
+                rows.append(maintenance_row(factory, args.maintenance_rounds, seed))
+            if "maintenance-move" in chosen and args.maintenance_move_rounds > 0:
                 rows.append(maintenance_failover_row(Path(tmp), args.maintenance_move_rounds, seed))
-            daemon = factory.start(name="fuzzed", extra_args=protocol_fuzz.daemon_args())
-            row, outcomes = protocol_fuzz.run(
-                daemon,
-                cases=args.fuzz_cases,
-                seed=seed,
-                memory_bound=protocol_fuzz.MEMORY_BOUND,
-                idle=3000,
-                loris=100,
-                progress=lambda line: print(f"  protocol fuzzing: {line}", flush=True),
-            )
-            daemon.kill()
-            rows.append(row)
-            print(format_table([row]) + "\n" + outcomes.line(), flush=True)
-            wal_bytes = int(args.wal_gib * (1 << 30))
-            daemon = factory.start(
-                name="wal-recovery", extra_args=wal_recovery.daemon_args(wal_bytes)
-            )
-            rows.append(wal_recovery.run(daemon, wal_bytes=wal_bytes, seed=seed, store="local"))
-            daemon.kill()
+            if "protocol-fuzz" in chosen:
+                daemon = factory.start(name="fuzzed", extra_args=protocol_fuzz.daemon_args())
+                row, outcomes = protocol_fuzz.run(
+                    daemon,
+                    cases=args.fuzz_cases,
+                    seed=seed,
+                    memory_bound=protocol_fuzz.MEMORY_BOUND,
+                    idle=3000,
+                    loris=100,
+                    progress=lambda line: print(f"  protocol fuzzing: {line}", flush=True),
+                )
+                daemon.kill()
+                rows.append(row)
+                print(format_table([row]) + "\n" + outcomes.line(), flush=True)
+            if "wal-recovery" in chosen:
+                wal_bytes = int(args.wal_gib * (1 << 30))
+                daemon = factory.start(
+                    name="wal-recovery", extra_args=wal_recovery.daemon_args(wal_bytes)
+                )
+                rows.append(wal_recovery.run(daemon, wal_bytes=wal_bytes, seed=seed, store="local"))
+                daemon.kill()
         finally:
             factory.close()
-    if not args.skip_decoder_fuzz:
+    if "decoder-fuzz" in chosen:
         rows.append(fuzz_row())
     return _finish(rows)
 
