@@ -16,7 +16,7 @@
 'use strict'
 
 const readline = require('readline')
-const { Kafka, logLevel } = require('kafkajs')
+const { emit, emitRecord, kafkaClient, partitionCount } = require('./common')
 
 const [bootstrap, topic, groupId] = process.argv.slice(2)
 if (!bootstrap || !topic || !groupId) {
@@ -24,22 +24,15 @@ if (!bootstrap || !topic || !groupId) {
   process.exit(2)
 }
 
-const emit = (event) => process.stdout.write(JSON.stringify(event) + '\n')
-
 // Retries that outlast a failover: the session timeout, then the client's own
 // metadata refresh and reconnect.
 const retry = { retries: 12, initialRetryTime: 100, maxRetryTime: 2000 }
-const kafka = new Kafka({
+const kafka = kafkaClient({
+  bootstrap,
   clientId: 'kfs-kafkajs-failover',
-  brokers: bootstrap.split(','),
   connectionTimeout: 3000,
   requestTimeout: 10000,
   retry,
-  logLevel: logLevel.WARN,
-  logCreator: () => ({ namespace, label, log }) => {
-    const { message, timestamp, logger, ...extra } = log
-    process.stderr.write(`${timestamp} [${label}] ${namespace}: ${message} ${JSON.stringify(extra)}\n`)
-  },
 })
 
 const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, retry })
@@ -52,17 +45,6 @@ const consumer = kafka.consumer({
   metadataMaxAge: 1000,
   retry,
 })
-
-async function partitionCount() {
-  const admin = kafka.admin()
-  await admin.connect()
-  try {
-    const { topics } = await admin.fetchTopicMetadata({ topics: [topic] })
-    return topics[0].partitions.length
-  } finally {
-    await admin.disconnect()
-  }
-}
 
 async function produce(prefix, count, partitions) {
   for (let i = 0; i < count; i++) {
@@ -81,19 +63,12 @@ async function stop(code) {
 }
 
 async function main() {
-  const partitions = await partitionCount()
+  const partitions = await partitionCount(kafka, topic)
   await producer.connect()
   await consumer.connect()
   await consumer.subscribe({ topics: [topic], fromBeginning: true })
   await consumer.run({
-    eachMessage: async ({ partition, message }) => {
-      emit({
-        event: 'record',
-        partition,
-        offset: Number(message.offset),
-        value: message.value === null ? null : message.value.toString(),
-      })
-    },
+    eachMessage: async ({ partition, message }) => emitRecord(partition, message),
   })
   emit({ event: 'ready' })
   // Commands run one after another, in the order they came.

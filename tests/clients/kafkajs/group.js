@@ -16,7 +16,8 @@
 // KafkaJS's own log goes to stderr (warnings and errors only).
 'use strict'
 
-const { Kafka, logLevel, Partitioners } = require('kafkajs')
+const { Partitioners } = require('kafkajs')
+const { emit, emitRecord, kafkaClient, partitionCount: countPartitions } = require('./common')
 
 const [bootstrap, topic, groupId, mode, ...rest] = process.argv.slice(2)
 if (!bootstrap || !topic || !groupId || !mode) {
@@ -24,19 +25,12 @@ if (!bootstrap || !topic || !groupId || !mode) {
   process.exit(2)
 }
 
-const emit = (event) => process.stdout.write(JSON.stringify(event) + '\n')
-
-const kafka = new Kafka({
+const kafka = kafkaClient({
+  bootstrap,
   clientId: `kfs-kafkajs-${mode}`,
-  brokers: bootstrap.split(','),
   connectionTimeout: 5000,
   requestTimeout: 30000,
   retry: { retries: 8, initialRetryTime: 100, maxRetryTime: 2000 },
-  logLevel: logLevel.WARN,
-  logCreator: () => ({ namespace, level, label, log }) => {
-    const { message, timestamp, logger, ...extra } = log
-    process.stderr.write(`${timestamp} [${label}] ${namespace}: ${message} ${JSON.stringify(extra)}\n`)
-  },
 })
 
 async function create(partitions) {
@@ -76,16 +70,7 @@ async function produce(count, prefix) {
   }
 }
 
-async function partitionCount() {
-  const admin = kafka.admin()
-  await admin.connect()
-  try {
-    const { topics } = await admin.fetchTopicMetadata({ topics: [topic] })
-    return topics[0].partitions.length
-  } finally {
-    await admin.disconnect()
-  }
-}
+const partitionCount = () => countPartitions(kafka, topic)
 
 async function consume() {
   const consumer = kafka.consumer({
@@ -146,14 +131,7 @@ async function consume() {
   await consumer.connect()
   await consumer.subscribe({ topics: [topic], fromBeginning: true })
   await consumer.run({
-    eachMessage: async ({ partition, message }) => {
-      emit({
-        event: 'record',
-        partition,
-        offset: Number(message.offset),
-        value: message.value === null ? null : message.value.toString(),
-      })
-    },
+    eachMessage: async ({ partition, message }) => emitRecord(partition, message),
   })
 }
 
