@@ -458,6 +458,49 @@ def test_replay_follows_the_chain_across_incarnations(
     assert reader.read_partition("t", 9, 0) == []
 
 
+def test_calls_made_during_a_listing_share_the_next_one_and_miss_nothing(
+    store: CountingStore, open_wal: Callable[..., StoreWal]
+) -> None:
+    wal = open_wal("a", node_id=1)
+    appended(wal, 0, 0)
+    listings: list[int] = []
+    first_listing = threading.Event()
+    release = threading.Event()
+    plain_list = store.list
+
+    def slow_list(prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        listings.append(len(listings))
+        if len(listings) == 1:
+            first_listing.set()
+            assert release.wait(30)
+        return plain_list(prefix, start_after)
+
+    store.list = slow_list  # type: ignore[method-assign]
+    reader = StoreWalReader(store, NS)
+    results: dict[str, list[int]] = {}
+
+    def replay(name: str) -> None:
+        results[name] = [b.base_offset for b in reader.read_partition("t", 0, 0)]
+
+    first = threading.Thread(target=replay, args=("first",))
+    first.start()
+    assert first_listing.wait(30)
+    # Asked while the first listing is under way, after another object landed.
+    appended(wal, 0, 1)
+    waiting = [threading.Thread(target=replay, args=(f"w{i}",)) for i in range(4)]
+    for thread in waiting:
+        thread.start()
+    wait_for(lambda: reader._tickets == 5, what="four calls waiting")
+    release.set()
+    for thread in (first, *waiting):
+        thread.join(30)
+    assert len(listings) == 2  # the first, and one the four share
+    assert all(results[f"w{i}"] == [0, 1] for i in range(4)), results
+    appended(wal, 0, 2)
+    assert [b.base_offset for b in reader.read_partition("t", 0, 0)] == [0, 1, 2]
+    assert len(listings) == 3  # a call after the last listing lists again
+
+
 def test_replay_starts_inside_a_frame_of_several_batches(
     store: CountingStore, open_wal: Callable[..., StoreWal]
 ) -> None:

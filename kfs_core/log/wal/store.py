@@ -1083,7 +1083,9 @@ class StoreWalReader:
 
     Headers are cached by key (objects never change), so replaying many
     partitions with one reader costs one header read per object, not one
-    per object and partition.
+    per object and partition.  Listings are shared the same way (`objects`):
+    a takeover of many partitions at once lists the prefix about twice, not
+    once per partition.
     """
 
     def __init__(
@@ -1094,10 +1096,33 @@ class StoreWalReader:
         self._prefix = wal_prefix(namespace)
         self._header_read_bytes = max(header_read_bytes, HEAD.size)
         self._headers: dict[str, WalObjectHeader] = {}
+        # Calls of `objects` get a ticket each; a listing serves the tickets
+        # issued before it started (``_listing[0]`` is the first it does not).
+        self._tickets = 0
+        self._tickets_lock = threading.Lock()
+        self._listing_lock = threading.Lock()
+        self._listing: tuple[int, list[ObjectInfo]] | None = None
+
+    def _ticket(self) -> int:
+        with self._tickets_lock:
+            self._tickets += 1
+            return self._tickets - 1
 
     def objects(self) -> Iterator[tuple[ObjectInfo, int, str, int]]:
-        """Every WAL object as ``(info, node_id, incarnation, seq)``, in key order."""
-        for info in self._store.list(self._prefix):
+        """Every WAL object as ``(info, node_id, incarnation, seq)``, in key order.
+
+        From a listing that started after this call did, so nothing that
+        landed before the call is missed; calls made while a listing is under
+        way wait for it and share the next one.
+        """
+        ticket = self._ticket()
+        with self._listing_lock:
+            if self._listing is None or self._listing[0] <= ticket:
+                with self._tickets_lock:
+                    first_unserved = self._tickets
+                self._listing = (first_unserved, list(self._store.list(self._prefix)))
+            listed = self._listing[1]
+        for info in listed:
             match = _KEY.match(info.key[len(self._prefix) :])
             if match is None:
                 continue
