@@ -193,7 +193,8 @@ class LeaseKeeper:
         self._put_outage = False
         self._read_outage = False
         # Each topic's owners by partition, for one set of live nodes (`_owner`).
-        self._owners: dict[tuple[str, int], tuple[int, ...]] = {}
+        # Assignments by (the daemons spread over, topic, partition count).
+        self._owners: dict[tuple[tuple[int, ...], str, int], tuple[int, ...]] = {}
         self._assigned_over: tuple[int, ...] = ()
         self._unclean_warned: set[TopicPartition] = set()
         # What each other daemon's last running heartbeat held: a stopped one lists nothing.
@@ -630,27 +631,29 @@ class LeaseKeeper:
             ids.add(self.node_id)
         return tuple(sorted(ids))
 
-    def _owner(self, tp: TopicPartition) -> int | None:
+    def _owner(self, tp: TopicPartition, *, without: int | None = None) -> int | None:
         """The partition's assignee among the live daemons: its topic spread over them.
 
         A topic this daemon has not looked up yet is spread as if it had
         just enough partitions; the daemon looks a topic up before it serves
         one of its partitions, so the answers it acts on agree with the others'.
+        ``without``: the assignee were that daemon dead.
         """
         live = self._live_ids()
-        if not live:
-            return None
         if live != self._assigned_over:
             self._assigned_over = live
             self._owners.clear()
+        over = tuple(n for n in live if n != without)
+        if not over:
+            return None
         topic, partition = tp
         count = self._partition_count(topic)
         if count is None or partition >= count:
             count = partition + 1
-        owners = self._owners.get((topic, count))
+        owners = self._owners.get((over, topic, count))
         if owners is None:
             pins = self._pins.of_topic(topic)
-            owners = self._owners[(topic, count)] = assign_topic(topic, count, live, pins)
+            owners = self._owners[(over, topic, count)] = assign_topic(topic, count, over, pins)
         return owners[partition]
 
     # --- ClusterView -------------------------------------------------------------------
@@ -687,8 +690,13 @@ class LeaseKeeper:
         if owner is None or self._refusal(tp, owner, warn=False) is not None:
             return NO_LEADER
         if owner == self.node_id and not self._lease_valid():
-            # Cut off from the store: the others may have taken it; do not send clients here.
-            return NO_LEADER
+            # Cut off from the store: the others count this daemon dead by now (or
+            # soon) and take its partitions as assigned without it.  Name that
+            # daemon, at an unknown epoch: a client that asks this daemon for
+            # Metadata again and again (librdkafka asks the least idle broker)
+            # still finds the new leader.
+            heir = self._owner(tp, without=self.node_id)
+            return NO_LEADER if heir is None else Leader(heir, -1)
         return Leader(owner, -1)
 
     def local_epoch(self, topic: str, partition: int) -> int | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kfs_core.cluster.assignment import assign
+from kfs_core.cluster.assignment import assign, assign_topic
 from kfs_core.cluster.leases import Acquired, LeaseKeeper, twin_moved
 from kfs_core.cluster.nodes import NodeIdInUse, NodeRegistry
 from kfs_core.cluster.reassignments import ReassignmentStore
@@ -595,6 +595,42 @@ def test_the_lease_lapses_when_heartbeats_fail(
         assert a.keeper.last_heartbeat_ok is True
         assert await a.keeper.acquire("t", 0) == Acquired(1, 0, a.keeper.incarnation, "store")
         assert a.keeper.local_epoch("t", 0) == 1
+
+    asyncio.run(main())
+
+
+def test_a_holder_cut_off_from_the_store_names_its_heir_to_clients(cluster: Cluster) -> None:
+    """Past its lease deadline, a holder that cannot write names who takes its partitions."""
+
+    async def main() -> None:
+        flaky = FlakyStore(cluster.store)
+        a = cluster.node(0, store=flaky, durability="store")
+        b, c = cluster.node(1, durability="store"), cluster.node(2, durability="store")
+        for node in (a, b, c):
+            await node.keeper.start(run_loop=False)
+        await _tick(a, b, c, a, b, c)
+        await a.acquire_assigned()
+        held = sorted(a.keeper.held)
+        assert held and all(a.keeper.leader(*tp) == Leader(0, 0) for tp in held)
+        await _tick(a, b, c)
+        flaky.fail_puts = True
+        a.clock.advance(SESSION)
+        # What b and c assign these partitions to once they count a dead.
+        heirs = dict(zip(PARTS, assign_topic("t", len(PARTS), [1, 2]), strict=True))
+        assert all(a.keeper.leader(*tp) == Leader(heirs[tp], -1) for tp in held)
+        for node in (b, c):
+            node.clock.advance(SESSION / 2)
+        await _tick(b, c)
+        for node in (b, c):
+            node.clock.advance(SESSION / 2 + 0.01)
+        await _tick(b, c, b, c)
+        # b and c count a dead and take its partitions where a said they would go.
+        assert sorted(tp for taken in b.taken for tp in taken) == [
+            tp for tp in held if heirs[tp] == 1
+        ]
+        assert sorted(tp for taken in c.taken for tp in taken) == [
+            tp for tp in held if heirs[tp] == 2
+        ]
 
     asyncio.run(main())
 
