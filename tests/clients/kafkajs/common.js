@@ -41,4 +41,14 @@ async function partitionCount(kafka, topic) {
   }
 }
 
-module.exports = { emit, emitRecord, kafkaClient, partitionCount }
+// A group consumer's settings, quick to notice a member or a daemon gone.
+const consumerSettings = (groupId, retry) => ({
+  groupId,
+  sessionTimeout: 6000, // the daemon's minimum
+  rebalanceTimeout: 20000,
+  heartbeatInterval: 500,
+  maxWaitTimeInMs: 250,
+  retry,
+})
+
+module.exports = { consumerSettings, emit, emitRecord, kafkaClient, partitionCount }

@@ -16,7 +16,7 @@
 'use strict'
 
 const readline = require('readline')
-const { emit, emitRecord, kafkaClient, partitionCount } = require('./common')
+const { consumerSettings, emit, emitRecord, kafkaClient, partitionCount } = require('./common')
 
 const [bootstrap, topic, groupId] = process.argv.slice(2)
 if (!bootstrap || !topic || !groupId) {
@@ -36,15 +36,7 @@ const kafka = kafkaClient({
 })
 
 const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, retry })
-const consumer = kafka.consumer({
-  groupId,
-  sessionTimeout: 6000, // the daemon's minimum
-  rebalanceTimeout: 20000,
-  heartbeatInterval: 500,
-  maxWaitTimeInMs: 250,
-  metadataMaxAge: 1000,
-  retry,
-})
+const consumer = kafka.consumer({ ...consumerSettings(groupId, retry), metadataMaxAge: 1000 })
 
 async function produce(prefix, count, partitions) {
   for (let i = 0; i < count; i++) {

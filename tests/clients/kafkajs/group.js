@@ -17,7 +17,13 @@
 'use strict'
 
 const { Partitioners } = require('kafkajs')
-const { emit, emitRecord, kafkaClient, partitionCount: countPartitions } = require('./common')
+const {
+  consumerSettings,
+  emit,
+  emitRecord,
+  kafkaClient,
+  partitionCount: countPartitions,
+} = require('./common')
 
 const [bootstrap, topic, groupId, mode, ...rest] = process.argv.slice(2)
 if (!bootstrap || !topic || !groupId || !mode) {
@@ -73,14 +79,9 @@ async function produce(count, prefix) {
 const partitionCount = () => countPartitions(kafka, topic)
 
 async function consume() {
-  const consumer = kafka.consumer({
-    groupId,
-    sessionTimeout: 6000, // the daemon's minimum
-    rebalanceTimeout: 20000,
-    heartbeatInterval: 500,
-    maxWaitTimeInMs: 250,
-    retry: { retries: 8, initialRetryTime: 100, maxRetryTime: 2000 },
-  })
+  const consumer = kafka.consumer(
+    consumerSettings(groupId, { retries: 8, initialRetryTime: 100, maxRetryTime: 2000 })
+  )
   const { GROUP_JOIN, COMMIT_OFFSETS, CRASH } = consumer.events
   consumer.on(GROUP_JOIN, ({ payload }) => {
     emit({
