@@ -291,11 +291,16 @@ class LeaseKeeper:
             await asyncio.sleep(max(0.0, self._interval - (self._clock() - started)))
 
     async def _loop(self) -> None:
+        # A tick begins every interval (sooner when woken), however long the last took:
+        # a dead daemon is seen within an interval of its session timeout.
+        last = self._clock()
         while True:
             woken = False
             with contextlib.suppress(TimeoutError):
-                woken = await asyncio.wait_for(self._wake.wait(), self._interval)
+                wait = max(0.0, self._interval - (self._clock() - last))
+                woken = await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
+            last = self._clock()
             try:
                 # Woken (a partition taken or lost): the others should know now.
                 await self.tick(heartbeat=woken)

@@ -115,8 +115,21 @@ class PreviousHolders(Protocol):
     The ``store`` durability mode's WAL objects (`kfs_core.log.wal.store`).
     """
 
-    def read_partition(self, topic: str, partition: int, from_offset: int) -> list[RecoveredBatch]:
-        """The batches from ``from_offset`` on, in offset order, without gaps."""
+    def ticket(self) -> int:
+        """A place in line for a listing begun after this call."""
+        ...
+
+    def list_for(self, ticket: int) -> None:
+        """List (and read the headers) for ``ticket`` now, ahead of `read_partition`."""
+        ...
+
+    def read_partition(
+        self, topic: str, partition: int, from_offset: int, *, ticket: int | None = None
+    ) -> list[RecoveredBatch]:
+        """The batches from ``from_offset`` on, in offset order, without gaps.
+
+        Read from a listing begun after ``ticket`` was issued (by default, after this call).
+        """
         ...
 
 
@@ -230,6 +243,7 @@ class LogManager:
         )
         self._previous_holders = previous_holders
         if previous_holders is not None:
+            self._table.begin_replay = self._begin_replay
             self._table.replay = self._replay_previous_holders
         self._flusher = Flusher(
             self._table.partitions,
@@ -385,16 +399,36 @@ class LogManager:
 
     # --- ownership (several daemons on one namespace) ----------------------------
 
-    async def _replay_previous_holders(self, p: Partition) -> None:
+    def _begin_replay(self, topic: str, partition: int) -> int:
+        """Start listing the earlier holders' objects as the lease is taken; the ticket."""
+        assert self._previous_holders is not None
+        ticket = self._previous_holders.ticket()
+        self._spawn(self._list_early(ticket))
+        return ticket
+
+    async def _list_early(self, ticket: int) -> None:
+        assert self._previous_holders is not None
+        # A failed listing is only a head start lost: the replay lists again.
+        with contextlib.suppress(ObjectStoreError, OSError):
+            await self._io(self._previous_holders.list_for, ticket)
+
+    async def _replay_previous_holders(self, p: Partition, ticket: int | None) -> None:
         """Buffer and commit what earlier holders acknowledged above the catalog, before serving.
 
         The ``store`` durability mode's objects (`PreviousHolders`) hold every
         acknowledged batch until it is committed; the partition opens only
-        once they are committed under this daemon's lease.
+        once they are committed under this daemon's lease.  ``ticket``
+        (`_begin_replay`, taken once the lease was held) dates the listing read.
         """
         assert self._previous_holders is not None
         records = await self._io(
-            self._previous_holders.read_partition, p.topic, p.partition, p.next_offset
+            functools.partial(
+                self._previous_holders.read_partition,
+                p.topic,
+                p.partition,
+                p.next_offset,
+                ticket=ticket,
+            )
         )
         if not records:
             return

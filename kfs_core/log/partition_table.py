@@ -149,7 +149,10 @@ class PartitionTable:
         self.ownership = ownership
         # Set by the log: buffers what a previous holder acknowledged and did
         # not seal, before the partition serves (see the module docstring).
-        self.replay: Callable[[Partition], Awaitable[None]] | None = None
+        # ``begin_replay`` runs as soon as the lease is held, so the reading
+        # can start while the catalog loads; what it returns goes to ``replay``.
+        self.begin_replay: Callable[[str, int], int] | None = None
+        self.replay: Callable[[Partition, int | None], Awaitable[None]] | None = None
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._opening: dict[tuple[str, int], asyncio.Task[Partition]] = {}
         self._soon: set[tuple[str, int]] = set()  # queued by `open_soon`
@@ -229,9 +232,11 @@ class PartitionTable:
 
     async def _load(self, topic: str, partition: int) -> Partition:
         generation = self._topics.generation(topic)
-        epoch = None
+        epoch = replay_ticket = None
         if self.ownership is not None:
             epoch = (await self.ownership.acquire(topic, partition)).epoch
+            if self.begin_replay is not None:
+                replay_ticket = self.begin_replay(topic, partition)
         catalog = PartitionCatalog(self.store, self.namespace, topic, partition)
         try:
             state = await self._io(catalog.load)
@@ -270,7 +275,7 @@ class PartitionTable:
             p.next_offset = p.high_watermark = flushed + 1
             p.producers = ProducerStateTable(p.name, self.settings.producer_id_expiration_ms)
         if self.replay is not None and epoch is not None:
-            await self.replay(p)
+            await self.replay(p, replay_ticket)
         self.partitions[(topic, partition)] = p
         return p
 

@@ -501,6 +501,51 @@ def test_calls_made_during_a_listing_share_the_next_one_and_miss_nothing(
     assert len(listings) == 3  # a call after the last listing lists again
 
 
+def test_a_ticket_taken_with_the_lease_lets_the_replay_read_the_listing_made_then(
+    store: CountingStore, open_wal: Callable[..., StoreWal]
+) -> None:
+    wal = open_wal("a", node_id=1)
+    appended(wal, 0, 0)
+    appended(wal, 0, 1)
+    listings: list[str] = []
+    plain_list = store.list
+
+    def counted_list(prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        listings.append(prefix)
+        return plain_list(prefix, start_after)
+
+    store.list = counted_list  # type: ignore[method-assign]
+    reader = StoreWalReader(store, NS)
+    ticket = reader.ticket()  # the lease is held from here on
+    reader.list_for(ticket)  # while the catalog loads: the listing, and both headers
+    assert len(listings) == 1
+    header_reads = len(store.gets)
+    assert header_reads == 2
+    appended(wal, 0, 2)  # landed after the ticket: the new holder's own, say
+    replayed = reader.read_partition("t", 0, 0, ticket=ticket)
+    assert [b.base_offset for b in replayed] == [0, 1]
+    assert len(listings) == 1  # no second listing, no header read again
+    assert all(rng is not None and rng.start > 0 for _, rng, _ in store.gets[header_reads:])
+    # A call without a ticket lists again, and sees the later object.
+    assert [b.base_offset for b in reader.read_partition("t", 0, 0)] == [0, 1, 2]
+    assert len(listings) == 2
+
+
+def test_the_header_cache_keeps_only_what_the_last_listing_showed(
+    store: CountingStore, open_wal: Callable[..., StoreWal]
+) -> None:
+    wal = open_wal("a", node_id=1)
+    appended(wal, 0, 0)
+    appended(wal, 0, 1)
+    reader = StoreWalReader(store, NS)
+    assert [b.base_offset for b in reader.read_partition("t", 0, 0)] == [0, 1]
+    assert len(reader._headers) == 2
+    wal.checkpoint("t", 0, 2)  # both committed: the writer deletes its objects
+    wait_for(lambda: not list(store.inner.list(wal_prefix(NS))), what="the objects deleted")
+    assert reader.read_partition("t", 0, 2) == []
+    assert reader._headers == {}
+
+
 def test_replay_starts_inside_a_frame_of_several_batches(
     store: CountingStore, open_wal: Callable[..., StoreWal]
 ) -> None:

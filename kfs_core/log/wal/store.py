@@ -81,7 +81,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,6 +166,8 @@ HEADER_CRC = struct.Struct(">I")  # CRC-32C of the header before it
 MAX_INCARNATION_BYTES = 255
 #: The first ranged GET of an object's header; a longer header costs one more.
 HEADER_READ_BYTES = 16 << 10
+#: Header reads a takeover replay keeps in flight at once (each is one ranged GET).
+HEADER_READERS = 16
 _NO_EPOCH = -(2**31)
 
 _KEY = re.compile(r"^(?P<node>\d+)/(?P<incarnation>[^/]+)/(?P<seq>\d{20})\.wal$")
@@ -1083,8 +1085,10 @@ class StoreWalReader:
 
     Headers are cached by key (objects never change), so replaying many
     partitions with one reader costs one header read per object, not one
-    per object and partition.  Listings are shared the same way (`objects`):
-    a takeover of many partitions at once lists the prefix about twice, not
+    per object and partition; the headers a listing shows and the cache
+    lacks are read `HEADER_READERS` at a time, and a key gone from a listing
+    leaves the cache.  Listings are shared the same way (`objects`): a
+    takeover of many partitions at once lists the prefix about twice, not
     once per partition.
     """
 
@@ -1103,30 +1107,70 @@ class StoreWalReader:
         self._listing_lock = threading.Lock()
         self._listing: tuple[int, list[ObjectInfo]] | None = None
 
-    def _ticket(self) -> int:
+    def ticket(self) -> int:
+        """A place in line: `objects` with it is served by a listing begun after this call.
+
+        A new holder takes one as soon as it holds the lease and lists at
+        once (`list_for`), while it loads the partition's catalog; its
+        replay (`read_partition` with the ticket) then misses nothing that
+        landed before the lease was taken.
+        """
         with self._tickets_lock:
             self._tickets += 1
             return self._tickets - 1
 
-    def objects(self) -> Iterator[tuple[ObjectInfo, int, str, int]]:
+    def list_for(self, ticket: int) -> None:
+        """Make sure a listing serving ``ticket`` is done, its headers read (see `ticket`)."""
+        for _ in self.objects(ticket):
+            pass
+
+    def objects(self, ticket: int | None = None) -> Iterator[tuple[ObjectInfo, int, str, int]]:
         """Every WAL object as ``(info, node_id, incarnation, seq)``, in key order.
 
-        From a listing that started after this call did, so nothing that
-        landed before the call is missed; calls made while a listing is under
-        way wait for it and share the next one.
+        From a listing that started after this call did (or after ``ticket``
+        was issued), so nothing that landed before is missed; calls made
+        while a listing is under way wait for it and share the next one.
         """
-        ticket = self._ticket()
+        if ticket is None:
+            ticket = self.ticket()
         with self._listing_lock:
             if self._listing is None or self._listing[0] <= ticket:
                 with self._tickets_lock:
                     first_unserved = self._tickets
-                self._listing = (first_unserved, list(self._store.list(self._prefix)))
+                listing = list(self._store.list(self._prefix))
+                self._prefetch(listing)
+                self._listing = (first_unserved, listing)
             listed = self._listing[1]
         for info in listed:
             match = _KEY.match(info.key[len(self._prefix) :])
             if match is None:
                 continue
             yield info, int(match["node"]), match["incarnation"], int(match["seq"])
+
+    def _prefetch(self, listing: list[ObjectInfo]) -> None:
+        """Read the listed headers not cached yet, several at once; forget the unlisted.
+
+        A header that cannot be read here (deleted since the listing,
+        damaged, a store error) is left to `header`, which raises or skips
+        it where the replay meets it.
+        """
+        keys = {info.key for info in listing}
+        for key in [k for k in self._headers if k not in keys]:
+            self._headers.pop(key, None)
+        missing = [
+            i
+            for i in listing
+            if i.key not in self._headers and _KEY.match(i.key[len(self._prefix) :])
+        ]
+        if len(missing) < 2:
+            return
+
+        def read(info: ObjectInfo) -> None:
+            with contextlib.suppress(Exception):
+                self.header(info)
+
+        with ThreadPoolExecutor(HEADER_READERS, thread_name_prefix="kfs-wal-headers") as pool:
+            list(pool.map(read, missing))
 
     def header(self, info: ObjectInfo) -> WalObjectHeader:
         """The object's header: one ranged GET (two for a header longer than the first read)."""
@@ -1160,6 +1204,7 @@ class StoreWalReader:
         from_offset: int,
         *,
         exclude_incarnation: str | None = None,
+        ticket: int | None = None,
     ) -> list[RecoveredBatch]:
         """The chain of frames of the partition from ``from_offset`` on, for `Appender.replay`.
 
@@ -1168,14 +1213,15 @@ class StoreWalReader:
         holds ``from_offset``, then each time the one that starts at the next
         offset -- the highest leader epoch (not lower than the previous
         frame's) winning, then the later object of one writer.  Stops at the
-        first offset no frame starts at.  Raises `CorruptWal` naming the key
+        first offset no frame starts at; ``ticket`` (`ticket`) dates the
+        listing it reads, by default this call.  Raises `CorruptWal` naming the key
         and byte offset for a damaged header or frame, and `ObjectNotFound`
         when an object of the chain was deleted between its header read and
         its frames' (its writer flushed it meanwhile: read again).
         """
         candidates: dict[int, list[_Candidate]] = {}
         straddling: list[_Candidate] = []
-        for order, (info, _node, incarnation, seq) in enumerate(self.objects()):
+        for order, (info, _node, incarnation, seq) in enumerate(self.objects(ticket)):
             if incarnation == exclude_incarnation:
                 continue
             try:
