@@ -76,6 +76,28 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class AbortedRange(_Model):
+    """An aborted transaction's records: producer ``producer_id``'s, ``first_offset``..``last_offset``.
+
+    ``last_offset`` is the abort marker's (Kafka's ``AbortedTxn``).
+    """
+
+    producer_id: NonNegative
+    first_offset: NonNegative
+    last_offset: NonNegative
+
+
+class OpenTransaction(_Model):
+    """A transaction still open at a segment's last offset: its producer and first offset."""
+
+    producer_id: NonNegative
+    first_offset: NonNegative
+
+
+def _empty(value: tuple[Any, ...]) -> bool:
+    return not value
+
+
 class SegmentEntry(_Model):
     """One immutable segment object (and its index) as the catalog knows it.
 
@@ -83,6 +105,12 @@ class SegmentEntry(_Model):
     ``{topic}/{partition}/segment-{base_offset:020d}.kfs`` and ``.index``.
     ``codec`` is the Kafka codec of the segment's batches, 0 when mixed or
     none, as in the segment header's flags.
+
+    Transactions (`kfs_core.log.transactions`): ``aborted`` lists the
+    aborted transactions whose abort marker the segment holds, ``open_txns``
+    the transactions open at its last offset; both are left out of the JSON
+    when empty, so a segment without transactional batches reads as before.
+    A ``read_committed`` read answers from them and the records alone.
     """
 
     base_offset: NonNegative
@@ -96,6 +124,8 @@ class SegmentEntry(_Model):
     created_ms: StrictInt
     key: StrictStr
     index_key: StrictStr
+    aborted: tuple[AbortedRange, ...] = Field(default=(), exclude_if=_empty)
+    open_txns: tuple[OpenTransaction, ...] = Field(default=(), exclude_if=_empty)
 
     @model_validator(mode="after")
     def _consistent(self) -> SegmentEntry:
@@ -112,7 +142,8 @@ class SegmentEntry(_Model):
             raise ValueError(f"segment key {self.key!r} does not end in {layout.SEGMENT_SUFFIX}")
         if not self.index_key.endswith(layout.INDEX_SUFFIX):
             raise ValueError(f"index key {self.index_key!r} does not end in {layout.INDEX_SUFFIX}")
-        # Every field is required, so every entry's "fields set" is the same:
+        # Every field counts as set (the transaction fields' JSON leaves them out
+        # when empty), so every entry's "fields set" is the same:
         # one shared set instead of a set of its own (a frozenset would do,
         # but pydantic's serializer takes only a set; the entry is frozen and
         # `model_copy` is its own, so nothing adds to it).  A partition of
@@ -125,7 +156,7 @@ class SegmentEntry(_Model):
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A new entry with ``update``'s fields changed, validated as any entry is.
 
-        ``deep`` changes nothing: every field is an int or a str.  (pydantic's
+        ``deep`` changes nothing: every field is immutable.  (pydantic's
         own copy would add ``update``'s names to the shared fields set, and
         skip the validation.)
         """

@@ -39,10 +39,14 @@ is left out: see `kfs_core.log.producer_state` ("Replay and sequence gaps").
 The start-up replay of the local WAL keeps such a batch (every frame there
 was written in order by this daemon) and only says so in a warning.
 
-Transactions.  Control batches (commit and abort markers) and the last
-stable offset belong here: markers are assigned offsets and logged in
-`_assign_and_log` like any batch, and the last stable offset moves where the
-high watermark does, in `_on_wal_done`.
+Transactions.  Transactional batches and the coordinator's markers
+(`append_marker`: control batches, which clients may not send) are checked,
+assigned offsets and logged in `_assign_and_log` like any batch; once the
+WAL has them queued each partition's `PartitionTransactions` takes them in
+(which transactions are open, which were aborted), and the last stable
+offset follows from it and the high watermark (`kfs_core.log.transactions`).
+A plain batch from a producer whose transaction is open here is refused
+(INVALID_TXN_STATE), as Kafka refuses it.
 
 WAL failure.  A failed WAL write or fsync (`WalWriteFailed`) puts the log
 into its failed state (`kfs_core.log.failure`): every append from then on,
@@ -77,7 +81,12 @@ from kfs_core.log.metrics import LogMetrics
 from kfs_core.log.partition import Partition, PendingAppend, deleted_error, not_leader
 from kfs_core.log.partition_table import PartitionTable
 from kfs_core.log.pool import MemoryPool
-from kfs_core.log.producer_state import BatchMetadata, ProducerEntry, batch_offsets
+from kfs_core.log.producer_state import (
+    BatchMetadata,
+    InvalidTxnState,
+    ProducerEntry,
+    batch_offsets,
+)
 from kfs_core.log.topic_cache import TopicInfo
 from kfs_core.log.validate import validate_produce
 from kfs_core.log.wal import RecoveredBatch, WalAppend, WalLike, WalPosition
@@ -86,7 +95,7 @@ from kfs_core.records.batch import (
     iter_batch_headers,
     stamp_log_append_time_into,
 )
-from kfs_core.records.header import BatchHeader
+from kfs_core.records.header import BatchHeader, read_batch_header
 
 __all__ = ["AppendResult", "Appender", "Replayed"]
 
@@ -195,6 +204,33 @@ class Appender:
             await self._log_and_wait(staged, outcomes, deadline, timeout_s)
         assert all(outcome is not None for outcome in outcomes)
         return outcomes  # type: ignore[return-value]
+
+    async def append_marker(
+        self, topic: str, partition: int, batch: bytes, *, timeout_s: float
+    ) -> AppendResult:
+        """Append one control batch the transaction coordinator built (`LogManager.write_marker`).
+
+        Not validated as a produce is (clients may not send control
+        batches); the producer's epoch is checked as for any batch.
+        """
+        self.check_writable()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        async with asyncio.timeout_at(deadline):
+            p, info = await self._table.lookup(topic, partition)
+        buf = bytearray(batch)
+        header = read_batch_header(buf, object_name=p.name)
+        outcomes: list[AppendResult | Exception | None] = [None]
+        staged = await self._charge(
+            [_StagedAppend(0, p, info, buf, [(0, header)])], outcomes, deadline
+        )
+        if staged:
+            await self._log_and_wait(staged, outcomes, deadline, timeout_s)
+        outcome = outcomes[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        assert outcome is not None
+        return outcome
 
     def _validate(
         self,
@@ -332,6 +368,7 @@ class Appender:
                 p = item.p
                 headers = [header for _, header in item.batches]
                 try:
+                    _check_transaction(p, headers)
                     original = p.producers.check(headers, now_ms)
                 except LogError as exc:
                     self._metrics.produce_rejected += 1
@@ -390,11 +427,10 @@ class Appender:
                 max_timestamp = (
                     item.append_time if item.info.log_append_time else header.max_timestamp
                 )
-                p.buffer.append(
-                    BufferedBatch(
-                        offset, last, max_timestamp, view[pos : pos + header.total_size], now
-                    )
-                )
+                data = view[pos : pos + header.total_size]
+                p.buffer.append(BufferedBatch(offset, last, max_timestamp, data, now))
+                if header.is_transactional:
+                    p.txns.observe(offset, header, data)
                 offset = last + 1
             p.next_offset = offset
             pending = PendingAppend(offset - 1, loop.create_future())
@@ -523,6 +559,8 @@ class Appender:
                     return Replayed(added, skipped, stopped=True)
             p.producers.replay((header,), now_ms)
             data = view[pos : pos + header.total_size]  # shares the recovered frame's bytes
+            if header.is_transactional:
+                p.txns.observe(header.base_offset, header, data)
             p.buffer.append(
                 BufferedBatch(
                     header.base_offset, header.last_offset, header.max_timestamp, data, now
@@ -553,3 +591,14 @@ class Appender:
             if left_out
             else "kept",
         )
+
+
+def _check_transaction(p: Partition, headers: Sequence[BatchHeader]) -> None:
+    """Refuse a plain batch from a producer whose transaction is open here (Kafka's rule)."""
+    for header in headers:
+        pid = header.producer_id
+        if not header.is_transactional and pid >= 0 and p.txns.is_open(pid):
+            raise InvalidTxnState(
+                f"{p.name}: producer {pid} sent a non-transactional batch while its "
+                "transaction is open here"
+            )

@@ -48,7 +48,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import TypeVar
 
-from kfs_core.catalog.actions import SegmentEntry, Tombstone
+from kfs_core.catalog.actions import AbortedRange, OpenTransaction, SegmentEntry, Tombstone
 from kfs_core.catalog.layout import epoch_suffix
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import PartitionState
@@ -267,7 +267,7 @@ class Flusher:
             if slots is None or self._pool.under_pressure:
                 slots = asyncio.Semaphore(self._upload_concurrency)
             await asyncio.gather(*(self._upload(p, group, slots) for group in groups))
-            entries = [s.entry for s in sealed]
+            entries = [_with_transactions(p, s.entry) for s in sealed]
             state = await self._retry(
                 f"{p.name}: committing {len(entries)} segment(s)",
                 functools.partial(self._commit, p, entries),
@@ -278,6 +278,7 @@ class Flusher:
             # the buffer or in the catalog state, never in neither.
             self._refresher.adopt(p, state)
             self._pool.release(p.buffer.drop_through(last_offset))
+            p.txns.sealed_through(last_offset)
             if not p.deleted:
                 self._cache_sealed(p, sealed, cache)
             self._count(sealed, time.monotonic() - started)
@@ -409,6 +410,7 @@ class Flusher:
         now = self._clock()
         producers.expire(now)
         producers.drop_below(p.state.log_start_offset)
+        p.txns.drop_below(p.state.log_start_offset)
         if not producers.changed:
             return
         snapshot = producers.snapshot(through, now)
@@ -443,6 +445,29 @@ class Flusher:
                     exc,
                 )
                 await asyncio.sleep(delay)
+
+
+def _with_transactions(p: Partition, entry: SegmentEntry) -> SegmentEntry:
+    """``entry`` with the aborted transactions it ends and those open at its end, if any."""
+    aborted, open_at = p.txns.for_segment(entry.base_offset, entry.last_offset)
+    if not aborted and not open_at:
+        return entry
+    return entry.model_copy(
+        update={
+            "aborted": tuple(
+                AbortedRange(
+                    producer_id=t.producer_id,
+                    first_offset=t.first_offset,
+                    last_offset=t.last_offset,
+                )
+                for t in aborted
+            ),
+            "open_txns": tuple(
+                OpenTransaction(producer_id=pid, first_offset=first)
+                for pid, first in sorted(open_at.items())
+            ),
+        }
+    )
 
 
 def _share_segment_bytes(sealed: Sequence[Sealed]) -> None:

@@ -58,6 +58,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import struct
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -100,6 +101,13 @@ from kfs_core.log.reader import (
 from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.log.topic_cache import TopicCache, TopicInfo
 from kfs_core.log.wal import RecoveredBatch, TornTail, WalLike
+from kfs_core.records.batch import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    Record,
+    encode_batch,
+    encode_control_key,
+)
 from kfs_core.storage.base import ObjectStore
 from kfs_core.threads import name_os_thread, run_in
 
@@ -107,6 +115,9 @@ from kfs_core.threads import name_os_thread, run_in
 __all__ = ["AppendResult", "LogManager", "StartReport"]
 
 log = logging.getLogger(__name__)
+
+#: A transaction marker's value: version (0), the coordinator epoch.
+_MARKER_VALUE = struct.Struct(">hi")
 
 
 class PreviousHolders(Protocol):
@@ -667,31 +678,80 @@ class LogManager:
         """
         return await self._appender.append_many(appends, timeout_s=timeout_s, owned=owned)
 
+    async def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        timeout_s: float,
+    ) -> AppendResult:
+        """Append a transaction's commit or abort marker to one partition; its offset.
+
+        The transaction coordinator's half of Kafka's WriteTxnMarkers: a
+        control batch of one record (key: version 0 and the marker type;
+        value: version 0 and ``coordinator_epoch``), transactional, from
+        the producer id and epoch.  Raises what `append` raises, and
+        `InvalidProducerEpoch` for an epoch older than the producer's.
+        """
+        value = _MARKER_VALUE.pack(0, coordinator_epoch)
+        batch = encode_batch(
+            [
+                Record(
+                    offset=0,
+                    timestamp=self._clock(),
+                    key=encode_control_key(CONTROL_COMMIT if commit else CONTROL_ABORT),
+                    value=value,
+                )
+            ],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=True,
+            is_control=True,
+        )
+        return await self._appender.append_marker(topic, partition, batch, timeout_s=timeout_s)
+
     def _check_readable(self) -> None:
         if self._lifecycle not in ("running", "closing"):
             raise LogClosed(f"the log is {self._lifecycle}")
 
     # --- reads -------------------------------------------------------------------
 
-    async def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult:
+    async def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        *,
+        read_committed: bool = False,
+    ) -> ReadResult:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one).
 
-        Raises `UnknownTopicOrPartition`, `OffsetOutOfRange` (below the log
+        ``read_committed`` stops below the last stable offset and lists the
+        aborted transactions among the batches (`PartitionReader.read`).  Raises `UnknownTopicOrPartition`, `OffsetOutOfRange` (below the log
         start offset or above the high watermark), `LogStorageError` (the
         store failed or holds a damaged object) or `LogClosed`.
         """
         self._check_readable()
         p, _ = await self._table.lookup(topic, partition)
-        return await self._reader.read(p, offset, max_bytes)
+        return await self._reader.read(p, offset, max_bytes, read_committed=read_committed)
 
-    async def list_offsets(self, topic: str, partition: int, timestamp: int) -> OffsetLookup:
+    async def list_offsets(
+        self, topic: str, partition: int, timestamp: int, *, read_committed: bool = False
+    ) -> OffsetLookup:
         """ListOffsets: -2 the log start offset, -1 the high watermark, else by timestamp.
+
+        ``read_committed``: -1 is the last stable offset.
 
         ``OffsetLookup(-1, -1)`` when no record has a timestamp at or after
         ``timestamp`` (`PartitionReader.list_offsets`).
         """
         p, _ = await self._table.lookup(topic, partition)
-        return await self._reader.list_offsets(p, timestamp)
+        return await self._reader.list_offsets(p, timestamp, read_committed=read_committed)
 
     async def wait_readahead(self) -> None:
         """Wait until the read-ahead fetches under way have finished (for tests)."""

@@ -4,7 +4,8 @@ One `Partition` per open ``(topic, partition)``, in the partition table
 (`kfs_core.log.partition_table`).  Each part of the log owns some of its fields:
 
 - the append path (`kfs_core.log.appender`): ``next_offset``,
-  ``high_watermark``, ``pending``, ``producers``, and appends to ``buffer``;
+  ``high_watermark``, ``pending``, ``producers``, ``txns``, and appends to
+  ``buffer``;
 - the flusher (`kfs_core.log.flusher`): ``flush_task``, ``flush_conflict``,
   and drops committed batches from ``buffer``;
 - the catalog refresher (`kfs_core.log.catalog_refresh`): ``state`` and
@@ -30,6 +31,7 @@ from kfs_core.catalog.state import PartitionState
 from kfs_core.errors import NotLeaderOrFollower, SegmentConflict, UnknownTopicOrPartition
 from kfs_core.log.buffer import PartitionBuffer
 from kfs_core.log.producer_state import ProducerStateTable
+from kfs_core.log.transactions import PartitionTransactions
 
 __all__ = ["Partition", "PendingAppend", "deleted_error", "not_leader"]
 
@@ -74,6 +76,7 @@ class Partition:
         # daemon: appends get NOT_LEADER_OR_FOLLOWER.
         self.leaving = False
         self.producers = ProducerStateTable(self.name)  # replaced when the partition opens
+        self.txns = PartitionTransactions(self.name)  # loaded from the catalog when it opens
 
     def __repr__(self) -> str:
         return f"Partition({self.name!r}, next_offset={self.next_offset})"

@@ -71,6 +71,7 @@ from kfs_core.log.pool import MemoryPool
 from kfs_core.log.producer_state import ProducerStateTable, SnapshotStore
 from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.log.topic_cache import TopicCache, TopicInfo
+from kfs_core.log.transactions import load_transactions
 from kfs_core.log.wal import WalLike
 from kfs_core.records.header import read_batch_header
 from kfs_core.storage.base import ObjectStore
@@ -259,6 +260,7 @@ class PartitionTable:
         p = Partition(topic, partition, catalog, state)
         p.epoch = epoch
         p.producers = producers
+        load_transactions(p.txns, state.segments)
         # The WAL checkpoints by topic name.  If it says more is flushed than
         # the catalog holds, those offsets belonged to a deleted topic of this
         # name whose last batches were discarded (forget_topic): continue

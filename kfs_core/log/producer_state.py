@@ -21,9 +21,14 @@ starts a newer epoch at sequence 0              appended; the old batches are
 starts a newer epoch at another sequence, or    `OutOfOrderSequence` (45)
 leaves a gap / goes back in the same epoch
 has an older epoch than the producer's          `InvalidProducerEpoch` (47)
-is transactional                                `InvalidTxnState` (48): KFS has no
-                                                transaction coordinator
+is a transaction marker (a control batch the     appended unless its epoch is older
+transaction coordinator writes)                 (`InvalidProducerEpoch`); a newer
+                                                epoch becomes the producer's, its
+                                                batches forgotten
 ==============================================  ===================================
+
+Transactional batches follow the same sequence rules; which transactions
+are open and which were aborted is `kfs_core.log.transactions`' to keep.
 
 Like Kafka since 2.5, the broker never answers DUPLICATE_SEQUENCE_NUMBER (a
 duplicate it still remembers succeeds, an older one is out of order) nor
@@ -126,7 +131,7 @@ class InvalidProducerEpoch(LogError):
 
 
 class InvalidTxnState(LogError):
-    """A transactional batch: KFS has no transaction coordinator, so it never began one."""
+    """A batch that does not fit the producer's transaction (a plain batch inside one)."""
 
     kafka_error_code = 48  # INVALID_TXN_STATE
 
@@ -248,13 +253,16 @@ class ProducerStateTable:
         """
         updated: dict[int, ProducerEntry] = {}
         for header in headers:
-            if header.is_transactional:
-                raise InvalidTxnState(
-                    f"{self.name}: transactional batch from {_describe(header)}: KFS does not "
-                    "support transactions"
-                )
             pid = header.producer_id
             if pid == NO_PRODUCER_ID:
+                continue
+            if header.is_control:
+                known = updated.get(pid) or self.entry(pid, now_ms)
+                if known is not None and header.producer_epoch < known.epoch:
+                    raise InvalidProducerEpoch(
+                        f"{self.name}: a transaction marker of producer {pid} at epoch "
+                        f"{header.producer_epoch}, older than its epoch {known.epoch}"
+                    )
                 continue
             first_seq = header.base_sequence
             last_seq = end_sequence(first_seq, header.last_offset_delta)
@@ -315,9 +323,16 @@ class ProducerStateTable:
             last_offset = first_offset + header.last_offset_delta
             self._cover(first_offset, last_offset)
             pid = header.producer_id
-            if pid == NO_PRODUCER_ID or header.is_control:
+            if pid == NO_PRODUCER_ID:
                 continue
             entry = self._entries.get(pid)
+            if header.is_control:
+                # A marker: a newer epoch (the coordinator bumped it) fences the older one.
+                if entry is not None and header.producer_epoch > entry.epoch:
+                    previous.setdefault(pid, entry)
+                    self._entries[pid] = ProducerEntry(pid, header.producer_epoch, (), now_ms)
+                    self.changed = True
+                continue
             if entry is not None and last_offset <= entry.last_offset:
                 continue
             if pid not in previous:

@@ -20,6 +20,7 @@ the batch headers, then the records of one batch.
 from __future__ import annotations
 
 import bisect
+import struct
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from kfs_core.log.catalog_refresh import CatalogRefresher
 from kfs_core.log.metrics import LogMetrics
 from kfs_core.log.partition import Partition
 from kfs_core.log.segment_fetcher import SegmentFetcher
+from kfs_core.log.transactions import AbortedTxn
 from kfs_core.records.batch import decode_batch
 from kfs_core.records.header import read_batch_header
 from kfs_core.threads import run_in
@@ -66,6 +68,14 @@ class ReadResult:
     records: bytes
     high_watermark: int
     log_start_offset: int
+    last_stable_offset: int = -1  # -1: the high watermark (no transaction open)
+    # A read_committed read: the aborted transactions among ``records``
+    aborted: tuple[AbortedTxn, ...] = ()
+
+    @property
+    def stable_offset(self) -> int:
+        """The last stable offset (the high watermark when no transaction is open)."""
+        return self.high_watermark if self.last_stable_offset < 0 else self.last_stable_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,19 +107,26 @@ class PartitionReader:
         self._metrics = metrics
         self._readahead_segments = readahead_segments
 
-    async def read(self, p: Partition, offset: int, max_bytes: int) -> ReadResult:
+    async def read(
+        self, p: Partition, offset: int, max_bytes: int, *, read_committed: bool = False
+    ) -> ReadResult:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one).
 
-        Raises `OffsetOutOfRange` (below the log start offset or above the
-        high watermark) or `LogStorageError` (the store failed or holds a
-        damaged object).
+        ``read_committed`` reads stop below the last stable offset (an
+        offset between it and the high watermark reads nothing) and carry
+        the aborted transactions among what they return.  Raises
+        `OffsetOutOfRange` (below the log start offset or above the high
+        watermark) or `LogStorageError` (the store failed or holds a damaged
+        object).
         """
         p.last_read_at = p.last_fetch_at = time.monotonic()
         for attempt in range(2):
             high_watermark = p.high_watermark
             log_start = p.state.log_start_offset
-            if offset == high_watermark:
-                return ReadResult(b"", high_watermark, log_start)
+            stable = p.txns.last_stable_offset(high_watermark)
+            lso = -1 if stable == high_watermark else stable
+            if offset == high_watermark or (read_committed and stable <= offset <= high_watermark):
+                return ReadResult(b"", high_watermark, log_start, lso)
             if not log_start <= offset < high_watermark:
                 raise OffsetOutOfRange(
                     f"{p.name}: offset {offset} is outside [{log_start}, {high_watermark}]",
@@ -130,9 +147,13 @@ class PartitionReader:
                 continue
             except (ObjectStoreError, CorruptionError) as exc:
                 raise LogStorageError(f"{p.name}: reading offset {offset}: {exc}") from exc
+            aborted: tuple[AbortedTxn, ...] = ()
+            if read_committed:
+                records, end = _below(records, stable)
+                aborted = tuple(p.txns.aborted_between(offset, end))
             self._metrics.fetch_requests += 1
             self._metrics.fetch_bytes += len(records)
-            return ReadResult(records, p.high_watermark, p.state.log_start_offset)
+            return ReadResult(records, p.high_watermark, p.state.log_start_offset, lso, aborted)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _read_at(self, p: Partition, offset: int, max_bytes: int) -> bytes:
@@ -164,8 +185,13 @@ class PartitionReader:
             i = bisect.bisect_right(segments, segment.base_offset, key=_base_offset)
             self._fetcher.read_ahead(segments[i : i + count], p.is_live)
 
-    async def list_offsets(self, p: Partition, timestamp: int) -> OffsetLookup:
+    async def list_offsets(
+        self, p: Partition, timestamp: int, *, read_committed: bool = False
+    ) -> OffsetLookup:
         """ListOffsets: -2 the log start offset, -1 the high watermark, else by timestamp.
+
+        ``read_committed``: -1 is the last stable offset, and a timestamp
+        finds nothing at or above it, as Kafka answers.
 
         For a timestamp >= 0: the first offset (at or above the log start)
         whose record timestamp is at or after it, and that timestamp; the
@@ -174,7 +200,14 @@ class PartitionReader:
         """
         p.last_read_at = time.monotonic()
         if timestamp == LATEST_TIMESTAMP:
+            if read_committed:
+                return OffsetLookup(p.txns.last_stable_offset(p.high_watermark), -1)
             return OffsetLookup(p.high_watermark, -1)
+        if read_committed and timestamp >= 0:
+            lookup = await self.list_offsets(p, timestamp)
+            if lookup.offset >= p.txns.last_stable_offset(p.high_watermark):
+                return OffsetLookup(-1, -1)
+            return lookup
         if timestamp == EARLIEST_TIMESTAMP:
             return OffsetLookup(p.state.log_start_offset, -1)
         if timestamp < 0:
@@ -228,3 +261,27 @@ def _find_in_batch(
         if record.offset >= min_offset and record_timestamp >= timestamp:
             return OffsetLookup(record.offset, record_timestamp)
     return None
+
+
+_BATCH_START = struct.Struct(">qi")  # base offset, length
+
+
+def _below(records: bytes, limit: int) -> tuple[bytes, int]:
+    """The whole batches of ``records`` that start below offset ``limit``, and where they end.
+
+    A transaction's records and its marker are batches of their own, so a
+    batch never straddles the last stable offset.
+    """
+    view = memoryview(records)
+    pos = 0
+    end_offset = -1
+    while pos + _BATCH_START.size <= len(view):
+        base, length = _BATCH_START.unpack_from(view, pos)
+        if base >= limit:
+            break
+        header = read_batch_header(view, pos)
+        end_offset = header.last_offset + 1
+        pos += _BATCH_START.size + length
+    if pos == len(view):
+        return records, max(end_offset, 0)
+    return bytes(view[:pos]), max(end_offset, 0)

@@ -17,7 +17,6 @@ from kfs_core.log.producer_state import (
     BATCHES_TO_RETAIN,
     INT32_MAX,
     InvalidProducerEpoch,
-    InvalidTxnState,
     OutOfOrderSequence,
     ProducerSnapshot,
     ProducerStateTable,
@@ -25,7 +24,7 @@ from kfs_core.log.producer_state import (
     batch_offsets,
     end_sequence,
 )
-from kfs_core.records.batch import Record, encode_batch
+from kfs_core.records.batch import CONTROL_COMMIT, Record, encode_batch, encode_control_key
 from kfs_core.records.header import BatchHeader, read_batch_header
 
 pytestmark = pytest.mark.unit
@@ -167,12 +166,44 @@ def test_non_idempotent_batches_skip_every_check() -> None:
     assert len(log.table) == 0
 
 
-def test_transactional_batches_are_refused() -> None:
+def marker(epoch: int, *, pid: int = PID) -> BatchHeader:
+    """The header of a commit marker the transaction coordinator writes."""
+    data = encode_batch(
+        [Record(0, NOW, encode_control_key(CONTROL_COMMIT), b"\x00\x00\x00\x00\x00\x00")],
+        producer_id=pid,
+        producer_epoch=epoch,
+        is_transactional=True,
+        is_control=True,
+    )
+    return read_batch_header(data)
+
+
+def test_transactional_batches_follow_the_sequence_across_transactions() -> None:
     log = Log()
-    with pytest.raises(InvalidTxnState) as raised:
-        log.produce(header(0, transactional=True))
-    assert raised.value.kafka_error_code == 48
-    assert log.next_offset == 0
+    assert log.produce(header(0, 2, transactional=True)) == 0
+    assert log.produce(marker(0)) == 2
+    assert log.produce(header(2, transactional=True)) == 3  # the next transaction goes on
+    with pytest.raises(OutOfOrderSequence):
+        log.produce(header(5, transactional=True))
+
+
+def test_a_marker_at_a_newer_epoch_fences_the_older_one() -> None:
+    log = Log()
+    log.produce(header(0, transactional=True))
+    log.produce(marker(1))  # the coordinator aborted at a bumped epoch
+    with pytest.raises(InvalidProducerEpoch):
+        log.produce(header(1, transactional=True))  # the zombie at epoch 0
+    with pytest.raises(InvalidProducerEpoch) as raised:
+        log.produce(marker(0))
+    assert raised.value.kafka_error_code == 47
+    assert log.produce(header(0, epoch=1, transactional=True)) == 2
+
+
+def test_a_marker_for_an_unknown_producer_leaves_it_unknown() -> None:
+    log = Log()
+    log.produce(marker(3, pid=9))
+    assert log.table.entry(9, NOW) is None
+    assert log.produce(header(7, pid=9, epoch=3)) == 1  # unknown: any sequence (KIP-360)
 
 
 def test_idle_producers_expire() -> None:

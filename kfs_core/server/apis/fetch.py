@@ -154,7 +154,9 @@ async def _read_once(
     """
     reads = [
         asyncio.ensure_future(
-            context.log.read(t.topic, t.partition, t.offset, t.max_bytes)
+            context.log.read(
+                t.topic, t.partition, t.offset, t.max_bytes, read_committed=read_committed
+            )
             if t.epoch_error == ErrorCode.NONE
             else _refuse(t.epoch_error)
         )
@@ -167,8 +169,9 @@ async def _read_once(
     failed = False
     data = FetchResponse.FetchableTopicResponse.PartitionData
     for target, read in zip(targets, reads, strict=True):
-        code, high_watermark, log_start = ErrorCode.NONE, -1, -1
+        code, high_watermark, log_start, stable = ErrorCode.NONE, -1, -1, -1
         records: Buffer = b""
+        aborted: list[Any] | None = [] if read_committed else None
         try:
             result = read.result()
         except Exception as exc:  # noqa: BLE001 - any failure is this partition's error code
@@ -177,7 +180,13 @@ async def _read_once(
             log_failure(f"fetch {target.topic}-{target.partition}@{target.offset}", exc, code)
         else:
             high_watermark, log_start = result.high_watermark, result.log_start_offset
+            stable = result.stable_offset
             records = result.records
+            if aborted is not None:
+                aborted = [
+                    data.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+                    for t in result.aborted
+                ]
             if total and records:  # KIP-74: only the first partition with data may overshoot
                 records = trim_to_batches(records, max_bytes - total)
             total += len(records)
@@ -185,10 +194,9 @@ async def _read_once(
             partition_index=target.partition,
             error_code=code,
             high_watermark=high_watermark,
-            # No transactions: everything below the high watermark is stable.
-            last_stable_offset=high_watermark,
+            last_stable_offset=stable,
             log_start_offset=log_start,
-            aborted_transactions=[] if read_committed else None,
+            aborted_transactions=aborted,
             preferred_read_replica=-1,
             records=records,
         )

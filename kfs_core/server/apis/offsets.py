@@ -34,6 +34,7 @@ from kfs_core.security.acls import Operation
 from kfs_core.server.apis.access import Checker, Plan, topics_rule
 from kfs_core.server.apis.base import Api, Refused, error_code_for, log_failure
 from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
+from kfs_core.server.apis.fetch import READ_COMMITTED
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     ApiKey,
@@ -61,6 +62,7 @@ async def handle(
     answer = ListOffsetsResponse.ListOffsetsTopicResponse
     partition_answer = answer.ListOffsetsPartitionResponse
     topics = []
+    read_committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
     for topic in request.body.topics:
         partitions = []
         for p in topic.partitions:
@@ -77,7 +79,9 @@ async def handle(
                         ErrorCode.INVALID_REQUEST,
                         f"ListOffsets timestamp {p.timestamp} is not supported",
                     )
-                found = await context.log.list_offsets(topic.name, p.partition_index, p.timestamp)
+                found = await context.log.list_offsets(
+                    topic.name, p.partition_index, p.timestamp, read_committed=read_committed
+                )
                 offset, timestamp = found.offset, found.timestamp
             except Exception as exc:  # noqa: BLE001 - any failure is this partition's error code
                 code = error_code_for(exc)
