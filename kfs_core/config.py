@@ -342,6 +342,30 @@ class Settings:
         minimum=1,
         broker_config="offsets.topic.num.partitions",
     )
+    transaction_max_timeout_ms: int = setting(
+        900_000,
+        "the longest transaction.timeout.ms a transactional producer may ask for",
+        minimum=1,
+        broker_config="transaction.max.timeout.ms",
+    )
+    transactional_id_expiration_ms: int = setting(
+        604_800_000,
+        "how long an idle transactional id is kept",
+        minimum=1,
+        broker_config="transactional.id.expiration.ms",
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(
+        10_000,
+        "how often transactions open past their timeout are looked for and aborted",
+        minimum=1,
+        broker_config="transaction.abort.timed.out.transaction.cleanup.interval.ms",
+    )
+    transaction_state_log_num_partitions: int = setting(
+        4,
+        "partitions of __transaction_state when it is created",
+        minimum=1,
+        broker_config="transaction.state.log.num.partitions",
+    )
 
     # --- tuning of the partition log (not KFS_* variables) -------------------------
     pressure_ratio: float = tuning(0.75, "pool fill that starts an emergency flush")

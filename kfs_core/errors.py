@@ -450,3 +450,50 @@ class GroupSubscribedToTopic(GroupError):
     """The group's live members subscribe to the topic whose offsets are being deleted."""
 
     kafka_error_code = 86  # GROUP_SUBSCRIBED_TO_TOPIC
+
+
+# --- transactions -------------------------------------------------------------------
+#
+# What the transaction coordinator (`kfs_core.groups.transactions`) refuses.  The
+# coordinator-wide refusals (not this daemon's, loading) are the group errors above.
+
+
+class TransactionError(GroupError):
+    """A transactional request the coordinator refused; ``kafka_error_code`` says how."""
+
+
+class ConcurrentTransactions(TransactionError):
+    """The transactional id's previous transaction is still being completed: retry."""
+
+    kafka_error_code = 51  # CONCURRENT_TRANSACTIONS
+    retriable = True
+
+
+class ProducerFenced(TransactionError):
+    """A newer producer with the same transactional id has a newer epoch."""
+
+    kafka_error_code = 90  # PRODUCER_FENCED
+
+
+class InvalidProducerIdMapping(TransactionError):
+    """The producer id is not the one the coordinator gave the transactional id."""
+
+    kafka_error_code = 49  # INVALID_PRODUCER_ID_MAPPING
+
+
+class InvalidTransactionTimeout(TransactionError):
+    """``transaction.timeout.ms`` above ``transaction.max.timeout.ms`` (or not positive)."""
+
+    kafka_error_code = 50  # INVALID_TRANSACTION_TIMEOUT
+
+
+class TransactionStateInvalid(TransactionError):
+    """The request does not fit the transaction's state (EndTxn with nothing begun, say)."""
+
+    kafka_error_code = 48  # INVALID_TXN_STATE
+
+
+class TransactionalIdNotFound(TransactionError):
+    """No such transactional id (DescribeTransactions)."""
+
+    kafka_error_code = 105  # TRANSACTIONAL_ID_NOT_FOUND

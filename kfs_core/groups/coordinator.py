@@ -289,6 +289,31 @@ class GroupCoordinator:
         group = self._membership.fence_commit(group_id, member_id, generation, instance_id)
         return await self._offsets.commit(group, offsets)
 
+    async def commit_transactional(
+        self,
+        group_id: str,
+        offsets: Sequence[CommitRequest],
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str = "",
+        generation: int = -1,
+        instance_id: str | None = None,
+    ) -> list[GroupError | Exception | None]:
+        """TxnOffsetCommit: offsets that count once the producer's transaction commits."""
+        await self._ensure_loaded(group_id)
+        group = self._membership.fence_commit(group_id, member_id, generation, instance_id)
+        return await self._offsets.commit_transactional(group, producer_id, producer_epoch, offsets)
+
+    def pending_transactional(self, group_id: str) -> set[PartitionKey]:
+        """The partitions with a transactional commit of the group not settled yet."""
+        self._check_loaded(group_id)
+        return self._offsets.pending_transactional(group_id)
+
+    async def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction's marker reached offsets ``partition``: settle its pending commits."""
+        self._offsets.complete_transaction(partition, producer_id, commit)
+
     def committed(
         self, group_id: str, partitions: Iterable[PartitionKey] | None = None
     ) -> dict[PartitionKey, CommittedOffset]:

@@ -159,6 +159,8 @@ class Group:
     static: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # KIP-394
     offsets: dict[PartitionKey, CommittedOffset] = field(default_factory=dict)
+    # TxnOffsetCommit: producer id -> offsets that count once its transaction commits
+    pending_txn: dict[int, dict[PartitionKey, CommittedOffset]] = field(default_factory=dict)
     join_timer: asyncio.TimerHandle | None = None
     join_deadline: float = 0.0  # loop time the initial delay may not pass
     empty_since_ms: int = field(default_factory=lambda: int(time.time() * 1000))

@@ -34,7 +34,13 @@ from typing import Final
 
 from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.log.log_manager import LogManager
-from kfs_core.records.batch import Record, encode_batch, iter_batches
+from kfs_core.records.batch import (
+    CONTROL_COMMIT,
+    Record,
+    encode_batch,
+    iter_batches,
+    parse_control_key,
+)
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -132,6 +138,10 @@ class OffsetLog:
         self._partitions = partitions
         self._timeout_s = timeout_s
         self._topic_ready = False
+        # After a load: per partition, the commits of transactions still open there.
+        self.open_transactions: dict[
+            int, dict[int, dict[tuple[str, PartitionKey], CommittedOffset | None]]
+        ] = {}
 
     def partition_for(self, group: str) -> int:
         return zlib.crc32(group.encode("utf-8")) % self._partitions
@@ -151,9 +161,18 @@ class OffsetLog:
         self._topic_ready = True
 
     async def append(
-        self, group: str, entries: Iterable[tuple[PartitionKey, CommittedOffset | None]]
+        self,
+        group: str,
+        entries: Iterable[tuple[PartitionKey, CommittedOffset | None]],
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> None:
-        """Store ``entries`` (None deletes) durably, as one batch; raises what the log raises."""
+        """Store ``entries`` (None deletes) durably, as one batch; raises what the log raises.
+
+        With a ``producer_id`` the batch is transactional (TxnOffsetCommit):
+        the offsets count once its transaction's commit marker follows.
+        """
         await self.ensure_topic()
         now = int(time.time() * 1000)
         records = [
@@ -167,10 +186,15 @@ class OffsetLog:
         ]
         if not records:
             return
-        batch = encode_batch(records, base_offset=0)
-        await self._log.append(
-            OFFSETS_TOPIC, self.partition_for(group), batch, timeout_s=self._timeout_s
+        batch = encode_batch(
+            records,
+            base_offset=0,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=producer_id >= 0,
         )
+        append = self._log.append_internal if producer_id >= 0 else self._log.append
+        await append(OFFSETS_TOPIC, self.partition_for(group), batch, timeout_s=self._timeout_s)
 
     async def load(self) -> dict[str, dict[PartitionKey, CommittedOffset]]:
         """Every group's live offsets, replayed from the log start of every partition.
@@ -219,18 +243,40 @@ class OffsetLog:
         return info.partitions
 
     async def _replay_partition(self, partition: int) -> dict[bytes, bytes | None]:
+        """The newest value per key; transactional commits count once their commit marker does.
+
+        Those of a transaction still open at the end are left in
+        ``self.open_transactions[partition]`` (producer id -> key -> value).
+        """
         latest: dict[bytes, bytes | None] = {}
+        open_txns: dict[int, dict[bytes, bytes | None]] = {}
         offset = await self._log.log_start_offset(OFFSETS_TOPIC, partition)
         high_watermark = await self._log.high_watermark(OFFSETS_TOPIC, partition)
+        name = f"{OFFSETS_TOPIC}-{partition}"
         while offset < high_watermark:
             result = await self._log.read(OFFSETS_TOPIC, partition, offset, _READ_BYTES)
             if not result.records:
                 break
-            for batch in iter_batches(result.records, object_name=f"{OFFSETS_TOPIC}-{partition}"):
+            for batch in iter_batches(result.records, object_name=name):
+                if batch.is_control:
+                    kind = parse_control_key(batch.records[0].key)[1] if batch.records else -1
+                    settled = open_txns.pop(batch.producer_id, {})
+                    if kind == CONTROL_COMMIT:
+                        latest.update(settled)
+                    offset = max(offset, batch.next_offset)
+                    continue
+                target = (
+                    open_txns.setdefault(batch.producer_id, {})
+                    if batch.is_transactional
+                    else latest
+                )
                 for record in batch.records:
                     if record.offset >= offset and record.key is not None:
-                        latest[record.key] = record.value
+                        target[record.key] = record.value
                 offset = max(offset, batch.next_offset)
+        self.open_transactions[partition] = {
+            pid: dict(_decoded_offsets(values.items())) for pid, values in open_txns.items()
+        }
         return latest
 
 
@@ -254,3 +300,18 @@ def live_offsets(
 ) -> int:
     """How many offsets ``groups`` hold (for logs and metrics)."""
     return sum(len(offsets) for offsets in groups.values())
+
+
+def _decoded_offsets(
+    items: Iterable[tuple[bytes, bytes | None]],
+) -> Iterable[tuple[tuple[str, PartitionKey], CommittedOffset | None]]:
+    """``((group, partition key), offset or None)`` for each readable offset record."""
+    for key, value in items:
+        try:
+            decoded = decode_offset_record(key, value)
+        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+            log.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, exc)
+            continue
+        if decoded is not None:
+            group, where, committed = decoded
+            yield (group, where), committed

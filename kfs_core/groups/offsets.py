@@ -82,6 +82,8 @@ class CommittedOffsets:
         loaded = await self._offset_log.load()
         for group_id, offsets in loaded.items():
             self._groups[group_id] = Group(group_id, offsets=offsets)
+        for partition in list(self._offset_log.open_transactions):
+            self._load_open_transactions(partition)
         took = time.perf_counter() - started
         count = sum(len(o) for o in loaded.values())
         log.info("loaded %d committed offset(s) of %d group(s) in %.3fs", count, len(loaded), took)
@@ -98,6 +100,7 @@ class CommittedOffsets:
         self.unload_partition(partition)
         for group_id, offsets in loaded.items():
             self._groups[group_id] = Group(group_id, offsets=offsets)
+        self._load_open_transactions(partition)
         count = sum(len(o) for o in loaded.values())
         log.info(
             "loaded %d committed offset(s) of %d group(s) from partition %d",
@@ -106,6 +109,16 @@ class CommittedOffsets:
             partition,
         )
         return count
+
+    def _load_open_transactions(self, partition: int) -> None:
+        """The transactional commits a load found without their marker yet: pending."""
+        found = self._offset_log.open_transactions.get(partition, {})
+        for producer_id, entries in found.items():
+            for (group_id, key), committed in entries.items():
+                if committed is None:
+                    continue
+                group = self._groups.setdefault(group_id, Group(group_id))
+                group.pending_txn.setdefault(producer_id, {})[key] = committed
 
     def unload_partition(self, partition: int) -> None:
         """Forget the groups whose commits go to ``partition`` (another daemon coordinates them)."""
@@ -132,6 +145,68 @@ class CommittedOffsets:
         self, group: Group, offsets: Sequence[CommitRequest]
     ) -> list[GroupError | Exception | None]:
         """Store committed offsets durably; one outcome per partition (None: stored)."""
+        outcomes, stored = await self._validated(offsets)
+        if stored:
+            async with group.commit_lock:
+                try:
+                    await self._offset_log.append(group.group_id, stored)
+                except Exception as exc:  # noqa: BLE001 - every commit in the batch reports it
+                    return [exc if outcome is None else outcome for outcome in outcomes]
+                group.offsets.update(stored)
+        return outcomes
+
+    async def commit_transactional(
+        self, group: Group, producer_id: int, producer_epoch: int, offsets: Sequence[CommitRequest]
+    ) -> list[GroupError | Exception | None]:
+        """TxnOffsetCommit: store offsets that count once the producer's transaction commits.
+
+        They are appended as a transactional batch of the producer; the
+        marker the transaction coordinator writes to this partition settles
+        them (`complete_transaction`).
+        """
+        outcomes, stored = await self._validated(offsets)
+        if stored:
+            async with group.commit_lock:
+                try:
+                    await self._offset_log.append(
+                        group.group_id,
+                        stored,
+                        producer_id=producer_id,
+                        producer_epoch=producer_epoch,
+                    )
+                except Exception as exc:  # noqa: BLE001 - every commit in the batch reports it
+                    return [exc if outcome is None else outcome for outcome in outcomes]
+                group.pending_txn.setdefault(producer_id, {}).update(stored)
+        return outcomes
+
+    def pending_transactional(self, group_id: str) -> set[PartitionKey]:
+        """The partitions with a transactional commit of the group not settled yet."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return set()
+        return {key for pending in group.pending_txn.values() for key in pending}
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> int:
+        """The producer's transaction ended at offsets ``partition``: its commits count or go.
+
+        Returns how many offsets it settled.
+        """
+        settled = 0
+        for group in self._groups.values():
+            if self.partition_for(group.group_id) != partition:
+                continue
+            pending = group.pending_txn.pop(producer_id, None)
+            if pending is None:
+                continue
+            settled += len(pending)
+            if commit:
+                group.offsets.update(pending)
+        return settled
+
+    async def _validated(
+        self, offsets: Sequence[CommitRequest]
+    ) -> tuple[list[GroupError | Exception | None], list[tuple[PartitionKey, CommittedOffset]]]:
+        """One outcome per requested offset (None: valid), and the valid ones to store."""
         now = int(time.time() * 1000)
         outcomes: list[GroupError | Exception | None] = []
         stored: list[tuple[PartitionKey, CommittedOffset]] = []
@@ -156,14 +231,7 @@ class CommittedOffsets:
                     CommittedOffset(request.offset, request.leader_epoch, metadata, now),
                 )
             )
-        if stored:
-            async with group.commit_lock:
-                try:
-                    await self._offset_log.append(group.group_id, stored)
-                except Exception as exc:  # noqa: BLE001 - every commit in the batch reports it
-                    return [exc if outcome is None else outcome for outcome in outcomes]
-                group.offsets.update(stored)
-        return outcomes
+        return outcomes, stored
 
     def committed(
         self, group_id: str, partitions: Iterable[PartitionKey] | None = None
@@ -253,7 +321,12 @@ class CommittedOffsets:
                     dropped.append((key, None))
             await self._drop(group, dropped)
             total += len(dropped)
-            if group.state == GroupState.EMPTY and not group.offsets and not group.members:
+            if (
+                group.state == GroupState.EMPTY
+                and not group.offsets
+                and not group.members
+                and not group.pending_txn
+            ):
                 del self._groups[group.group_id]
         if total:
             log.info("dropped %d expired or orphaned committed offset(s)", total)

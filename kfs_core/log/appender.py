@@ -40,7 +40,7 @@ The start-up replay of the local WAL keeps such a batch (every frame there
 was written in order by this daemon) and only says so in a warning.
 
 Transactions.  Transactional batches and the coordinator's markers
-(`append_marker`: control batches, which clients may not send) are checked,
+(`append_internal`: control batches, which clients may not send) are checked,
 assigned offsets and logged in `_assign_and_log` like any batch; once the
 WAL has them queued each partition's `PartitionTransactions` takes them in
 (which transactions are open, which were aborted), and the last stable
@@ -205,13 +205,15 @@ class Appender:
         assert all(outcome is not None for outcome in outcomes)
         return outcomes  # type: ignore[return-value]
 
-    async def append_marker(
+    async def append_internal(
         self, topic: str, partition: int, batch: bytes, *, timeout_s: float
     ) -> AppendResult:
-        """Append one control batch the transaction coordinator built (`LogManager.write_marker`).
+        """Append one batch a coordinator of this daemon built (`LogManager.append_internal`).
 
-        Not validated as a produce is (clients may not send control
-        batches); the producer's epoch is checked as for any batch.
+        Not validated as a produce is: a transaction marker is a control
+        batch, which clients may not send, and a transactional offset
+        commit carries a producer id without a sequence.  The producer's
+        epoch is checked as for any batch.
         """
         self.check_writable()
         loop = asyncio.get_running_loop()

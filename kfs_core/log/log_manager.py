@@ -678,6 +678,17 @@ class LogManager:
         """
         return await self._appender.append_many(appends, timeout_s=timeout_s, owned=owned)
 
+    async def append_internal(
+        self, topic: str, partition: int, batch: bytes, *, timeout_s: float
+    ) -> AppendResult:
+        """Append one batch a coordinator of this daemon built, without a produce's validation.
+
+        Transaction markers (`write_marker`) and transactional offset
+        commits (a producer id without a sequence) go this way; the
+        producer's epoch is checked as for any batch.  Raises what `append` raises.
+        """
+        return await self._appender.append_internal(topic, partition, batch, timeout_s=timeout_s)
+
     async def write_marker(
         self,
         topic: str,
@@ -712,7 +723,7 @@ class LogManager:
             is_transactional=True,
             is_control=True,
         )
-        return await self._appender.append_marker(topic, partition, batch, timeout_s=timeout_s)
+        return await self.append_internal(topic, partition, batch, timeout_s=timeout_s)
 
     def _check_readable(self) -> None:
         if self._lifecycle not in ("running", "closing"):

@@ -256,12 +256,14 @@ class ProducerStateTable:
             pid = header.producer_id
             if pid == NO_PRODUCER_ID:
                 continue
-            if header.is_control:
+            if header.is_control or header.base_sequence == NO_SEQUENCE:
+                # The coordinator's: a marker, or a TxnOffsetCommit's batch. Epoch only.
                 known = updated.get(pid) or self.entry(pid, now_ms)
                 if known is not None and header.producer_epoch < known.epoch:
                     raise InvalidProducerEpoch(
-                        f"{self.name}: a transaction marker of producer {pid} at epoch "
-                        f"{header.producer_epoch}, older than its epoch {known.epoch}"
+                        f"{self.name}: {_describe(header)}: epoch {header.producer_epoch} is "
+                        f"older than the producer's latest epoch {known.epoch}"
+                        + (" (a transaction marker)" if header.is_control else "")
                     )
                 continue
             first_seq = header.base_sequence
@@ -333,6 +335,8 @@ class ProducerStateTable:
                     self._entries[pid] = ProducerEntry(pid, header.producer_epoch, (), now_ms)
                     self.changed = True
                 continue
+            if header.base_sequence == NO_SEQUENCE:
+                continue  # no sequence to remember (a coordinator's transactional batch)
             if entry is not None and last_offset <= entry.last_offset:
                 continue
             if pid not in previous:

@@ -62,6 +62,7 @@ from kfs_core.cluster.leases import LeaseKeeper
 from kfs_core.config import Settings
 from kfs_core.errors import CorruptWal, KfsError, SegmentConflict
 from kfs_core.groups.coordinator import GroupSettings
+from kfs_core.groups.transactions import TransactionSettings
 from kfs_core.log.log_manager import LogManager
 from kfs_core.log.wal import StoreWal, StoreWalReader, WalLike, WalWriter
 from kfs_core.log.wal.lock import WalDirectoryLock
@@ -171,6 +172,15 @@ def group_settings(settings: Settings) -> GroupSettings:
         max_session_timeout_ms=settings.group_max_session_timeout_ms,
         offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
         offsets_retention_check_interval_ms=settings.offsets_retention_check_interval_ms,
+    )
+
+
+def transaction_settings(settings: Settings) -> TransactionSettings:
+    """The transaction coordinator's settings from the daemon's (Kafka's transaction.*)."""
+    return TransactionSettings(
+        max_timeout_ms=settings.transaction_max_timeout_ms,
+        id_expiration_ms=settings.transactional_id_expiration_ms,
+        abort_check_interval_ms=settings.transaction_abort_timed_out_transaction_cleanup_interval_ms,
     )
 
 
@@ -570,6 +580,8 @@ class KfsServer:
             broker_configs=_broker_configs(s, listeners),
             groups=group_settings(s),
             offsets_topic_partitions=s.offsets_topic_num_partitions,
+            transactions=transaction_settings(s),
+            transaction_topic_partitions=s.transaction_state_log_num_partitions,
         )
         self.broker = Broker(options, partition_log, self.metrics, cluster=self._keeper)
         assert self._store is not None

@@ -25,6 +25,8 @@ from kfs_core.cluster.view import ClusterView, NodeInfo, SingleNode
 from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.groups.coordinator import GroupCoordinator
 from kfs_core.groups.offset_log import OFFSETS_TOPIC, OffsetLog
+from kfs_core.groups.transactions import TransactionCoordinator
+from kfs_core.groups.txn_log import TRANSACTION_TOPIC, TransactionLog
 from kfs_core.log.log_manager import LogManager
 from kfs_core.security.acls import AclStore, Authorizer
 from kfs_core.security.sasl import Authenticator
@@ -41,6 +43,10 @@ from kfs_core.server.protocol import ErrorCode, Request
 from kfs_core.server.protocol.bodies import ResponseBody
 
 __all__ = ["CLIENT_HOST", "Broker", "cluster_id_for", "error_response", "single_node"]
+
+
+#: How long a transaction marker's append may take before the coordinator tries again.
+MARKER_TIMEOUT_S = 30.0
 
 
 def cluster_id_for(store_url: str, namespace: str) -> str:
@@ -116,14 +122,30 @@ class Broker:
             else functools.partial(partition_log.holding, OFFSETS_TOPIC),
         )
 
+        self.txn_log = TransactionLog(
+            partition_log, partitions=options.transaction_topic_partitions
+        )
+        self.transactions = TransactionCoordinator(
+            self.txn_log,
+            functools.partial(partition_log.write_marker, timeout_s=MARKER_TIMEOUT_S),
+            self.producer_ids.new,
+            options.transactions,
+            leadership=None
+            if cluster is None
+            else functools.partial(partition_log.holding, TRANSACTION_TOPIC),
+            offsets_done=self.groups.complete_transaction,
+        )
+
     async def start(self) -> None:
-        """Load what must be loaded before the first request: committed offsets."""
+        """Load what must be loaded before the first request: committed offsets, transactions."""
         loaded, seconds = await self.groups.start()
         self.metrics.offsets_loaded.set(loaded)
         self.metrics.offsets_load_seconds.set(seconds)
+        await self.transactions.start()
 
     async def close(self) -> None:
-        """After the last request: stop the coordinator's timers and sweeps."""
+        """After the last request: stop the coordinators' timers and sweeps."""
+        await self.transactions.close()
         await self.groups.close()
 
     async def _topic_partitions(self, name: str) -> int | None:
@@ -174,6 +196,7 @@ class Broker:
             log=self.log,
             topics=self.topics,
             groups=self.groups,
+            transactions=self.transactions,
             notifier=self.notifier,
             metrics=self.metrics,
             new_producer_id=self.producer_ids.new,

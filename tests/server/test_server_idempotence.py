@@ -1,15 +1,17 @@
-"""Idempotent producers over real sockets, and transactions refused.
+"""Idempotent producers over real sockets, and the transaction coordinator's raw answers.
 
 * A retried idempotent batch (raw frames) is answered with its original
   offset and stored once; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an old
-  epoch INVALID_PRODUCER_EPOCH, a transactional batch INVALID_TXN_STATE.
+  epoch INVALID_PRODUCER_EPOCH, a plain batch inside the producer's open
+  transaction INVALID_TXN_STATE.
 * The producer state survives ``kill -9`` (rebuilt from the WAL), a clean
   restart (its snapshot) and a lost snapshot (the segments' batch headers).
 * confluent-kafka with ``enable.idempotence`` through a TCP proxy that
   resets its connections mid-stream: every value exactly once, in order.
-* Transactions: InitProducerId with a transactional id and the transaction
-  APIs answer TRANSACTIONAL_ID_AUTHORIZATION_FAILED; a transactional
-  confluent-kafka producer fails in ``init_transactions``.
+* Transactions, raw: InitProducerId bumps the epoch; the coordinator's
+  refusals carry Kafka's codes (unknown partitions, a wrong producer id, an
+  EndTxn with nothing begun, a fenced epoch by request version).  Clients'
+  transactions are in ``test_transactions_clients.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from kfs_core.server.protocol import ErrorCode
 from testkit.daemon import DaemonFactory
 from testkit.raw_client import RawClient
 from testkit.waiting import wait_for
-from tests.server.conftest import ThreadedServer
+from tests.server.conftest import ThreadedServer, create_topic
 
 with warnings.catch_warnings():
     warnings.filterwarnings(
@@ -157,37 +159,83 @@ def test_gaps_old_epochs_and_transactional_batches_are_refused(
         assert produce(client, "rules", idempotent_batch(pid, 1, 0, 1)) == (0, 2)
         code, _ = produce(client, "rules", idempotent_batch(pid, 0, 2, 1))
         assert code == ErrorCode.INVALID_PRODUCER_EPOCH  # fenced by epoch 1
-        code, _ = produce(client, "rules", idempotent_batch(pid, 1, 1, 1, transactional=True))
+        # A transactional batch opens a transaction of the producer here...
+        assert produce(client, "rules", idempotent_batch(pid, 1, 1, 1, transactional=True)) == (
+            0,
+            3,
+        )
+        # ...inside which its plain batches are refused.
+        code, _ = produce(client, "rules", idempotent_batch(pid, 1, 2, 1))
         assert code == ErrorCode.INVALID_TXN_STATE
-        assert high_watermark(client, "rules") == 3
+        assert high_watermark(client, "rules") == 4
         # Plain batches are not checked at all.
         plain = encode_batch([Record(0, int(time.time() * 1000), None, b"x")])
-        assert produce(client, "rules", plain) == (0, 3)
         assert produce(client, "rules", plain) == (0, 4)
+        assert produce(client, "rules", plain) == (0, 5)
 
 
-def test_transaction_apis_answer_transactional_id_authorization_failed(
+def add_partitions(
+    client: RawClient, pid: int, epoch: int, topic: str, *, version: int = 1
+) -> list[int]:
+    add = AddPartitionsToTxnRequest(
+        version=version,
+        v3_and_below_transactional_id="tx-1",
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[
+            AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0, 1])
+        ],
+    )
+    [answer] = client.request(add).results_by_topic_v3_and_below
+    return [p.partition_error_code for p in answer.results_by_partition]
+
+
+def end_txn(client: RawClient, pid: int, epoch: int, *, commit: bool = True) -> int:
+    end = EndTxnRequest(
+        version=1, transactional_id="tx-1", producer_id=pid, producer_epoch=epoch, committed=commit
+    )
+    return int(client.request(end).error_code)
+
+
+def test_the_transaction_coordinator_answers_with_kafkas_codes(
     inprocess: ThreadedServer,
 ) -> None:
-    refused = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    create_topic(inprocess.bootstrap, 2, "txn-raw")
     with RawClient(inprocess.bootstrap) as client:
-        answer = init_producer_id(client, transactional_id="tx-1")
-        assert (answer.error_code, answer.producer_id) == (refused, -1)
-        add = AddPartitionsToTxnRequest(
-            version=3,
-            v3_and_below_transactional_id="tx-1",
-            v3_and_below_producer_id=1,
-            v3_and_below_producer_epoch=0,
-            v3_and_below_topics=[
-                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name="t", partitions=[0, 1])
-            ],
+        first = init_producer_id(client, transactional_id="tx-1")
+        assert first.error_code == ErrorCode.NONE and first.producer_epoch == 0
+        pid = first.producer_id
+        assert end_txn(client, pid, 0) == ErrorCode.INVALID_TXN_STATE  # nothing begun
+        assert (
+            add_partitions(client, pid, 0, "no-such-topic")
+            == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2
         )
-        [topic] = client.request(add).results_by_topic_v3_and_below
-        assert [p.partition_error_code for p in topic.results_by_partition] == [refused] * 2
-        end = EndTxnRequest(
-            version=3, transactional_id="tx-1", producer_id=1, producer_epoch=0, committed=True
+        assert (
+            add_partitions(client, pid + 1, 0, "txn-raw")
+            == [ErrorCode.INVALID_PRODUCER_ID_MAPPING] * 2
         )
-        assert client.request(end).error_code == refused
+        assert add_partitions(client, pid, 0, "txn-raw") == [ErrorCode.NONE] * 2
+        assert end_txn(client, pid, 0, commit=False) == ErrorCode.NONE
+        # The retry of an abort that completed succeeds; a commit of it does not.
+        assert wait_for(lambda: end_txn(client, pid, 0, commit=False) == ErrorCode.NONE)
+        assert end_txn(client, pid, 0) == ErrorCode.INVALID_TXN_STATE
+        second = init_producer_id(client, transactional_id="tx-1")
+        assert (second.producer_id, second.producer_epoch) == (pid, 1)
+        # The first instance is fenced: INVALID_PRODUCER_EPOCH before v2, PRODUCER_FENCED after.
+        assert add_partitions(client, pid, 0, "txn-raw") == [ErrorCode.INVALID_PRODUCER_EPOCH] * 2
+        assert (
+            add_partitions(client, pid, 0, "txn-raw", version=2) == [ErrorCode.PRODUCER_FENCED] * 2
+        )
+        too_long = client.request(
+            InitProducerIdRequest(
+                version=4,
+                transactional_id="tx-2",
+                transaction_timeout_ms=3_600_000,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        )
+        assert too_long.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
 
 
 # --- restart -------------------------------------------------------------------------------
@@ -382,14 +430,3 @@ def test_an_idempotent_producer_through_resets_writes_each_value_once_in_order(
         consumer.close()
     assert (low, high) == (0, count)
     assert got == [b"%08d" % i for i in range(count)]  # no duplicate, no gap, in order
-
-
-def test_a_transactional_producer_fails_clearly(inprocess: ThreadedServer) -> None:
-    producer = confluent_kafka.Producer(
-        {"bootstrap.servers": inprocess.bootstrap, "transactional.id": "tx-app"}
-    )
-    with pytest.raises(confluent_kafka.KafkaException) as raised:
-        producer.init_transactions(30)
-    error = raised.value.args[0]
-    assert error.code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
-    assert not error.retriable()

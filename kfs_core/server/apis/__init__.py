@@ -18,8 +18,8 @@ declaration there, a new family is one line below.
                     LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
                     DescribeGroups, DeleteGroups, OffsetDelete
     cluster         DescribeCluster, DescribeLogDirs, DeleteRecords
-    producer_ids    InitProducerId; AddPartitionsToTxn, AddOffsetsToTxn,
-                    EndTxn, TxnOffsetCommit (refused: no transactions)
+    producer_ids    InitProducerId (idempotent and transactional producers)
+    transactions    AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
     sasl            SaslHandshake, SaslAuthenticate
     acls            DescribeAcls, CreateAcls, DeleteAcls
     users           DescribeUserScramCredentials, AlterUserScramCredentials
@@ -43,6 +43,7 @@ from kfs_core.server.apis import (
     producer_ids,
     sasl,
     topics,
+    transactions,
     users,
 )
 from kfs_core.server.apis.base import Api
@@ -122,6 +123,7 @@ REGISTRY: Final[Mapping[ApiKey, Api[Any, ResponseBody]]] = MappingProxyType(
         cluster.APIS,
         groups.APIS,
         producer_ids.APIS,
+        transactions.APIS,
         sasl.APIS,
         acls.APIS,
         users.APIS,

@@ -26,6 +26,8 @@ from kfs_core.cluster.view import ClusterView, Leader, NodeInfo
 from kfs_core.errors import GroupError, KfsError
 from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
 from kfs_core.groups.offset_log import DEFAULT_PARTITIONS, OFFSETS_TOPIC
+from kfs_core.groups.transactions import TransactionCoordinator, TransactionSettings
+from kfs_core.groups.txn_log import TRANSACTION_TOPIC
 from kfs_core.log.log_manager import LogManager
 from kfs_core.security.acls import CLUSTER_NAME, AclStore, Authorizer, Operation, ResourceType
 from kfs_core.security.sasl import Authenticator, Session
@@ -60,6 +62,8 @@ class BrokerOptions:
     broker_configs: Mapping[str, str] = field(default_factory=dict)
     groups: GroupSettings = field(default_factory=GroupSettings)
     offsets_topic_partitions: int = DEFAULT_PARTITIONS  # offsets.topic.num.partitions
+    transactions: TransactionSettings = field(default_factory=TransactionSettings)
+    transaction_topic_partitions: int = 4  # transaction.state.log.num.partitions
 
 
 @dataclass(slots=True, kw_only=True)
@@ -84,6 +88,7 @@ class RequestContext:
     log: LogManager
     topics: TopicDirectory
     groups: GroupCoordinator
+    transactions: TransactionCoordinator
     notifier: AppendNotifier
     metrics: ServerMetrics
     new_producer_id: Callable[[], int]
@@ -156,6 +161,17 @@ class RequestContext:
     def coordinator(self, group_id: str) -> Leader:
         """The node coordinating ``group_id``: the leader of its offsets partition."""
         return self.cluster.leader(OFFSETS_TOPIC, self.offsets_partition(group_id))
+
+    async def transaction_coordinator(self, transactional_id: str) -> Leader:
+        """The node coordinating ``transactional_id``: the leader of its state partition.
+
+        With other daemons live, ``__transaction_state`` is created (or looked
+        up) first, so that every daemon places the id on the same partition.
+        """
+        if len(self.cluster.live_nodes()) > 1:
+            await self.transactions.ensure_topic()
+        partition = self.transactions.partition_for(transactional_id)
+        return self.cluster.leader(TRANSACTION_TOPIC, partition)
 
     async def known_offsets_topic(self) -> None:
         """With other daemons live, make sure ``__consumer_offsets`` exists and is looked up.

@@ -132,18 +132,24 @@ async def _find_coordinator(
             code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         elif key_type == COORDINATOR_KEY_GROUP and not key:
             code, message = ErrorCode.INVALID_GROUP_ID, "the group id is empty"
-        elif key_type == COORDINATOR_KEY_GROUP:
+        elif not key:
+            code, message = ErrorCode.INVALID_REQUEST, "the transactional id is empty"
+        else:
+            group = key_type == COORDINATOR_KEY_GROUP
+            what = f"group {key!r}" if group else f"transactional id {key!r}"
             try:
-                await context.known_offsets_topic()
+                if group:
+                    await context.known_offsets_topic()
+                    node_id = context.coordinator(key).node_id
+                else:
+                    node_id = (await context.transaction_coordinator(key)).node_id
             except KfsError as exc:  # the registry cannot be read or written now
-                message = f"the offsets topic cannot be read now: {exc}"
+                message = f"the coordinator of {what} cannot be found now: {exc}"
                 node_id = -1
-            else:
-                node_id = context.coordinator(key).node_id
             found = _reachable(context, node_id)
             if found is None:
                 code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-                message = message or f"no live daemon coordinates group {key!r} now"
+                message = message or f"no live daemon coordinates {what} now"
             else:
                 host, port = found
         context.count_error(ApiKey.FIND_COORDINATOR, code)
@@ -393,9 +399,15 @@ async def _fetched_topics(
     group_id: str,
     topics: Sequence[OffsetFetchTopic] | None,
     flexible_groups: bool,
+    require_stable: bool = False,
 ) -> list[Any]:
-    """The committed offsets of ``topics`` (None: every committed one) as response topics."""
+    """The committed offsets of ``topics`` (None: every committed one) as response topics.
+
+    ``require_stable`` (KIP-447): a partition with a transactional commit
+    still pending answers UNSTABLE_OFFSET_COMMIT, and the client asks again.
+    """
     await context.check_coordinator(group_id)
+    unstable = context.groups.pending_transactional(group_id) if require_stable else set()
     response = OffsetFetchResponse
     # v8+ nests topics in groups, with classes of their own names: the same fields.
     topic_class: Any = (
@@ -423,13 +435,19 @@ async def _fetched_topics(
         rows = []
         for partition in partitions:
             found = committed.get((name, partition))
+            if (name, partition) in unstable:
+                found = None
             rows.append(
                 partition_class(
                     partition_index=partition,
                     committed_offset=-1 if found is None else found.offset,
                     committed_leader_epoch=-1 if found is None else found.leader_epoch,
                     metadata="" if found is None else found.metadata,
-                    error_code=0,
+                    error_code=int(
+                        ErrorCode.UNSTABLE_OFFSET_COMMIT
+                        if (name, partition) in unstable
+                        else ErrorCode.NONE
+                    ),
                 )
             )
         answers.append(topic_class(name=name, partitions=rows))
@@ -440,12 +458,15 @@ async def _offset_fetch(
     context: RequestContext, request: Request[OffsetFetchRequestBody]
 ) -> OffsetFetchResponse:
     body = request.body
+    stable = bool(getattr(body, "require_stable", False))
     if request.api_version >= 8:
         group_class = OffsetFetchResponse.OffsetFetchResponseGroup
         groups = []
         for g in body.groups:
             try:
-                topics = await _fetched_topics(context, g.group_id, g.topics, flexible_groups=True)
+                topics = await _fetched_topics(
+                    context, g.group_id, g.topics, flexible_groups=True, require_stable=stable
+                )
                 code = ErrorCode.NONE
             except Exception as exc:  # noqa: BLE001 - any failure is this group's error code
                 topics, code = [], _code(exc, f"offset fetch of group {g.group_id!r}")
@@ -453,7 +474,9 @@ async def _offset_fetch(
             groups.append(group_class(group_id=g.group_id, topics=topics, error_code=int(code)))
         return OffsetFetchResponse(version=request.api_version, throttle_time_ms=0, groups=groups)
     try:
-        topics = await _fetched_topics(context, body.group_id, body.topics, flexible_groups=False)
+        topics = await _fetched_topics(
+            context, body.group_id, body.topics, flexible_groups=False, require_stable=stable
+        )
     except Exception as exc:  # noqa: BLE001 - any failure is the response's error code
         code = _code(exc, f"offset fetch of group {body.group_id!r}")
         context.count_error(ApiKey.OFFSET_FETCH, code)
@@ -663,11 +686,14 @@ _code_only_error = schema_error_body(HeartbeatResponse, {})
 
 
 def _authorize_find_coordinator(may: Checker, request: Request[Any]) -> Plan | None:
-    """DESCRIBE on each group asked for; a transaction coordinator is refused by the handler."""
+    """DESCRIBE on each group asked for, or on each transactional id."""
     body = request.body
     keys = body.coordinator_keys if request.api_version >= 4 else [body.key]
-    if body.key_type == 1:  # a transaction coordinator: refused by the handler anyway
-        return None
+    if body.key_type == COORDINATOR_KEY_TRANSACTION:
+        ok = all(
+            may(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, k or "") for k in keys or []
+        )
+        return None if ok else Plan(whole=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     ok = all(may(Operation.DESCRIBE, ResourceType.GROUP, k or "") for k in keys or [])
     return None if ok else Plan(whole=GROUP_DENIED)
 

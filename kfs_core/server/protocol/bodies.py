@@ -487,9 +487,10 @@ class DeleteRecordsRequestBody(Protocol):
 
 
 class InitProducerIdRequestBody(Protocol):
-    """InitProducerIdRequest; a transactional id is refused (no transactions)."""
+    """InitProducerIdRequest: ``producer_id`` and ``producer_epoch`` from v3 (KIP-360)."""
 
     transactional_id: str | None
+    transaction_timeout_ms: int
 
 
 # --- coordinator, SASL, ACLs, SCRAM users ------------------------------------

@@ -1,0 +1,339 @@
+"""The transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit.
+
+They translate the wire messages for the transaction coordinator
+(`kfs_core.groups.transactions`) and, for TxnOffsetCommit, the group
+coordinator; InitProducerId with a transactional id is served beside the
+idempotent one (`kfs_core.server.apis.producer_ids`).  As Kafka does, a
+client of an older version gets INVALID_PRODUCER_EPOCH where a newer one
+gets PRODUCER_FENCED (KIP-588).  Authorization follows Kafka: WRITE on the
+transactional id for every call, WRITE on each topic added, READ on the
+group whose offsets are committed.
+
+Versions: librdkafka sends AddPartitionsToTxn and AddOffsetsToTxn v0,
+EndTxn <= 1 and TxnOffsetCommit <= 3; kafka-python (2.1+) at most v3 of
+each.  AddPartitionsToTxn v4+ batches transactions for brokers; EndTxn
+v5, AddOffsetsToTxn v4 and TxnOffsetCommit v4+ are KIP-890's transactions
+v2, not offered.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from kfs_core.errors import TransactionError, UnknownTopicOrPartition
+from kfs_core.groups.coordinator import CommitRequest
+from kfs_core.groups.offset_log import OFFSETS_TOPIC
+from kfs_core.security.acls import Operation, ResourceType
+from kfs_core.server.apis.access import GROUP_DENIED, Checker, Plan, split
+from kfs_core.server.apis.base import Api, error_code_for, log_failure
+from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
+from kfs_core.server.protocol.errors import ErrorCode
+from kfs_core.server.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    ApiKey,
+    EndTxnRequest,
+    TxnOffsetCommitRequest,
+)
+from kfs_core.server.protocol.responses import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    TxnOffsetCommitResponse,
+)
+
+if TYPE_CHECKING:
+    from kfs_core.server.apis.context import RequestContext
+    from kfs_core.server.protocol import Request
+
+__all__ = ["ADD_OFFSETS_TO_TXN", "ADD_PARTITIONS_TO_TXN", "APIS", "END_TXN", "TXN_OFFSET_COMMIT"]
+
+TXN_DENIED: Final = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def fenced_code(exc: BaseException, version: int, fenced_from: int) -> ErrorCode:
+    """``exc``'s error code; PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below ``fenced_from``."""
+    code = error_code_for(exc)
+    if code == ErrorCode.PRODUCER_FENCED and version < fenced_from:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return code
+
+
+def _failed(
+    context: RequestContext, api: ApiKey, what: str, exc: Exception, code: ErrorCode
+) -> None:
+    context.count_error(api, code)
+    if not isinstance(exc, TransactionError):
+        log_failure(what, exc, code)
+
+
+# --- AddPartitionsToTxn --------------------------------------------------------------------
+
+
+async def _add_partitions(
+    context: RequestContext, request: Request[Any]
+) -> AddPartitionsToTxnResponse:
+    body = request.body
+    tid = body.v3_and_below_transactional_id
+    wanted: list[tuple[str, int]] = []
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    for topic in body.v3_and_below_topics or []:
+        try:
+            count = (await context.log.topic(topic.name)).partitions
+        except UnknownTopicOrPartition:
+            count = 0
+        for partition in topic.partitions or []:
+            key = (topic.name, partition)
+            wanted.append(key)
+            if not 0 <= partition < count:
+                codes[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if codes:
+        for key in wanted:
+            codes.setdefault(key, ErrorCode.OPERATION_NOT_ATTEMPTED)
+    else:
+        code = ErrorCode.NONE
+        try:
+            await context.transactions.add_partitions(
+                tid, body.v3_and_below_producer_id, body.v3_and_below_producer_epoch, wanted
+            )
+        except Exception as exc:  # noqa: BLE001 - every partition answers the refusal
+            code = fenced_code(exc, request.api_version, 2)
+            _failed(
+                context, ApiKey.ADD_PARTITIONS_TO_TXN, f"AddPartitionsToTxn of {tid!r}", exc, code
+            )
+        codes = dict.fromkeys(wanted, code)
+    result = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    by_topic: dict[str, list[Any]] = {}
+    for (name, partition), code in codes.items():
+        by_topic.setdefault(name, []).append(
+            result.AddPartitionsToTxnPartitionResult(
+                partition_index=partition, partition_error_code=int(code)
+            )
+        )
+    return AddPartitionsToTxnResponse(
+        version=request.api_version,
+        throttle_time_ms=0,
+        results_by_topic_v3_and_below=[
+            result(name=name, results_by_partition=parts) for name, parts in by_topic.items()
+        ],
+    )
+
+
+_add_partitions_error = schema_error_body(
+    AddPartitionsToTxnResponse,
+    {
+        "results_by_topic_v3_and_below": Mirror(
+            "v3_and_below_topics",
+            {"name": "name"},
+            {"results_by_partition": Mirror("partitions", {"partition_index": ITEM})},
+        )
+    },
+)
+
+
+def _authorize_add_partitions(may: Checker, request: Request[Any]) -> Plan | None:
+    """WRITE on the transactional id, then WRITE on each topic."""
+    tid = request.body.v3_and_below_transactional_id or ""
+    if not may(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return Plan(whole=TXN_DENIED)
+    topics = request.body.v3_and_below_topics or []
+    if all(may(Operation.WRITE, ResourceType.TOPIC, t.name) for t in topics):
+        return None
+    return Plan(whole=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
+ADD_PARTITIONS_TO_TXN: Final = Api(
+    ApiKey.ADD_PARTITIONS_TO_TXN,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    (0, 3),
+    _add_partitions,
+    _add_partitions_error,
+    authorize=_authorize_add_partitions,
+)
+
+
+# --- AddOffsetsToTxn ---------------------------------------------------------------------------
+
+
+async def _add_offsets(context: RequestContext, request: Request[Any]) -> AddOffsetsToTxnResponse:
+    body = request.body
+    code = ErrorCode.NONE
+    try:
+        await context.known_offsets_topic()
+        partition = context.offsets_partition(body.group_id)
+        await context.transactions.add_partitions(
+            body.transactional_id,
+            body.producer_id,
+            body.producer_epoch,
+            [(OFFSETS_TOPIC, partition)],
+        )
+    except Exception as exc:  # noqa: BLE001 - the request's one error code
+        code = fenced_code(exc, request.api_version, 2)
+        _failed(
+            context,
+            ApiKey.ADD_OFFSETS_TO_TXN,
+            f"AddOffsetsToTxn of {body.transactional_id!r}",
+            exc,
+            code,
+        )
+    return AddOffsetsToTxnResponse(
+        version=request.api_version, throttle_time_ms=0, error_code=int(code)
+    )
+
+
+_add_offsets_error = schema_error_body(AddOffsetsToTxnResponse, {})
+
+
+def _authorize_add_offsets(may: Checker, request: Request[Any]) -> Plan | None:
+    """WRITE on the transactional id, READ on the group."""
+    if not may(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.body.transactional_id):
+        return Plan(whole=TXN_DENIED)
+    if not may(Operation.READ, ResourceType.GROUP, request.body.group_id):
+        return Plan(whole=GROUP_DENIED)
+    return None
+
+
+ADD_OFFSETS_TO_TXN: Final = Api(
+    ApiKey.ADD_OFFSETS_TO_TXN,
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    (0, 3),
+    _add_offsets,
+    _add_offsets_error,
+    authorize=_authorize_add_offsets,
+)
+
+
+# --- EndTxn ------------------------------------------------------------------------------------
+
+
+async def _end_txn(context: RequestContext, request: Request[Any]) -> EndTxnResponse:
+    body = request.body
+    code = ErrorCode.NONE
+    try:
+        await context.transactions.end_txn(
+            body.transactional_id, body.producer_id, body.producer_epoch, bool(body.committed)
+        )
+    except Exception as exc:  # noqa: BLE001 - the request's one error code
+        code = fenced_code(exc, request.api_version, 2)
+        _failed(context, ApiKey.END_TXN, f"EndTxn of {body.transactional_id!r}", exc, code)
+    return EndTxnResponse(version=request.api_version, throttle_time_ms=0, error_code=int(code))
+
+
+_end_txn_error = schema_error_body(EndTxnResponse, {})
+
+
+def _authorize_transactional_id(may: Checker, request: Request[Any]) -> Plan | None:
+    """WRITE on the request's transactional id."""
+    if may(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.body.transactional_id):
+        return None
+    return Plan(whole=TXN_DENIED)
+
+
+END_TXN: Final = Api(
+    ApiKey.END_TXN,
+    EndTxnRequest,
+    EndTxnResponse,
+    (0, 3),
+    _end_txn,
+    _end_txn_error,
+    authorize=_authorize_transactional_id,
+)
+
+
+# --- TxnOffsetCommit ----------------------------------------------------------------------------
+
+
+async def _txn_offset_commit(
+    context: RequestContext, request: Request[Any]
+) -> TxnOffsetCommitResponse:
+    body = request.body
+    requests = [
+        CommitRequest(
+            topic.name,
+            p.partition_index,
+            p.committed_offset,
+            getattr(p, "committed_leader_epoch", -1),
+            p.committed_metadata,
+        )
+        for topic in body.topics or []
+        for p in topic.partitions or []
+    ]
+    try:
+        await context.check_coordinator(body.group_id)
+        outcomes: list[Any] = await context.groups.commit_transactional(
+            body.group_id,
+            requests,
+            producer_id=body.producer_id,
+            producer_epoch=body.producer_epoch,
+            member_id=getattr(body, "member_id", "") or "",
+            generation=getattr(body, "generation_id", -1),
+            instance_id=getattr(body, "group_instance_id", None),
+        )
+    except Exception as exc:  # noqa: BLE001 - every partition answers the refusal
+        outcomes = [exc] * len(requests)
+    answer = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    by_topic: dict[str, list[Any]] = {}
+    for req, outcome in zip(requests, outcomes, strict=True):
+        code = ErrorCode.NONE
+        if outcome is not None:
+            code = fenced_code(outcome, request.api_version, 3)
+            _failed(
+                context,
+                ApiKey.TXN_OFFSET_COMMIT,
+                f"TxnOffsetCommit of {body.group_id!r}",
+                outcome,
+                code,
+            )
+        by_topic.setdefault(req.topic, []).append(
+            answer.TxnOffsetCommitResponsePartition(
+                partition_index=req.partition, error_code=int(code)
+            )
+        )
+    return TxnOffsetCommitResponse(
+        version=request.api_version,
+        throttle_time_ms=0,
+        topics=[answer(name=name, partitions=parts) for name, parts in by_topic.items()],
+    )
+
+
+_txn_offset_commit_error = schema_error_body(
+    TxnOffsetCommitResponse,
+    {
+        "topics": Mirror(
+            "topics",
+            {"name": "name"},
+            {"partitions": Mirror("partitions", {"partition_index": "partition_index"})},
+        )
+    },
+)
+
+
+def _authorize_txn_offset_commit(may: Checker, request: Request[Any]) -> Plan | None:
+    """WRITE on the transactional id, READ on the group, READ on each topic."""
+    body = request.body
+    if not may(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+        return Plan(whole=TXN_DENIED)
+    if not may(Operation.READ, ResourceType.GROUP, body.group_id):
+        return Plan(whole=GROUP_DENIED)
+    return split(
+        request,
+        "topics",
+        lambda t: may(Operation.READ, ResourceType.TOPIC, t.name),
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        "topics",
+    )
+
+
+TXN_OFFSET_COMMIT: Final = Api(
+    ApiKey.TXN_OFFSET_COMMIT,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    (0, 3),
+    _txn_offset_commit,
+    _txn_offset_commit_error,
+    authorize=_authorize_txn_offset_commit,
+)
+
+APIS: Final = (ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT)
