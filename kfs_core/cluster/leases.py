@@ -165,7 +165,9 @@ class LeaseKeeper:
         executor: Executor | None = None,
         rack: str | None = None,
         incarnation: str = "",
+        observer_max_gap_s: float | None = None,
     ) -> None:
+        """``observer_max_gap_s``: see `LivenessObserver` (a test's clock that jumps sets it)."""
         self._registry = NodeRegistry(store, namespace)
         self._follower = ReassignmentFollower(ReassignmentStore(store, namespace))
         self._pins = Reassignments()
@@ -178,7 +180,9 @@ class LeaseKeeper:
         self._rack = rack
         self._interval = settings.broker_heartbeat_interval_ms / 1000
         self._session = settings.broker_session_timeout_ms / 1000
-        self._observer = LivenessObserver(settings.broker_session_timeout_ms, clock)
+        self._observer = LivenessObserver(
+            settings.broker_session_timeout_ms, clock, max_gap_s=observer_max_gap_s
+        )
         # This run's random id; given, it is the one the WAL directory lock records.
         self._incarnation = incarnation
         self._seq = 0

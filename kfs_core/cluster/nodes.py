@@ -205,15 +205,26 @@ class LivenessObserver:
     gets a full session timeout before it can be counted dead.  While the
     observer cannot read the heartbeats (`blind`), its clock stands still for
     them: a daemon cut off from the store counts nobody dead for its own outage.
+    The same goes for a gap since the last read longer than ``max_gap_s`` (half
+    the session timeout by default): the observer was not looking (its process
+    was paused, its loop stalled), so a daemon paused past its lease does not
+    come back counting the others dead -- before or after its next read -- and
+    take their partitions from them.
     """
 
     def __init__(
-        self, session_timeout_ms: int, clock: Callable[[], float] = time.monotonic
+        self,
+        session_timeout_ms: int,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        max_gap_s: float | None = None,
     ) -> None:
         self._timeout = session_timeout_ms / 1000
+        self._max_gap = self._timeout / 2 if max_gap_s is None else max_gap_s
         self._clock = clock
         self._seen: dict[int, _Seen] = {}
         self._blind_since: float | None = None
+        self._last_observed: float | None = None
 
     def blind(self) -> None:
         """Reading the heartbeats failed: stop the clock until the next `observe`."""
@@ -221,15 +232,26 @@ class LivenessObserver:
             self._blind_since = self._clock()
 
     def _now(self) -> float:
-        return self._blind_since if self._blind_since is not None else self._clock()
+        """The clock heartbeats are judged by: it stands still while this observer is not looking."""
+        if self._blind_since is not None:
+            return self._blind_since
+        now = self._clock()
+        if self._last_observed is not None and now - self._last_observed > self._max_gap:
+            return self._last_observed  # no read for a while: nobody dies until the next one
+        return now
 
     def observe(self, nodes: Sequence[NodeInfo]) -> None:
         """Take in the heartbeats just read; a node missing from them keeps its last one."""
         now = self._clock()
+        unseen = 0.0  # time nobody's heartbeat was looked at
         if self._blind_since is not None:
-            for earlier in self._seen.values():
-                earlier.first_seen += now - self._blind_since
+            unseen = now - self._blind_since
             self._blind_since = None
+        elif self._last_observed is not None and now - self._last_observed > self._max_gap:
+            unseen = now - self._last_observed
+        for earlier in self._seen.values():
+            earlier.first_seen += unseen
+        self._last_observed = now
         for info in nodes:
             seen = self._seen.get(info.node_id)
             if seen is None or (seen.info.incarnation, seen.info.seq) != (

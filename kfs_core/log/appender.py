@@ -554,6 +554,18 @@ class Appender:
                 p.producers.replay((header,), now_ms)
                 skipped += 1
                 continue
+            if header.base_offset > p.next_offset:
+                log.warning(
+                    "%s: WAL batch %d..%d would leave offsets %d..%d empty; %s",
+                    p.name,
+                    header.base_offset,
+                    header.last_offset,
+                    p.next_offset,
+                    header.base_offset - 1,
+                    "the replay stops here" if stop_at_gap else "kept",
+                )
+                if stop_at_gap:
+                    return Replayed(added, skipped, stopped=True)
             broken = p.producers.breaks_sequence(header, now_ms)
             if broken is not None:
                 self._warn_gap(p, header, broken, left_out=stop_at_gap)

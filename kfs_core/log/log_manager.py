@@ -120,6 +120,23 @@ log = logging.getLogger(__name__)
 _MARKER_VALUE = struct.Struct(">hi")
 
 
+def _deposing_epochs(p: Partition) -> list[tuple[int, int]]:
+    """The epochs of ``p``'s history whose holder served: frames of older ones above their start are stale.
+
+    An epoch's start is where its holder began once it had replayed its
+    predecessors (``leader_epoch_start``); the catalog holds records at or
+    above it only if that holder served.  An epoch whose holder committed
+    nothing of its own (it died or was fenced before serving) may still
+    show the start its lease was taken at, below frames its predecessor
+    acknowledged: it deposes nothing.  This lease's own epoch is left out.
+    """
+    return [
+        (e.epoch, e.start_offset)
+        for e in p.state.leader_epochs
+        if (p.epoch is None or e.epoch < p.epoch) and e.start_offset < p.next_offset
+    ]
+
+
 class PreviousHolders(Protocol):
     """Where a partition's earlier holders kept acknowledged batches not yet committed.
 
@@ -135,11 +152,19 @@ class PreviousHolders(Protocol):
         ...
 
     def read_partition(
-        self, topic: str, partition: int, from_offset: int, *, ticket: int | None = None
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        *,
+        ticket: int | None = None,
+        epochs: Sequence[tuple[int, int]] = (),
     ) -> list[RecoveredBatch]:
         """The batches from ``from_offset`` on, in offset order, without gaps.
 
-        Read from a listing begun after ``ticket`` was issued (by default, after this call).
+        Read from a listing begun after ``ticket`` was issued (by default,
+        after this call); frames a later epoch of ``epochs`` (the leader
+        epoch history as (epoch, start offset)) deposed are left out.
         """
         ...
 
@@ -439,6 +464,7 @@ class LogManager:
                 p.partition,
                 p.next_offset,
                 ticket=ticket,
+                epochs=_deposing_epochs(p),
             )
         )
         if not records:

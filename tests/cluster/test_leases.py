@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,6 +197,8 @@ class Cluster:
             _counts(partitions),
             self.catalog_for,
             clock=clock,
+            # The fake clock jumps where a daemon would read every interval.
+            observer_max_gap_s=math.inf,
         )
         node = Node(keeper, clock)
         if wire:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import pytest
 
@@ -125,7 +126,7 @@ def test_a_corrupt_heartbeat_is_skipped_with_one_warning(
 
 def test_a_node_is_live_while_its_seq_moves() -> None:
     clock = FakeClock()
-    observer = LivenessObserver(9000, clock)
+    observer = LivenessObserver(9000, clock, max_gap_s=math.inf)
     observer.observe([_node(1, seq=1), _node(2, seq=1)])
     assert [n.node_id for n in observer.live()] == [1, 2]
     clock.advance(5)
@@ -142,7 +143,7 @@ def test_a_node_is_live_while_its_seq_moves() -> None:
 
 def test_a_missing_heartbeat_keeps_the_last_one_seen() -> None:
     clock = FakeClock()
-    observer = LivenessObserver(1000, clock)
+    observer = LivenessObserver(1000, clock, max_gap_s=math.inf)
     observer.observe([_node(1)])
     observer.observe([])
     assert [n.node_id for n in observer.live()] == [1]
@@ -152,7 +153,7 @@ def test_a_missing_heartbeat_keeps_the_last_one_seen() -> None:
 
 def test_stopped_nodes_are_neither_live_nor_dead() -> None:
     clock = FakeClock()
-    observer = LivenessObserver(1000, clock)
+    observer = LivenessObserver(1000, clock, max_gap_s=math.inf)
     observer.observe([_node(1, state="stopped", seq=9), _node(2)])
     assert [n.node_id for n in observer.stopped()] == [1]
     assert [n.node_id for n in observer.live()] == [2]
@@ -176,5 +177,26 @@ def test_an_observer_that_cannot_read_counts_nobody_dead() -> None:
     assert observer.is_live(1)
     observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])  # read again: unchanged since
     assert observer.is_live(1)
+    now[0] = 5.3
+    observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])
     now[0] = 5.6
+    assert not observer.is_live(1)
+
+
+def test_an_observer_that_was_not_looking_counts_nobody_dead_for_it() -> None:
+    """A daemon paused past the session timeout does not come back counting the others dead."""
+    now = [0.0]
+    observer = LivenessObserver(1000, clock=lambda: now[0])
+    observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])
+    now[0] = 0.4
+    observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])  # a read half a timeout apart
+    now[0] = 5.0  # paused: nothing read for 4.6 s
+    assert observer.is_live(1)  # not judged dead before the next read...
+    observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])
+    assert observer.is_live(1)  # ...nor by it
+    now[0] = 5.3
+    observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])
+    assert observer.is_live(1)
+    now[0] = 5.8  # a timeout of reads without a new heartbeat
+    observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])
     assert not observer.is_live(1)

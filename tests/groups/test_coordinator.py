@@ -81,6 +81,7 @@ class MemoryOffsetLog:
     def __init__(self) -> None:
         self.appends: list[tuple[str, list[tuple[tuple[str, int], CommittedOffset | None]]]] = []
         self.fail: Exception | None = None
+        self.open_transactions: dict[int, dict[int, dict[object, CommittedOffset | None]]] = {}
 
     async def append(
         self, group: str, entries: Iterable[tuple[tuple[str, int], CommittedOffset | None]]

@@ -558,6 +558,20 @@ def test_replay_starts_inside_a_frame_of_several_batches(
     assert chain[0].batch == two  # `Appender.replay` skips the batch below the catalog's end
 
 
+def test_replay_leaves_out_what_a_deposed_holder_wrote_after_a_later_epoch_began(
+    store: CountingStore, open_wal: Callable[..., StoreWal]
+) -> None:
+    deposed = open_wal("a", epoch_of=lambda t, p: 3)
+    appended(deposed, 0, 0)  # acknowledged under epoch 3
+    appended(deposed, 0, 1)  # written by the holder of epoch 3 after epoch 4 began at 1
+    reader = StoreWalReader(store, NS)
+    everything = reader.read_partition("t", 0, 0)
+    assert [b.base_offset for b in everything] == [0, 1]
+    history = [(3, 0), (4, 1)]
+    assert [b.base_offset for b in reader.read_partition("t", 0, 0, epochs=history)] == [0]
+    assert reader.read_partition("t", 0, 1, epochs=history) == []
+
+
 def test_replay_prefers_the_higher_epoch_and_never_goes_back_to_a_lower_one(
     store: CountingStore, open_wal: Callable[..., StoreWal]
 ) -> None:

@@ -1080,6 +1080,13 @@ class _Candidate:
     entry: WalObjectEntry
 
 
+def _deposed(entry: WalObjectEntry, epochs: Sequence[tuple[int, int]]) -> bool:
+    """Whether a later epoch of the history began at or below the frame's first offset."""
+    return any(
+        epoch > entry.leader_epoch and start <= entry.first_offset for epoch, start in epochs
+    )
+
+
 class StoreWalReader:
     """Reads every writer's WAL objects of one namespace: replay on takeover, and the sweep.
 
@@ -1205,6 +1212,7 @@ class StoreWalReader:
         *,
         exclude_incarnation: str | None = None,
         ticket: int | None = None,
+        epochs: Sequence[tuple[int, int]] = (),
     ) -> list[RecoveredBatch]:
         """The chain of frames of the partition from ``from_offset`` on, for `Appender.replay`.
 
@@ -1214,7 +1222,12 @@ class StoreWalReader:
         offset -- the highest leader epoch (not lower than the previous
         frame's) winning, then the later object of one writer.  Stops at the
         first offset no frame starts at; ``ticket`` (`ticket`) dates the
-        listing it reads, by default this call.  Raises `CorruptWal` naming the key
+        listing it reads, by default this call.  ``epochs`` is the
+        partition's leader epoch history as ``(epoch, start offset)``, the
+        caller's own epoch left out: a frame of epoch ``E`` that starts at or
+        above where a later epoch began was written by a deposed holder (its
+        lease had passed on; nothing in it was acknowledged) and is never
+        part of the chain.  Raises `CorruptWal` naming the key
         and byte offset for a damaged header or frame, and `ObjectNotFound`
         when an object of the chain was deleted between its header read and
         its frames' (its writer flushed it meanwhile: read again).
@@ -1229,7 +1242,7 @@ class StoreWalReader:
             except ObjectNotFound:
                 continue  # its writer deleted it since the listing: everything in it is flushed
             for entry in header.entries_for(topic, partition):
-                if entry.last_offset < from_offset:
+                if entry.last_offset < from_offset or _deposed(entry, epochs):
                     continue
                 candidate = _Candidate(info.key, order, seq, entry)
                 if entry.first_offset < from_offset:
