@@ -27,18 +27,16 @@ from __future__ import annotations
 import logging
 import struct
 import time
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from kfs_core.errors import UnknownTopicOrPartition
+from kfs_core.groups.internal_topic import InternalTopic, read_string, write_string
 from kfs_core.log.log_manager import LogManager
 from kfs_core.records.batch import (
     CONTROL_COMMIT,
     Record,
     encode_batch,
-    iter_batches,
     parse_control_key,
 )
 
@@ -57,7 +55,6 @@ OFFSETS_TOPIC: Final = "__consumer_offsets"
 DEFAULT_PARTITIONS: Final = 4
 _KEY_VERSION: Final = 1
 _VALUE_VERSION: Final = 3
-_READ_BYTES: Final = 8 * 1024 * 1024
 
 _I16 = struct.Struct(">h")
 _OFFSET_VALUE = struct.Struct(">hqi")  # version, offset, leader epoch (then metadata, timestamp)
@@ -77,31 +74,20 @@ class CommittedOffset:
     commit_timestamp: int = 0
 
 
-def _string(value: str) -> bytes:
-    data = value.encode("utf-8")
-    return _I16.pack(len(data)) + data
-
-
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
     """OffsetCommitKey v1 for (group, topic, partition)."""
-    return _I16.pack(_KEY_VERSION) + _string(group) + _string(topic) + _I32.pack(partition)
+    return (
+        _I16.pack(_KEY_VERSION) + write_string(group) + write_string(topic) + _I32.pack(partition)
+    )
 
 
 def encode_offset_value(committed: CommittedOffset) -> bytes:
     """OffsetCommitValue v3."""
     return (
         _OFFSET_VALUE.pack(_VALUE_VERSION, committed.offset, committed.leader_epoch)
-        + _string(committed.metadata)
+        + write_string(committed.metadata)
         + _I64.pack(committed.commit_timestamp)
     )
-
-
-def _read_string(data: bytes, pos: int) -> tuple[str, int]:
-    (length,) = _I16.unpack_from(data, pos)
-    pos += _I16.size
-    if length < 0 or pos + length > len(data):
-        raise ValueError(f"bad string length {length}")
-    return data[pos : pos + length].decode("utf-8"), pos + length
 
 
 def decode_offset_record(
@@ -111,20 +97,20 @@ def decode_offset_record(
     (version,) = _I16.unpack_from(key, 0)
     if version not in (0, 1):  # 2 is group metadata, which KFS does not store
         return None
-    group, pos = _read_string(key, _I16.size)
-    topic, pos = _read_string(key, pos)
+    group, pos = read_string(key, _I16.size)
+    topic, pos = read_string(key, pos)
     (partition,) = _I32.unpack_from(key, pos)
     if value is None:
         return group, (topic, partition), None
     value_version, offset, leader_epoch = _OFFSET_VALUE.unpack_from(value, 0)
     if value_version < 3:
         raise ValueError(f"OffsetCommitValue v{value_version} is not written by KFS")
-    metadata, pos = _read_string(value, _OFFSET_VALUE.size)
+    metadata, pos = read_string(value, _OFFSET_VALUE.size)
     (timestamp,) = _I64.unpack_from(value, pos)
     return group, (topic, partition), CommittedOffset(offset, leader_epoch, metadata, timestamp)
 
 
-class OffsetLog:
+class OffsetLog(InternalTopic):
     """Appends commits to ``__consumer_offsets`` and reads them all back on start."""
 
     def __init__(
@@ -134,31 +120,11 @@ class OffsetLog:
         partitions: int = DEFAULT_PARTITIONS,
         timeout_s: float = 30.0,
     ) -> None:
-        self._log = partition_log
-        self._partitions = partitions
-        self._timeout_s = timeout_s
-        self._topic_ready = False
+        super().__init__(partition_log, OFFSETS_TOPIC, partitions=partitions, timeout_s=timeout_s)
         # After a load: per partition, the commits of transactions still open there.
         self.open_transactions: dict[
             int, dict[int, dict[tuple[str, PartitionKey], CommittedOffset | None]]
         ] = {}
-
-    def partition_for(self, group: str) -> int:
-        return zlib.crc32(group.encode("utf-8")) % self._partitions
-
-    async def ensure_topic(self) -> None:
-        """Create ``__consumer_offsets`` (compacted) unless it exists."""
-        if self._topic_ready:
-            return
-        # Another daemon may create it first: the cache then reads the registry afresh.
-        info = await self._log.topic(
-            OFFSETS_TOPIC,
-            auto_create=True,
-            partitions=self._partitions,
-            configs={"cleanup.policy": "compact"},
-        )
-        self._partitions = info.partitions
-        self._topic_ready = True
 
     async def append(
         self,
@@ -204,11 +170,7 @@ class OffsetLog:
         are superseded, and decoding is most of the cost.
         """
         groups: dict[str, dict[PartitionKey, CommittedOffset]] = {}
-        try:
-            info = await self._log.topic(OFFSETS_TOPIC)
-        except UnknownTopicOrPartition:
-            return groups
-        for partition in range(info.partitions):
+        for partition in range(await self.existing_partitions()):
             for group, offsets in (await self.load_partition(partition)).items():
                 groups.setdefault(group, {}).update(offsets)
         return groups
@@ -222,25 +184,12 @@ class OffsetLog:
         daemon leads the partition).  No topic yet: no offsets.
         """
         groups: dict[str, dict[PartitionKey, CommittedOffset]] = {}
-        try:
-            info = await self._log.topic(OFFSETS_TOPIC)
-        except UnknownTopicOrPartition:
+        if not await self.existing_partitions():
             return groups
-        self._partitions = info.partitions
-        self._topic_ready = True
         for key, value in (await self._replay_partition(partition)).items():
             if value is not None:
                 _apply(groups, key, value)
         return groups
-
-    async def existing_partitions(self) -> int:
-        """How many partitions ``__consumer_offsets`` has; 0 before it exists."""
-        try:
-            info = await self._log.topic(OFFSETS_TOPIC)
-        except UnknownTopicOrPartition:
-            return 0
-        self._partitions = info.partitions
-        return info.partitions
 
     async def _replay_partition(self, partition: int) -> dict[bytes, bytes | None]:
         """The newest value per key; transactional commits count once their commit marker does.
@@ -250,30 +199,19 @@ class OffsetLog:
         """
         latest: dict[bytes, bytes | None] = {}
         open_txns: dict[int, dict[bytes, bytes | None]] = {}
-        offset = await self._log.log_start_offset(OFFSETS_TOPIC, partition)
-        high_watermark = await self._log.high_watermark(OFFSETS_TOPIC, partition)
-        name = f"{OFFSETS_TOPIC}-{partition}"
-        while offset < high_watermark:
-            result = await self._log.read(OFFSETS_TOPIC, partition, offset, _READ_BYTES)
-            if not result.records:
-                break
-            for batch in iter_batches(result.records, object_name=name):
-                if batch.is_control:
-                    kind = parse_control_key(batch.records[0].key)[1] if batch.records else -1
-                    settled = open_txns.pop(batch.producer_id, {})
-                    if kind == CONTROL_COMMIT:
-                        latest.update(settled)
-                    offset = max(offset, batch.next_offset)
-                    continue
-                target = (
-                    open_txns.setdefault(batch.producer_id, {})
-                    if batch.is_transactional
-                    else latest
-                )
-                for record in batch.records:
-                    if record.offset >= offset and record.key is not None:
-                        target[record.key] = record.value
-                offset = max(offset, batch.next_offset)
+        async for batch, offset in self.batches(partition):
+            if batch.is_control:
+                kind = parse_control_key(batch.records[0].key)[1] if batch.records else -1
+                settled = open_txns.pop(batch.producer_id, {})
+                if kind == CONTROL_COMMIT:
+                    latest.update(settled)
+                continue
+            target = (
+                open_txns.setdefault(batch.producer_id, {}) if batch.is_transactional else latest
+            )
+            for record in batch.records:
+                if record.offset >= offset and record.key is not None:
+                    target[record.key] = record.value
         self.open_transactions[partition] = {
             pid: dict(_decoded_offsets(values.items())) for pid, values in open_txns.items()
         }

@@ -32,14 +32,13 @@ import enum
 import logging
 import struct
 import time
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from kfs_core.errors import UnknownTopicOrPartition
+from kfs_core.groups.internal_topic import InternalTopic, read_string, write_string
 from kfs_core.log.log_manager import LogManager
-from kfs_core.records.batch import Record, encode_batch, iter_batches
+from kfs_core.records.batch import Record, encode_batch
 
 __all__ = [
     "TRANSACTION_TOPIC",
@@ -55,7 +54,6 @@ log = logging.getLogger(__name__)
 
 TRANSACTION_TOPIC: Final = "__transaction_state"
 DEFAULT_PARTITIONS: Final = 4
-_READ_BYTES: Final = 8 * 1024 * 1024
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -94,21 +92,8 @@ class TxnRecord:
     start_ms: int = -1
 
 
-def _string(value: str) -> bytes:
-    data = value.encode("utf-8")
-    return _I16.pack(len(data)) + data
-
-
-def _read_string(data: bytes, pos: int) -> tuple[str, int]:
-    (length,) = _I16.unpack_from(data, pos)
-    pos += _I16.size
-    if length < 0 or pos + length > len(data):
-        raise ValueError(f"bad string length {length}")
-    return data[pos : pos + length].decode("utf-8"), pos + length
-
-
 def encode_txn_key(transactional_id: str) -> bytes:
-    return _I16.pack(0) + _string(transactional_id)
+    return _I16.pack(0) + write_string(transactional_id)
 
 
 def encode_txn_value(record: TxnRecord) -> bytes:
@@ -120,7 +105,7 @@ def encode_txn_value(record: TxnRecord) -> bytes:
     )
     out += _I32.pack(len(by_topic))
     for topic, partitions in by_topic.items():
-        out += _string(topic)
+        out += write_string(topic)
         out += _I32.pack(len(partitions))
         for partition in partitions:
             out += _I32.pack(partition)
@@ -133,7 +118,7 @@ def decode_txn_record(key: bytes, value: bytes | None) -> tuple[str, TxnRecord |
     (version,) = _I16.unpack_from(key, 0)
     if version != 0:
         raise ValueError(f"TransactionLogKey v{version} is not written by KFS")
-    transactional_id, _ = _read_string(key, _I16.size)
+    transactional_id, _ = read_string(key, _I16.size)
     if value is None:
         return transactional_id, None
     value_version, pid, epoch, timeout, state = _HEAD.unpack_from(value, 0)
@@ -144,7 +129,7 @@ def decode_txn_record(key: bytes, value: bytes | None) -> tuple[str, TxnRecord |
     pos += _I32.size
     partitions: set[tuple[str, int]] = set()
     for _ in range(max(topics, 0)):
-        topic, pos = _read_string(value, pos)
+        topic, pos = read_string(value, pos)
         (count,) = _I32.unpack_from(value, pos)
         pos += _I32.size
         for _ in range(count):
@@ -157,7 +142,7 @@ def decode_txn_record(key: bytes, value: bytes | None) -> tuple[str, TxnRecord |
     )
 
 
-class TransactionLog:
+class TransactionLog(InternalTopic):
     """Appends state changes to ``__transaction_state`` and reads a partition's back."""
 
     def __init__(
@@ -167,40 +152,9 @@ class TransactionLog:
         partitions: int = DEFAULT_PARTITIONS,
         timeout_s: float = 30.0,
     ) -> None:
-        self._log = partition_log
-        self._partitions = partitions
-        self._timeout_s = timeout_s
-        self._topic_ready = False
-
-    @property
-    def partitions(self) -> int:
-        return self._partitions
-
-    def partition_for(self, transactional_id: str) -> int:
-        return zlib.crc32(transactional_id.encode("utf-8")) % self._partitions
-
-    async def ensure_topic(self) -> int:
-        """Create ``__transaction_state`` (compacted) unless it exists; its partition count."""
-        if not self._topic_ready:
-            info = await self._log.topic(
-                TRANSACTION_TOPIC,
-                auto_create=True,
-                partitions=self._partitions,
-                configs={"cleanup.policy": "compact"},
-            )
-            self._partitions = info.partitions
-            self._topic_ready = True
-        return self._partitions
-
-    async def existing_partitions(self) -> int:
-        """How many partitions the topic has; 0 before it exists."""
-        try:
-            info = await self._log.topic(TRANSACTION_TOPIC)
-        except UnknownTopicOrPartition:
-            return 0
-        self._partitions = info.partitions
-        self._topic_ready = True
-        return info.partitions
+        super().__init__(
+            partition_log, TRANSACTION_TOPIC, partitions=partitions, timeout_s=timeout_s
+        )
 
     async def append(self, transactional_id: str, record: TxnRecord | None) -> None:
         """Store one state change durably; raises what the log raises."""
@@ -229,18 +183,10 @@ class TransactionLog:
         daemon leads the partition).
         """
         latest: dict[bytes, bytes | None] = {}
-        offset = await self._log.log_start_offset(TRANSACTION_TOPIC, partition)
-        high_watermark = await self._log.high_watermark(TRANSACTION_TOPIC, partition)
-        while offset < high_watermark:
-            result = await self._log.read(TRANSACTION_TOPIC, partition, offset, _READ_BYTES)
-            if not result.records:
-                break
-            name = f"{TRANSACTION_TOPIC}-{partition}"
-            for batch in iter_batches(result.records, object_name=name):
-                for r in batch.records:
-                    if r.offset >= offset and r.key is not None:
-                        latest[r.key] = r.value
-                offset = max(offset, batch.next_offset)
+        async for batch, offset in self.batches(partition):
+            for r in batch.records:
+                if r.offset >= offset and r.key is not None:
+                    latest[r.key] = r.value
         return dict(_decoded(latest.items()))
 
 
