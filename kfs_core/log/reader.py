@@ -148,7 +148,9 @@ class PartitionReader:
             except (ObjectStoreError, CorruptionError) as exc:
                 raise LogStorageError(f"{p.name}: reading offset {offset}: {exc}") from exc
             aborted: tuple[AbortedTxn, ...] = ()
-            if read_committed:
+            # Only a partition with transactions pays for walking the batches:
+            # without one open, every batch read lies below the LSO (the HW).
+            if read_committed and (stable < high_watermark or p.txns.any_aborted):
                 records, end = _below(records, stable)
                 aborted = tuple(p.txns.aborted_between(offset, end))
             self._metrics.fetch_requests += 1

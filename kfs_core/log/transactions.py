@@ -145,6 +145,11 @@ class PartitionTransactions:
     def aborted(self) -> Sequence[AbortedTxn]:
         return tuple(self._aborted)
 
+    @property
+    def any_aborted(self) -> bool:
+        """Whether an aborted transaction is known (a fetch's check: no copy)."""
+        return bool(self._aborted)
+
     # --- the catalog: what a segment records, and the load ---------------------------
 
     def for_segment(
