@@ -56,6 +56,7 @@ from soak.load import (
     TailConsumer,
     check_log,
     check_seen,
+    check_unplaced,
     create_topic,
     merge_model,
     read_range,
@@ -297,6 +298,7 @@ class Campaign:
             self.findings.problem("tail consumer stalled", f"{exc}; behind on {sorted(behind)}")
         self.tail.stop()
         check_log(final, sent, acked, self.findings, ends)
+        check_unplaced([*self.producers, self.probe], final, sent, self.findings)
         check_seen(self.tail.seen, final, self.findings)
         for error in self.tail.errors[:EXAMPLES]:
             self.findings.problem("tail consumer error", error)

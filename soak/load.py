@@ -180,6 +180,62 @@ def check_seen(
             findings.changed.add(position)
 
 
+def placed(
+    log: Mapping[Position, Record],
+    sent: Mapping[bytes, Record],
+    partition: int,
+    ident: bytes,
+    *,
+    compacted: bool,
+) -> bool:
+    """Whether a record acknowledged without an offset is in ``log``, or may be gone.
+
+    A producer's records of one partition lie in the order of their ``seq``
+    header: the record may be gone below the log start (the partition's
+    oldest record of its producer is a later one) or, on a compacted topic,
+    superseded (a later record of its producer has its key).  A record
+    without a ``seq`` (sent by `LoadProducer.send`) must be there.
+    """
+
+    def seq(record: Record) -> int:
+        return int(dict(record.headers).get("seq", -1))
+
+    record = sent[ident]
+    producer = dict(record.headers).get("producer")
+    mine = [
+        r
+        for (p, _), r in log.items()
+        if p == partition and dict(r.headers).get("producer") == producer
+    ]
+    if any(r.ident == ident for r in mine):
+        return True
+    if seq(record) < 0:
+        return False
+    if compacted:
+        return any(r.key == record.key and seq(r) > seq(record) for r in mine)
+    return bool(mine) and min(seq(r) for r in mine) > seq(record)
+
+
+def check_unplaced(
+    producers: Iterable[LoadProducer],
+    log: Mapping[Position, Record],
+    sent: Mapping[bytes, Record],
+    findings: Findings,
+    *,
+    compacted: bool = False,
+) -> int:
+    """Every record librdkafka acknowledged without an offset must be in ``log``; their count."""
+    count = 0
+    for producer in producers:
+        for partition, ident in producer.unplaced_acks():
+            count += 1
+            if not placed(log, sent, partition, ident, compacted=compacted):
+                findings.problem(
+                    "lost", f"{ident.decode()}, acknowledged without an offset, is not there"
+                )
+    return count
+
+
 def merge_model(
     producers: Iterable[LoadProducer],
 ) -> tuple[dict[bytes, Record], list[tuple[Position, bytes]]]:

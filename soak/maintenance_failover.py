@@ -89,6 +89,7 @@ from soak.load import (
     Record,
     TailConsumer,
     check_log,
+    check_unplaced,
     create_topic,
     merge_model,
     read_range,
@@ -353,34 +354,6 @@ def unexplained_gaps(
     return missing
 
 
-def placed(
-    log: Mapping[Position, Record],
-    sent: Mapping[bytes, Record],
-    partition: int,
-    ident: bytes,
-    *,
-    compacted: bool,
-) -> bool:
-    """Whether a record acknowledged without an offset is in ``log``, or may be gone.
-
-    One producer writes each topic, so its records lie in the order of their
-    ``seq`` header: the record may be gone below the log start (its
-    partition's oldest record of the producer is a later one) or, on a
-    compacted topic, superseded (a later record of the producer has its key).
-    """
-
-    def seq(record: Record) -> int:
-        return int(dict(record.headers)["seq"])
-
-    record = sent[ident]
-    mine = [r for (p, _), r in log.items() if p == partition]
-    if any(r.ident == ident for r in mine):
-        return True
-    if compacted:
-        return any(r.key == record.key and seq(r) > seq(record) for r in mine)
-    return bool(mine) and min(seq(r) for r in mine) > seq(record)
-
-
 # --- the cluster ---------------------------------------------------------------------------
 
 
@@ -621,12 +594,9 @@ class Campaign:
             check_log(
                 final, sent, acked, self.findings, ends, log_starts=starts, compacted=compacted
             )
-            self.unplaced += len(producer.unplaced_acks())
-            for partition, ident in producer.unplaced_acks():
-                if not placed(final, sent, partition, ident, compacted=compacted):
-                    self.findings.problem(
-                        "lost", f"{ident.decode()}, acknowledged without an offset, is not there"
-                    )
+            self.unplaced += check_unplaced(
+                [producer], final, sent, self.findings, compacted=compacted
+            )
             if compacted:
                 for p in range(PARTITIONS):
                     gaps = unexplained_gaps(final, sent, acked, p, starts[p], ends[p])

@@ -23,7 +23,10 @@ timeout - heartbeat interval``.  Another daemon counts this one dead only a
 session timeout after it first *saw* that heartbeat, which is later.  Once the
 deadline passes without a newer heartbeat landing, `local_epoch` says None (the
 log stops acknowledging) and the next tick gives up every held partition; a
-partition is only held again through a new lease, at a new epoch.
+partition is only held again through a new lease, at a new epoch.  A heartbeat
+that lands after the deadline (the daemon was paused, or the store slow)
+revives none of them: the others may have taken them meanwhile.  Only leases
+taken afterwards count on it.
 
 Store calls run on an executor (the loop's default unless one is given);
 everything else is in-memory and cheap, as `ClusterView` requires.
@@ -189,6 +192,8 @@ class LeaseKeeper:
         self._state: NodeState = "running"
         self._running = False
         self._held: dict[TopicPartition, int] = {}
+        # Held when the lease lapsed, before a later heartbeat landed: never valid again.
+        self._lapsed: set[TopicPartition] = set()
         self._acquired: dict[TopicPartition, Acquired] = {}
         self._attempts: dict[TopicPartition, asyncio.Future[Acquired]] = {}
         self._deadline: float | None = None
@@ -269,6 +274,7 @@ class LeaseKeeper:
         self._task = self._beats = None
         if flushed:
             self._held.clear()
+            self._lapsed.clear()
             self._acquired.clear()
             self._state = "stopped"
             async with self._tick_lock:
@@ -346,15 +352,24 @@ class LeaseKeeper:
                 self._last_held[node.node_id] = dict(node.held)
 
     async def _drop_lapsed(self) -> None:
-        """Give up every held partition once the lease deadline has passed."""
-        if not self._held or self._lease_valid():
+        """Give up every held partition once the lease deadline has passed.
+
+        Those held when it passed are given up even if a later heartbeat landed.
+        """
+        if not self._held:
             return
+        if not self._lease_valid():
+            lapsed = sorted(self._held)
+        else:
+            lapsed = sorted(tp for tp in self._held if tp in self._lapsed)
+            if not lapsed:
+                return
         log.warning(
             "node %d: no heartbeat landed before the lease deadline; giving up %d partitions",
             self.node_id,
-            len(self._held),
+            len(lapsed),
         )
-        for tp in sorted(self._held):
+        for tp in lapsed:
             await self._release(tp, "its lease lapsed")
             self._forget(tp)
 
@@ -375,6 +390,10 @@ class LeaseKeeper:
         if self._put_outage:
             self._put_outage = False
             log.info("node %d: heartbeats land again", self.node_id)
+        if self._deadline is not None and self._clock() >= self._deadline and self._held:
+            # Landed after the lease lapsed: what was held may be another's by now.
+            self._lapsed.update(self._held)
+            self._wake.set()
         self._deadline = sent_at + self._session - self._interval
 
     async def _read_nodes(self) -> list[NodeInfo] | None:
@@ -547,6 +566,8 @@ class LeaseKeeper:
         propagates as it is.  Concurrent calls for one partition share one attempt.
         """
         tp = (topic, partition)
+        if tp in self._lapsed:
+            raise NotLeaderOrFollower(f"{tp[0]}-{tp[1]}: its lease lapsed; it is being given up")
         if self._held.get(tp, TAKING) != TAKING and self._lease_valid():
             return self._acquired[tp]
         attempt = self._attempts.get(tp)
@@ -615,6 +636,7 @@ class LeaseKeeper:
 
     def _forget(self, tp: TopicPartition) -> None:
         self._held.pop(tp, None)
+        self._lapsed.discard(tp)
         self._acquired.pop(tp, None)
 
     def _lease_valid(self) -> bool:
@@ -687,7 +709,7 @@ class LeaseKeeper:
     def leader(self, topic: str, partition: int) -> Leader:
         """The live holder; else the live assignee if it may take it (epoch -1); else none."""
         tp = (topic, partition)
-        if self._running and tp in self._held and self._lease_valid():
+        if self._running and tp in self._held and tp not in self._lapsed and self._lease_valid():
             return Leader(self.node_id, self._held[tp])
         # A lapsed lease is not leadership, even before the tick that drops it
         # runs (it may be waiting on the store this daemon cannot reach).
@@ -710,8 +732,11 @@ class LeaseKeeper:
 
     def local_epoch(self, topic: str, partition: int) -> int | None:
         """The held epoch while the lease deadline has not passed, else None."""
-        epoch = self._held.get((topic, partition))
-        return epoch if epoch is not None and epoch != TAKING and self._lease_valid() else None
+        tp = (topic, partition)
+        epoch = self._held.get(tp)
+        if epoch is None or epoch == TAKING or tp in self._lapsed:
+            return None
+        return epoch if self._lease_valid() else None
 
     # --- for metrics -------------------------------------------------------------------
 
@@ -756,7 +781,7 @@ class LeaseKeeper:
             durability=self._settings.durability,
             state=self._state,
             seq=self._seq,
-            held=dict(self._held),
+            held={tp: e for tp, e in self._held.items() if tp not in self._lapsed},
             rack=self._rack,
         )
 

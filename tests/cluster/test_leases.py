@@ -659,6 +659,36 @@ def test_a_resumed_holder_drops_what_was_taken_at_a_newer_epoch(cluster: Cluster
     asyncio.run(main())
 
 
+def test_a_heartbeat_landing_after_the_deadline_revives_no_lease(cluster: Cluster) -> None:
+    """Paused past its deadline, a holder's next heartbeat must not make its old epochs valid.
+
+    The heartbeat task may land one before the tick that drops the lapsed
+    partitions runs: meanwhile another daemon may have taken them.
+    """
+
+    async def main() -> None:
+        a = cluster.node(0, durability="store")
+        await a.keeper.start(run_loop=False)
+        await _tick(a)
+        await a.keeper.acquire("t", 0)
+        assert a.keeper.local_epoch("t", 0) == 0
+        a.clock.advance(SESSION)  # paused
+        await a.keeper._heartbeat()  # as the heartbeat task does, first thing on resuming
+        assert a.keeper.lease_deadline is not None and a.keeper.lease_deadline > a.clock.now
+        assert a.keeper.local_epoch("t", 0) is None
+        assert a.keeper.leader("t", 0) != Leader(0, 0)
+        with pytest.raises(NotLeaderOrFollower, match="lapsed"):
+            await a.keeper.acquire("t", 0)
+        await _tick(a)
+        assert a.released == [("t", 0)]
+        assert a.keeper.held == {}
+        # Taken again, at a new epoch, it is valid under the new heartbeat.
+        assert (await a.keeper.acquire("t", 0)).epoch == 1
+        assert a.keeper.local_epoch("t", 0) == 1
+
+    asyncio.run(main())
+
+
 def test_a_second_daemon_with_a_live_node_id_refuses_to_start(tmp_path: Path) -> None:
     async def main() -> None:
         store = LocalObjectStore(tmp_path / "store")
