@@ -332,6 +332,17 @@ class NotLeaderOrFollower(LogError):
     retriable = True
 
 
+class PeerUnavailable(LogError):
+    """Another daemon could not be asked: not live, no listener to reach it, or no answer.
+
+    Retriable, as NOT_LEADER_OR_FOLLOWER is to a client: the caller tries
+    again once the cluster view has moved on (`kfs_core.cluster.peers`).
+    """
+
+    kafka_error_code = 6  # NOT_LEADER_OR_FOLLOWER
+    retriable = True
+
+
 class UnknownLeaderEpoch(LogError):
     """A request names a leader epoch newer than the one this daemon knows for the partition."""
 

@@ -566,6 +566,17 @@ class TransactionCoordinator:
             raise TransactionalIdNotFound(f"no transactional id {transactional_id!r}")
         return txn
 
+    async def describe_coordinated(self, transactional_id: str) -> TxnMetadata:
+        """DescribeTransactions: the id's state, if this daemon coordinates it.
+
+        Raises `NotCoordinator`, `CoordinatorLoadInProgress` or
+        `TransactionalIdNotFound`, as Kafka's coordinator answers.
+        """
+        await self._ready(transactional_id)
+        return self.describe(transactional_id)
+
     def transactions(self) -> Sequence[TxnMetadata]:
         """Every transactional id this daemon coordinates now, by id."""
+        if self._leadership is not None:
+            self._forget_lost_partitions()
         return [self._txns[t] for t in sorted(self._txns)]

@@ -112,12 +112,23 @@ from kfs_core.storage.base import ObjectStore
 from kfs_core.threads import name_os_thread, run_in
 
 # AppendResult is what `append` returns; the server imports it from here.
-__all__ = ["AppendResult", "LogManager", "StartReport"]
+__all__ = ["ActiveProducer", "AppendResult", "LogManager", "StartReport"]
 
 log = logging.getLogger(__name__)
 
 #: A transaction marker's value: version (0), the coordinator epoch.
 _MARKER_VALUE = struct.Struct(">hi")
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    """One producer of a partition as DescribeProducers shows it (-1: none)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    current_txn_start_offset: int
 
 
 def _deposing_epochs(p: Partition) -> list[tuple[int, int]]:
@@ -750,6 +761,25 @@ class LogManager:
             is_control=True,
         )
         return await self.append_internal(topic, partition, batch, timeout_s=timeout_s)
+
+    async def producers(self, topic: str, partition: int) -> list[ActiveProducer]:
+        """DescribeProducers: the partition's producers this daemon remembers, by producer id.
+
+        Raises what `read` raises (NOT_LEADER_OR_FOLLOWER where another daemon leads it).
+        """
+        self._check_readable()
+        p, _ = await self._table.lookup(topic, partition)
+        open_txns = p.txns.open_transactions()
+        return [
+            ActiveProducer(
+                producer_id=e.producer_id,
+                producer_epoch=e.epoch,
+                last_sequence=e.last_seq,
+                last_timestamp=e.batches[-1].timestamp if e.batches else -1,
+                current_txn_start_offset=open_txns.get(e.producer_id, -1),
+            )
+            for e in sorted(p.producers.entries(), key=lambda e: e.producer_id)
+        ]
 
     def _check_readable(self) -> None:
         if self._lifecycle not in ("running", "closing"):

@@ -582,6 +582,7 @@ class KfsServer:
             offsets_topic_partitions=s.offsets_topic_num_partitions,
             transactions=transaction_settings(s),
             transaction_topic_partitions=s.transaction_state_log_num_partitions,
+            peer_tls=tls_files(s),
         )
         self.broker = Broker(options, partition_log, self.metrics, cluster=self._keeper)
         assert self._store is not None

@@ -19,8 +19,10 @@ import asyncio
 import base64
 import functools
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
+from kfs_core.cluster.peers import PeerClient
 from kfs_core.cluster.view import ClusterView, NodeInfo, SingleNode
 from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.groups.coordinator import GroupCoordinator
@@ -37,16 +39,13 @@ from kfs_core.server.apis.context import BrokerOptions, RequestContext
 from kfs_core.server.apis.producer_ids import ProducerIds
 from kfs_core.server.authz import AuditLog, check, filter_response
 from kfs_core.server.directory import TopicDirectory
+from kfs_core.server.markers import MarkerRouter
 from kfs_core.server.metrics import ServerMetrics
 from kfs_core.server.notifier import AppendNotifier
 from kfs_core.server.protocol import ErrorCode, Request
 from kfs_core.server.protocol.bodies import ResponseBody
 
 __all__ = ["CLIENT_HOST", "Broker", "cluster_id_for", "error_response", "single_node"]
-
-
-#: How long a transaction marker's append may take before the coordinator tries again.
-MARKER_TIMEOUT_S = 30.0
 
 
 def cluster_id_for(store_url: str, namespace: str) -> str:
@@ -125,9 +124,11 @@ class Broker:
         self.txn_log = TransactionLog(
             partition_log, partitions=options.transaction_topic_partitions
         )
+        # Requests to the other daemons: the markers of partitions they lead.
+        self.peers = PeerClient(self._live_nodes, tls=options.peer_tls)
         self.transactions = TransactionCoordinator(
             self.txn_log,
-            functools.partial(partition_log.write_marker, timeout_s=MARKER_TIMEOUT_S),
+            MarkerRouter(lambda: self.cluster, partition_log.write_marker, self.peers),
             self.producer_ids.new,
             options.transactions,
             leadership=None
@@ -147,6 +148,10 @@ class Broker:
         """After the last request: stop the coordinators' timers and sweeps."""
         await self.transactions.close()
         await self.groups.close()
+        self.peers.close()
+
+    def _live_nodes(self) -> Sequence[NodeInfo]:
+        return self.cluster.live_nodes()  # the view of the moment: it may be replaced
 
     async def _topic_partitions(self, name: str) -> int | None:
         try:

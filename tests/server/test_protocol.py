@@ -165,10 +165,11 @@ GOLDEN_TABLE = [
     "0015 0000 0002",  # DeleteRecords    v0-v2
     "0016 0000 0004",  # InitProducerId   v0-v4
     "0017 0002 0004",  # OffsetForLeaderEpoch v2-v4
-    "0018 0000 0003",  # AddPartitionsToTxn v0-v3 (refused)
-    "0019 0000 0003",  # AddOffsetsToTxn  v0-v3 (refused)
-    "001a 0000 0003",  # EndTxn           v0-v3 (refused)
-    "001c 0000 0003",  # TxnOffsetCommit  v0-v3 (refused)
+    "0018 0000 0003",  # AddPartitionsToTxn v0-v3
+    "0019 0000 0003",  # AddOffsetsToTxn  v0-v3
+    "001a 0000 0003",  # EndTxn           v0-v3
+    "001b 0001 0002",  # WriteTxnMarkers  v1-v2
+    "001c 0000 0003",  # TxnOffsetCommit  v0-v3
     "001d 0001 0002",  # DescribeAcls     v1-v2
     "001e 0001 0002",  # CreateAcls       v1-v2
     "001f 0001 0002",  # DeleteAcls       v1-v2
@@ -183,6 +184,9 @@ GOLDEN_TABLE = [
     "0032 0000 0000",  # DescribeUserScramCredentials v0
     "0033 0000 0000",  # AlterUserScramCredentials    v0
     "003c 0000 0002",  # DescribeCluster  v0-v2
+    "003d 0000 0000",  # DescribeProducers v0
+    "0041 0000 0000",  # DescribeTransactions v0
+    "0042 0000 0002",  # ListTransactions v0-v2
 ]
 
 GOLDEN_API_VERSIONS_V0_REQUEST = bytes.fromhex(

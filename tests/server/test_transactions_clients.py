@@ -12,6 +12,10 @@
   the coordinator; its records never reach a ``read_committed`` consumer.
 * The coordinator's state survives a restart: a committed transaction stays
   committed, and the id goes on at the next epoch.
+* Operators (KIP-664, kafka-python's admin client): ListTransactions,
+  DescribeTransactions and DescribeProducers show a hanging transaction;
+  WriteTxnMarkers aborts it on its partition, as ``kafka-transactions.sh
+  abort`` does.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 
 import confluent_kafka
 import pytest
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin._transactions import AbortTransactionSpec
 
 from testkit.waiting import wait_for
 from tests.server.conftest import ThreadedServer, create_topic, inprocess_settings
@@ -249,3 +255,42 @@ def test_a_committed_transaction_and_the_epoch_survive_a_restart(tmp_path: Path)
         successor.produce(topic, b"after", partition=0)
         successor.commit_transaction(30)
         assert read_all(second.bootstrap, topic, 1, committed=True) == {0: [b"before", b"after"]}
+
+
+def test_operators_list_describe_and_abort_a_hanging_transaction(server: ThreadedServer) -> None:
+    """KIP-664 through kafka-python's admin client: what ``kafka-transactions.sh`` calls."""
+    topic = create_topic(server.bootstrap, 1, prefix="hanging")
+    p = producer(server.bootstrap, "tx-hanging")
+    p.begin_transaction()
+    p.produce(topic, b"left open", partition=0)
+    p.flush(30)
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        [listed] = [
+            t
+            for txns in admin.list_transactions().values()
+            for t in txns
+            if t.transactional_id == "tx-hanging"
+        ]
+        assert listed.state == "Ongoing"
+        assert not admin.list_transactions(state_filters=["CompleteCommit"]).get(0)
+        described = admin.describe_transactions(["tx-hanging"])["tx-hanging"]
+        assert described.state == "Ongoing"
+        assert described.producer_id == listed.producer_id
+        assert described.topic_partitions == {TopicPartition(topic, 0)}
+        assert described.transaction_start_time_ms > 0
+        tp = TopicPartition(topic, 0)
+        [state] = admin.describe_producers([tp])[tp].active_producers
+        assert (state.producer_id, state.current_transaction_start_offset) == (
+            listed.producer_id,
+            0,
+        )
+        # Held at offset 0 by the open transaction, until an operator aborts it.
+        assert _end_offset(server.bootstrap, topic) == 0
+        admin.abort_transaction(AbortTransactionSpec(tp, state.producer_id, state.producer_epoch))
+        assert _end_offset(server.bootstrap, topic) == 2
+        assert read_all(server.bootstrap, topic, 1, committed=True) == {0: []}
+        [state] = admin.describe_producers([tp])[tp].active_producers
+        assert state.current_transaction_start_offset == -1
+    finally:
+        admin.close()

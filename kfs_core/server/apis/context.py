@@ -31,6 +31,7 @@ from kfs_core.groups.txn_log import TRANSACTION_TOPIC
 from kfs_core.log.log_manager import LogManager
 from kfs_core.security.acls import CLUSTER_NAME, AclStore, Authorizer, Operation, ResourceType
 from kfs_core.security.sasl import Authenticator, Session
+from kfs_core.security.tls import TlsFiles
 from kfs_core.security.users import UserStore
 from kfs_core.server.apis.base import Refused
 from kfs_core.server.directory import TopicDirectory
@@ -64,6 +65,7 @@ class BrokerOptions:
     offsets_topic_partitions: int = DEFAULT_PARTITIONS  # offsets.topic.num.partitions
     transactions: TransactionSettings = field(default_factory=TransactionSettings)
     transaction_topic_partitions: int = 4  # transaction.state.log.num.partitions
+    peer_tls: TlsFiles | None = None  # how to reach another daemon's SSL listener
 
 
 @dataclass(slots=True, kw_only=True)

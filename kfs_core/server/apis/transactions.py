@@ -1,8 +1,12 @@
-"""The transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit.
+"""The transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, WriteTxnMarkers.
 
 They translate the wire messages for the transaction coordinator
 (`kfs_core.groups.transactions`) and, for TxnOffsetCommit, the group
-coordinator; InitProducerId with a transactional id is served beside the
+coordinator.  WriteTxnMarkers is the partition leader's half: another
+daemon's coordinator (`kfs_core.server.markers`), or an operator aborting a
+hanging transaction (``kafka-transactions.sh abort``), has this daemon
+append markers to partitions it leads; it needs CLUSTER_ACTION on the
+cluster, as in Kafka.  InitProducerId with a transactional id is served beside the
 idempotent one (`kfs_core.server.apis.producer_ids`).  As Kafka does, a
 client of an older version gets INVALID_PRODUCER_EPOCH where a newer one
 gets PRODUCER_FENCED (KIP-588).  Authorization follows Kafka: WRITE on the
@@ -18,35 +22,58 @@ v2, not offered.
 
 from __future__ import annotations
 
+import asyncio
+import re
+import time
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.errors import TransactionError, UnknownTopicOrPartition
 from kfs_core.groups.coordinator import CommitRequest
 from kfs_core.groups.offset_log import OFFSETS_TOPIC
+from kfs_core.groups.txn_log import TxnState
 from kfs_core.security.acls import Operation, ResourceType
-from kfs_core.server.apis.access import GROUP_DENIED, Checker, Plan, split
+from kfs_core.server.apis.access import GROUP_DENIED, Checker, Plan, split, topics_rule
 from kfs_core.server.apis.base import Api, error_code_for, log_failure
 from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
+from kfs_core.server.markers import MARKER_TIMEOUT_S
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     ApiKey,
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
     EndTxnRequest,
+    ListTransactionsRequest,
     TxnOffsetCommitRequest,
+    WriteTxnMarkersRequest,
 )
 from kfs_core.server.protocol.responses import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
+    DescribeProducersResponse,
+    DescribeTransactionsResponse,
     EndTxnResponse,
+    ListTransactionsResponse,
     TxnOffsetCommitResponse,
+    WriteTxnMarkersResponse,
 )
 
 if TYPE_CHECKING:
     from kfs_core.server.apis.context import RequestContext
     from kfs_core.server.protocol import Request
 
-__all__ = ["ADD_OFFSETS_TO_TXN", "ADD_PARTITIONS_TO_TXN", "APIS", "END_TXN", "TXN_OFFSET_COMMIT"]
+__all__ = [
+    "ADD_OFFSETS_TO_TXN",
+    "ADD_PARTITIONS_TO_TXN",
+    "APIS",
+    "DESCRIBE_PRODUCERS",
+    "DESCRIBE_TRANSACTIONS",
+    "END_TXN",
+    "LIST_TRANSACTIONS",
+    "TXN_OFFSET_COMMIT",
+    "WRITE_TXN_MARKERS",
+]
 
 TXN_DENIED: Final = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
@@ -336,4 +363,314 @@ TXN_OFFSET_COMMIT: Final = Api(
     authorize=_authorize_txn_offset_commit,
 )
 
-APIS: Final = (ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT)
+
+# --- WriteTxnMarkers ----------------------------------------------------------------------------
+
+
+async def _write_one_marker(
+    context: RequestContext, marker: Any, topic: str, partition: int
+) -> ErrorCode:
+    commit = bool(marker.transaction_result)
+    try:
+        await context.log.write_marker(
+            topic,
+            partition,
+            producer_id=marker.producer_id,
+            producer_epoch=marker.producer_epoch,
+            commit=commit,
+            coordinator_epoch=marker.coordinator_epoch,
+            timeout_s=MARKER_TIMEOUT_S,
+        )
+        if topic == OFFSETS_TOPIC:
+            await context.groups.complete_transaction(partition, marker.producer_id, commit)
+    except Exception as exc:  # noqa: BLE001 - the partition's error code
+        code = error_code_for(exc)
+        _failed(
+            context,
+            ApiKey.WRITE_TXN_MARKERS,
+            f"the marker of producer {marker.producer_id} to {topic}-{partition}",
+            exc,
+            code,
+        )
+        return code
+    return ErrorCode.NONE
+
+
+async def _write_txn_markers(
+    context: RequestContext, request: Request[Any]
+) -> WriteTxnMarkersResponse:
+    result = WriteTxnMarkersResponse.WritableTxnMarkerResult
+    topic_result = result.WritableTxnMarkerTopicResult
+    partition_result = topic_result.WritableTxnMarkerPartitionResult
+    markers = []
+    for marker in request.body.markers or []:
+        wanted = [(t.name, p) for t in marker.topics or [] for p in t.partition_indexes or []]
+        codes = await asyncio.gather(
+            *(_write_one_marker(context, marker, topic, p) for topic, p in wanted)
+        )
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, p), code in zip(wanted, codes, strict=True):
+            by_topic.setdefault(topic, []).append(
+                partition_result(partition_index=p, error_code=int(code))
+            )
+        markers.append(
+            result(
+                producer_id=marker.producer_id,
+                topics=[topic_result(name=n, partitions=ps) for n, ps in by_topic.items()],
+            )
+        )
+    return WriteTxnMarkersResponse(version=request.api_version, markers=markers)
+
+
+_write_txn_markers_error = schema_error_body(
+    WriteTxnMarkersResponse,
+    {
+        "markers": Mirror(
+            "markers",
+            {"producer_id": "producer_id"},
+            {
+                "topics": Mirror(
+                    "topics",
+                    {"name": "name"},
+                    {"partitions": Mirror("partition_indexes", {"partition_index": ITEM})},
+                )
+            },
+        )
+    },
+)
+
+
+def _authorize_write_txn_markers(may: Checker, request: Request[Any]) -> Plan | None:
+    """CLUSTER_ACTION on the cluster (other daemons, and operators aborting a transaction)."""
+    if may.cluster(Operation.CLUSTER_ACTION):
+        return None
+    return Plan(whole=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
+
+WRITE_TXN_MARKERS: Final = Api(
+    ApiKey.WRITE_TXN_MARKERS,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+    (1, 2),
+    _write_txn_markers,
+    _write_txn_markers_error,
+    authorize=_authorize_write_txn_markers,
+)
+
+
+# --- ListTransactions, DescribeTransactions, DescribeProducers (KIP-664) -----------------------
+
+
+def _state_name(state: TxnState) -> str:
+    return "".join(word.capitalize() for word in state.name.split("_"))
+
+
+_STATES: Final = {_state_name(s): s for s in TxnState}
+
+
+async def _list_transactions(
+    context: RequestContext, request: Request[Any]
+) -> ListTransactionsResponse:
+    body = request.body
+    wanted = list(body.state_filters or [])
+    unknown = [name for name in wanted if name not in _STATES]
+    states = {_STATES[name] for name in wanted if name in _STATES}
+    producer_ids = set(body.producer_id_filters or [])
+    min_duration = getattr(body, "duration_filter", -1)
+    pattern_text = getattr(body, "transactional_id_pattern", None)
+    code = ErrorCode.NONE
+    listed: list[Any] = []
+    try:
+        pattern = re.compile(pattern_text) if pattern_text else None
+    except re.error:
+        code, pattern = ErrorCode.INVALID_REQUEST, None  # a pattern Python cannot read
+    now = int(time.time() * 1000)
+    if code == ErrorCode.NONE:
+        for txn in context.transactions.transactions():
+            if wanted and txn.state not in states:
+                continue
+            if producer_ids and txn.producer_id not in producer_ids:
+                continue
+            if min_duration >= 0 and (txn.start_ms < 0 or now - txn.start_ms < min_duration):
+                continue
+            if pattern is not None and not pattern.fullmatch(txn.transactional_id):
+                continue
+            listed.append(
+                ListTransactionsResponse.TransactionState(
+                    transactional_id=txn.transactional_id,
+                    producer_id=txn.producer_id,
+                    transaction_state=_state_name(txn.state),
+                )
+            )
+    return ListTransactionsResponse(
+        version=request.api_version,
+        throttle_time_ms=0,
+        error_code=int(code),
+        unknown_state_filters=unknown,
+        transaction_states=listed,
+    )
+
+
+def _visible_transactions(
+    may: Checker, request: Request[Any], response: ListTransactionsResponse
+) -> ListTransactionsResponse:
+    """Only the transactional ids the principal may DESCRIBE, as Kafka lists them."""
+    response.transaction_states = [
+        t
+        for t in response.transaction_states or []
+        if may(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t.transactional_id)
+    ]
+    return response
+
+
+LIST_TRANSACTIONS: Final = Api(
+    ApiKey.LIST_TRANSACTIONS,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    (0, 2),
+    _list_transactions,
+    schema_error_body(ListTransactionsResponse, {}),
+    filter_response=_visible_transactions,
+)
+
+
+async def _describe_transactions(
+    context: RequestContext, request: Request[Any]
+) -> DescribeTransactionsResponse:
+    state_class = DescribeTransactionsResponse.TransactionState
+    topic_class = state_class.TopicData
+    states = []
+    for tid in request.body.transactional_ids or []:
+        try:
+            txn = await context.transactions.describe_coordinated(tid)
+        except Exception as exc:  # noqa: BLE001 - the id's error code
+            code = error_code_for(exc)
+            _failed(
+                context, ApiKey.DESCRIBE_TRANSACTIONS, f"DescribeTransactions of {tid!r}", exc, code
+            )
+            states.append(state_class(error_code=int(code), transactional_id=tid))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(txn.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(
+            state_class(
+                error_code=0,
+                transactional_id=tid,
+                transaction_state=_state_name(txn.state),
+                transaction_timeout_ms=txn.timeout_ms,
+                transaction_start_time_ms=txn.start_ms,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                topics=[topic_class(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            )
+        )
+    return DescribeTransactionsResponse(
+        version=request.api_version, throttle_time_ms=0, transaction_states=states
+    )
+
+
+def _authorize_describe_transactions(may: Checker, request: Request[Any]) -> Plan | None:
+    """DESCRIBE on each transactional id."""
+    return split(
+        request,
+        "transactional_ids",
+        lambda tid: may(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid),
+        TXN_DENIED,
+        "transaction_states",
+    )
+
+
+DESCRIBE_TRANSACTIONS: Final = Api(
+    ApiKey.DESCRIBE_TRANSACTIONS,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    (0, 0),
+    _describe_transactions,
+    schema_error_body(
+        DescribeTransactionsResponse,
+        {"transaction_states": Mirror("transactional_ids", {"transactional_id": ITEM})},
+    ),
+    authorize=_authorize_describe_transactions,
+)
+
+
+async def _describe_partition_producers(context: RequestContext, topic: str, partition: int) -> Any:
+    answer = DescribeProducersResponse.TopicResponse.PartitionResponse
+    try:
+        producers = await context.log.producers(topic, partition)
+    except Exception as exc:  # noqa: BLE001 - the partition's error code
+        code = error_code_for(exc)
+        _failed(
+            context,
+            ApiKey.DESCRIBE_PRODUCERS,
+            f"DescribeProducers of {topic}-{partition}",
+            exc,
+            code,
+        )
+        return answer(partition_index=partition, error_code=int(code), error_message=str(exc))
+    state = answer.ProducerState
+    return answer(
+        partition_index=partition,
+        error_code=0,
+        error_message=None,
+        active_producers=[
+            state(
+                producer_id=a.producer_id,
+                producer_epoch=a.producer_epoch,
+                last_sequence=a.last_sequence,
+                last_timestamp=a.last_timestamp,
+                coordinator_epoch=-1,
+                current_txn_start_offset=a.current_txn_start_offset,
+            )
+            for a in producers
+        ],
+    )
+
+
+async def _describe_producers(
+    context: RequestContext, request: Request[Any]
+) -> DescribeProducersResponse:
+    topics = []
+    for topic in request.body.topics or []:
+        partitions = await asyncio.gather(
+            *(
+                _describe_partition_producers(context, topic.name, p)
+                for p in topic.partition_indexes or []
+            )
+        )
+        topics.append(
+            DescribeProducersResponse.TopicResponse(name=topic.name, partitions=list(partitions))
+        )
+    return DescribeProducersResponse(version=request.api_version, throttle_time_ms=0, topics=topics)
+
+
+DESCRIBE_PRODUCERS: Final = Api(
+    ApiKey.DESCRIBE_PRODUCERS,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    (0, 0),
+    _describe_producers,
+    schema_error_body(
+        DescribeProducersResponse,
+        {
+            "topics": Mirror(
+                "topics",
+                {"name": "name"},
+                {"partitions": Mirror("partition_indexes", {"partition_index": ITEM})},
+            )
+        },
+    ),
+    authorize=topics_rule("topics", Operation.READ, "topics"),
+)
+
+APIS: Final = (
+    ADD_PARTITIONS_TO_TXN,
+    ADD_OFFSETS_TO_TXN,
+    END_TXN,
+    TXN_OFFSET_COMMIT,
+    WRITE_TXN_MARKERS,
+    LIST_TRANSACTIONS,
+    DESCRIBE_TRANSACTIONS,
+    DESCRIBE_PRODUCERS,
+)

@@ -72,6 +72,14 @@ with warnings.catch_warnings():
         ListGroupsRequest,
         ListGroupsResponse,
     )
+    from kafka.protocol.admin.transactions import (
+        DescribeProducersRequest,
+        DescribeProducersResponse,
+        DescribeTransactionsRequest,
+        DescribeTransactionsResponse,
+        ListTransactionsRequest,
+        ListTransactionsResponse,
+    )
     from kafka.protocol.consumer import (
         FetchRequest,
         FetchResponse,
@@ -115,6 +123,8 @@ with warnings.catch_warnings():
         ProduceResponse,
         TxnOffsetCommitRequest,
         TxnOffsetCommitResponse,
+        WriteTxnMarkersRequest,
+        WriteTxnMarkersResponse,
     )
     from kafka.protocol.sasl import (
         SaslAuthenticateRequest,
@@ -160,6 +170,10 @@ __all__ = [
     "DescribeGroupsResponse",
     "DescribeLogDirsRequest",
     "DescribeLogDirsResponse",
+    "DescribeProducersRequest",
+    "DescribeProducersResponse",
+    "DescribeTransactionsRequest",
+    "DescribeTransactionsResponse",
     "DescribeUserScramCredentialsRequest",
     "DescribeUserScramCredentialsResponse",
     "EndTxnRequest",
@@ -182,6 +196,8 @@ __all__ = [
     "ListGroupsResponse",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
+    "ListTransactionsRequest",
+    "ListTransactionsResponse",
     "MessagePair",
     "MetadataRequest",
     "MetadataResponse",
@@ -203,6 +219,8 @@ __all__ = [
     "SyncGroupResponse",
     "TxnOffsetCommitRequest",
     "TxnOffsetCommitResponse",
+    "WriteTxnMarkersRequest",
+    "WriteTxnMarkersResponse",
 ]
 
 
@@ -232,6 +250,7 @@ class ApiKey(IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
@@ -247,6 +266,9 @@ class ApiKey(IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 class MessagePair(NamedTuple):
@@ -287,6 +309,7 @@ MESSAGES: Final[Mapping[ApiKey, MessagePair]] = MappingProxyType(
         ),
         ApiKey.ADD_OFFSETS_TO_TXN: MessagePair(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
         ApiKey.END_TXN: MessagePair(EndTxnRequest, EndTxnResponse),
+        ApiKey.WRITE_TXN_MARKERS: MessagePair(WriteTxnMarkersRequest, WriteTxnMarkersResponse),
         ApiKey.TXN_OFFSET_COMMIT: MessagePair(TxnOffsetCommitRequest, TxnOffsetCommitResponse),
         ApiKey.DESCRIBE_ACLS: MessagePair(DescribeAclsRequest, DescribeAclsResponse),
         ApiKey.CREATE_ACLS: MessagePair(CreateAclsRequest, CreateAclsResponse),
@@ -308,5 +331,10 @@ MESSAGES: Final[Mapping[ApiKey, MessagePair]] = MappingProxyType(
             AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
         ),
         ApiKey.DESCRIBE_CLUSTER: MessagePair(DescribeClusterRequest, DescribeClusterResponse),
+        ApiKey.DESCRIBE_PRODUCERS: MessagePair(DescribeProducersRequest, DescribeProducersResponse),
+        ApiKey.DESCRIBE_TRANSACTIONS: MessagePair(
+            DescribeTransactionsRequest, DescribeTransactionsResponse
+        ),
+        ApiKey.LIST_TRANSACTIONS: MessagePair(ListTransactionsRequest, ListTransactionsResponse),
     }
 )

@@ -26,6 +26,8 @@ from kfs_core.server.protocol.messages import (
     DescribeConfigsResponse,
     DescribeGroupsResponse,
     DescribeLogDirsResponse,
+    DescribeProducersResponse,
+    DescribeTransactionsResponse,
     DescribeUserScramCredentialsResponse,
     EndTxnResponse,
     FetchResponse,
@@ -37,6 +39,7 @@ from kfs_core.server.protocol.messages import (
     LeaveGroupResponse,
     ListGroupsResponse,
     ListOffsetsResponse,
+    ListTransactionsResponse,
     MetadataResponse,
     OffsetCommitResponse,
     OffsetDeleteResponse,
@@ -47,6 +50,7 @@ from kfs_core.server.protocol.messages import (
     SaslHandshakeResponse,
     SyncGroupResponse,
     TxnOffsetCommitResponse,
+    WriteTxnMarkersResponse,
 )
 
 __all__ = [
@@ -67,6 +71,8 @@ __all__ = [
     "DescribeConfigsResponse",
     "DescribeGroupsResponse",
     "DescribeLogDirsResponse",
+    "DescribeProducersResponse",
+    "DescribeTransactionsResponse",
     "DescribeUserScramCredentialsResponse",
     "EndTxnResponse",
     "FetchResponse",
@@ -78,6 +84,7 @@ __all__ = [
     "LeaveGroupResponse",
     "ListGroupsResponse",
     "ListOffsetsResponse",
+    "ListTransactionsResponse",
     "MetadataResponse",
     "OffsetCommitResponse",
     "OffsetDeleteResponse",
@@ -88,4 +95,5 @@ __all__ = [
     "SaslHandshakeResponse",
     "SyncGroupResponse",
     "TxnOffsetCommitResponse",
+    "WriteTxnMarkersResponse",
 ]

@@ -26,6 +26,8 @@ __all__ = [
     "DescribeConfigsResponse",
     "DescribeGroupsResponse",
     "DescribeLogDirsResponse",
+    "DescribeProducersResponse",
+    "DescribeTransactionsResponse",
     "DescribeUserScramCredentialsResponse",
     "EndTxnResponse",
     "FetchResponse",
@@ -37,6 +39,7 @@ __all__ = [
     "LeaveGroupResponse",
     "ListGroupsResponse",
     "ListOffsetsResponse",
+    "ListTransactionsResponse",
     "MetadataResponse",
     "OffsetCommitResponse",
     "OffsetDeleteResponse",
@@ -47,6 +50,7 @@ __all__ = [
     "SaslHandshakeResponse",
     "SyncGroupResponse",
     "TxnOffsetCommitResponse",
+    "WriteTxnMarkersResponse",
 ]
 
 class AddOffsetsToTxnResponse:
@@ -782,6 +786,113 @@ class DescribeLogDirsResponse:
     def version(self) -> int | None: ...
     def encode(self, *args: Any, **kwargs: Any) -> bytes: ...
 
+class DescribeProducersResponse:
+    class TopicResponse:
+        class PartitionResponse:
+            class ProducerState:
+                producer_id: int
+                producer_epoch: int
+                last_sequence: int
+                last_timestamp: int
+                coordinator_epoch: int
+                current_txn_start_offset: int
+                def __init__(
+                    self,
+                    *,
+                    version: int | None = None,
+                    producer_id: int = ...,
+                    producer_epoch: int = ...,
+                    last_sequence: int = ...,
+                    last_timestamp: int = ...,
+                    coordinator_epoch: int = ...,
+                    current_txn_start_offset: int = ...,
+                ) -> None: ...
+
+            partition_index: int
+            error_code: int
+            error_message: str | None
+            active_producers: list[ProducerState]
+            def __init__(
+                self,
+                *,
+                version: int | None = None,
+                partition_index: int = ...,
+                error_code: int = ...,
+                error_message: str | None = ...,
+                active_producers: list[ProducerState] = ...,
+            ) -> None: ...
+
+        name: str
+        partitions: list[PartitionResponse]
+        def __init__(
+            self,
+            *,
+            version: int | None = None,
+            name: str = ...,
+            partitions: list[PartitionResponse] = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    topics: list[TopicResponse]
+    def __init__(
+        self,
+        *,
+        version: int,
+        throttle_time_ms: int = ...,
+        topics: list[TopicResponse] = ...,
+    ) -> None: ...
+    @property
+    def version(self) -> int | None: ...
+    def encode(self, *args: Any, **kwargs: Any) -> bytes: ...
+
+class DescribeTransactionsResponse:
+    class TransactionState:
+        class TopicData:
+            topic: str
+            partitions: list[int]
+            def __init__(
+                self,
+                *,
+                version: int | None = None,
+                topic: str = ...,
+                partitions: list[int] = ...,
+            ) -> None: ...
+
+        error_code: int
+        transactional_id: str
+        transaction_state: str
+        transaction_timeout_ms: int
+        transaction_start_time_ms: int
+        producer_id: int
+        producer_epoch: int
+        topics: list[TopicData]
+        def __init__(
+            self,
+            *,
+            version: int | None = None,
+            error_code: int = ...,
+            transactional_id: str = ...,
+            transaction_state: str = ...,
+            transaction_timeout_ms: int = ...,
+            transaction_start_time_ms: int = ...,
+            producer_id: int = ...,
+            producer_epoch: int = ...,
+            topics: list[TopicData] = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    transaction_states: list[TransactionState]
+    def __init__(
+        self,
+        *,
+        version: int,
+        throttle_time_ms: int = ...,
+        transaction_states: list[TransactionState] = ...,
+    ) -> None: ...
+    @property
+    def version(self) -> int | None: ...
+    def encode(self, *args: Any, **kwargs: Any) -> bytes: ...
+
 class DescribeUserScramCredentialsResponse:
     class DescribeUserScramCredentialsResult:
         class CredentialInfo:
@@ -1213,6 +1324,37 @@ class ListOffsetsResponse:
         version: int,
         throttle_time_ms: int = ...,
         topics: list[ListOffsetsTopicResponse] = ...,
+    ) -> None: ...
+    @property
+    def version(self) -> int | None: ...
+    def encode(self, *args: Any, **kwargs: Any) -> bytes: ...
+
+class ListTransactionsResponse:
+    class TransactionState:
+        transactional_id: str
+        producer_id: int
+        transaction_state: str
+        def __init__(
+            self,
+            *,
+            version: int | None = None,
+            transactional_id: str = ...,
+            producer_id: int = ...,
+            transaction_state: str = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    unknown_state_filters: list[str]
+    transaction_states: list[TransactionState]
+    def __init__(
+        self,
+        *,
+        version: int,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        unknown_state_filters: list[str] = ...,
+        transaction_states: list[TransactionState] = ...,
     ) -> None: ...
     @property
     def version(self) -> int | None: ...
@@ -1674,6 +1816,51 @@ class TxnOffsetCommitResponse:
         version: int,
         throttle_time_ms: int = ...,
         topics: list[TxnOffsetCommitResponseTopic] = ...,
+    ) -> None: ...
+    @property
+    def version(self) -> int | None: ...
+    def encode(self, *args: Any, **kwargs: Any) -> bytes: ...
+
+class WriteTxnMarkersResponse:
+    class WritableTxnMarkerResult:
+        class WritableTxnMarkerTopicResult:
+            class WritableTxnMarkerPartitionResult:
+                partition_index: int
+                error_code: int
+                def __init__(
+                    self,
+                    *,
+                    version: int | None = None,
+                    partition_index: int = ...,
+                    error_code: int = ...,
+                ) -> None: ...
+
+            name: str
+            partitions: list[WritableTxnMarkerPartitionResult]
+            def __init__(
+                self,
+                *,
+                version: int | None = None,
+                name: str = ...,
+                partitions: list[WritableTxnMarkerPartitionResult] = ...,
+            ) -> None: ...
+
+        producer_id: int
+        topics: list[WritableTxnMarkerTopicResult]
+        def __init__(
+            self,
+            *,
+            version: int | None = None,
+            producer_id: int = ...,
+            topics: list[WritableTxnMarkerTopicResult] = ...,
+        ) -> None: ...
+
+    markers: list[WritableTxnMarkerResult]
+    def __init__(
+        self,
+        *,
+        version: int,
+        markers: list[WritableTxnMarkerResult] = ...,
     ) -> None: ...
     @property
     def version(self) -> int | None: ...
