@@ -11,6 +11,7 @@ One module per command group; `common` holds what they share (`CliError`,
     serve       kfs serve: the Kafka-protocol daemon
     clients     kfs produce / kfs consume (confluent-kafka)
     topics      kfs topics ...          groups    kfs groups ... (kfs_core.kafka_admin)
+    transactions  kfs transactions ...: open and hanging transactions (kafka-python's admin)
     segment     kfs segment dump        catalog   kfs catalog ...
     cluster     kfs cluster status / leases: the daemons' heartbeats and the partition leases
     partitions  kfs partitions reassign: move partitions by hand (kafka-reassign-partitions.sh)
@@ -45,6 +46,7 @@ from kfs_core.cli import (
     segment,
     serve,
     topics,
+    transactions,
     users,
 )
 from kfs_core.cli.common import operator_errors
@@ -71,6 +73,7 @@ for _command in (
     clients.consume,
     topics.topics,
     groups.groups,
+    transactions.transactions,
     segment.segment,
     catalog.catalog,
     cluster.cluster,

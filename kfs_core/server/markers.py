@@ -15,7 +15,6 @@ partition, INVALID_PRODUCER_EPOCH (a newer epoch already wrote there).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -23,10 +22,7 @@ from kfs_core.cluster.peers import PeerClient
 from kfs_core.cluster.view import ClusterView
 from kfs_core.errors import LogError, NotLeaderOrFollower, UnknownTopicOrPartition
 from kfs_core.log.producer_state import InvalidProducerEpoch
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.protocol.producer import WriteTxnMarkersRequest
+from kfs_core.server.protocol.messages import WriteTxnMarkersRequest
 
 __all__ = ["MARKER_TIMEOUT_S", "MarkerRouter"]
 
