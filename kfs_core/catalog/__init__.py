@@ -32,6 +32,7 @@ from kfs_core.catalog.actions import (
     SetTopicConfig,
     TakeLease,
     Tombstone,
+    carry_transactions,
 )
 from kfs_core.catalog.checkpoints import ExpireResult
 from kfs_core.catalog.commit import CommitResult, RetryPolicy
@@ -76,6 +77,7 @@ __all__ = [
     "TopicDescription",
     "TopicRecord",
     "TopicRegistry",
+    "carry_transactions",
     "validate_config",
     "validate_configs",
     "validate_topic_name",

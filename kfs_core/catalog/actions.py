@@ -335,6 +335,37 @@ class Commit(_Model):
     actions: tuple[Action, ...]
 
 
+def carry_transactions(
+    inputs: Sequence[SegmentEntry], outputs: Sequence[SegmentEntry]
+) -> list[SegmentEntry]:
+    """``outputs`` that replace ``inputs`` (in offset order), with their transaction fields.
+
+    A rewrite keeps every control batch, so each input's aborted transaction
+    goes to the output that holds its abort marker; the last output takes
+    the transactions open at the last input's end (only a partition's newest
+    segment is read for those).  Without this, a merged or compacted segment
+    would forget its aborted transactions and ``read_committed`` readers
+    would get their records.
+    """
+    aborted = sorted((a for entry in inputs for a in entry.aborted), key=lambda a: a.last_offset)
+    last_open = inputs[-1].open_txns if inputs else ()
+    carried: list[SegmentEntry] = []
+    for i, out in enumerate(outputs):
+        mine = tuple(a for a in aborted if out.base_offset <= a.last_offset <= out.last_offset)
+        open_txns = last_open if i == len(outputs) - 1 else ()
+        changed = mine or open_txns
+        carried.append(
+            out.model_copy(update={"aborted": mine, "open_txns": open_txns}) if changed else out
+        )
+    placed = sum(len(o.aborted) for o in carried)
+    if placed != len(aborted):
+        raise ValueError(
+            f"{len(aborted) - placed} aborted transaction(s) of the inputs have their marker "
+            "in no output"
+        )
+    return carried
+
+
 def encode_document(header: Mapping[str, Any], lists: Sequence[tuple[str, Sequence[str]]]) -> bytes:
     """``header`` as compact JSON, then each named list with one pre-encoded item a line."""
     return encode_document_blocks(

@@ -3,8 +3,13 @@
 `BatchRewriter` takes a partition's batches in offset order, each with the
 offsets to leave out, and emits the batches that replace them:
 
-- control and transactional batches, and empty ones, are copied byte for
-  byte (`key_compactable` is False: they never lose a record);
+- control batches and empty ones are copied byte for byte, and so are
+  transactional batches unless the rewriter knows the partition's aborted
+  transactions (`AbortedTransactions`; key compaction, below the last stable
+  offset, where every transaction has ended): then an aborted transaction's
+  batches are left out, as Kafka's cleaner removes them, and a committed
+  one's records are key-compacted like any others, their batch keeping its
+  header (producer id, epoch, sequence, transactional flag);
 - CreateTime batches (`rebatchable`) have their surviving records merged
   into new batches of about ``target_bytes`` uncompressed, by
   `kfs_core.records.merge.BatchMerger`, which moves records without decoding
@@ -20,21 +25,47 @@ renumbered.  Records without a key are never left out.  The compaction job
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 
 from kfs_core.records.batch import CREATE_TIME, decode_batch, reencode_batch
 from kfs_core.records.header import BatchHeader
 from kfs_core.records.merge import BatchMerger
 
-__all__ = ["BatchRewriter", "key_compactable", "rebatchable"]
+__all__ = ["AbortedTransactions", "BatchRewriter", "key_compactable", "rebatchable"]
 
 INT32_MAX = 2**31 - 1
 
 
-def key_compactable(header: BatchHeader) -> bool:
-    """Whether the batch's records enter the key map and may be dropped."""
-    return not (header.is_control or header.is_transactional)
+class AbortedTransactions:
+    """A partition's aborted transactions: which transactional batches they hold.
+
+    ``ranges`` are ``(producer id, first offset, last offset)``, the last
+    being the abort marker's (the catalog's ``AbortedRange``).
+    """
+
+    def __init__(self, ranges: Iterable[tuple[int, int, int]] = ()) -> None:
+        self._by_producer: dict[int, list[tuple[int, int]]] = {}
+        for producer_id, first, last in ranges:
+            self._by_producer.setdefault(producer_id, []).append((first, last))
+
+    def holds(self, header: BatchHeader) -> bool:
+        """Whether the transactional batch ``header`` is one of an aborted transaction."""
+        spans = self._by_producer.get(header.producer_id, ())
+        return any(first <= header.base_offset <= last for first, last in spans)
+
+
+def key_compactable(header: BatchHeader, aborted: AbortedTransactions | None = None) -> bool:
+    """Whether the batch's records enter the key map and may be dropped.
+
+    Transactional batches do only where the aborted transactions are known
+    (``aborted``), and then only a committed transaction's.
+    """
+    if header.is_control:
+        return False
+    if header.is_transactional:
+        return aborted is not None and not aborted.holds(header)
+    return True
 
 
 def rebatchable(header: BatchHeader) -> bool:
@@ -109,11 +140,14 @@ class BatchRewriter:
         target_bytes: int,
         emit: Callable[[bytes], None],
         compression_level: int | None = None,
+        aborted: AbortedTransactions | None = None,
     ) -> None:
         self._codec = codec
         self._level = compression_level
         self._emit = emit
         self._rebatcher = _Rebatcher(codec, target_bytes, emit, compression_level)
+        self._aborted = aborted
+        self.aborted_batches = 0  # left out: their transaction was aborted
 
     def add(
         self,
@@ -128,6 +162,18 @@ class BatchRewriter:
         True when the batch was copied byte for byte (control, transactional
         or empty).  The CRC is not checked here: the caller verified the bytes.
         """
+        aborted = self._aborted
+        if (
+            aborted is not None
+            and header.is_transactional
+            and not header.is_control
+            and aborted.holds(header)
+        ):
+            self.aborted_batches += 1
+            return False
+        if header.is_transactional and not header.is_control and aborted is not None:
+            # A committed transaction's batch keeps its header, whatever it loses.
+            return self._filter_whole(buf, position, header, drop, object_name)
         if not key_compactable(header) or header.record_count == 0:
             self._rebatcher.flush()  # keep the order of offsets
             self._emit(bytes(buf[position : position + header.total_size]))
@@ -146,6 +192,25 @@ class BatchRewriter:
             self._emit(
                 reencode_batch(batch, self._codec, records=kept, compression_level=self._level)
             )
+        return False
+
+    def _filter_whole(
+        self,
+        buf: memoryview,
+        position: int,
+        header: BatchHeader,
+        drop: AbstractSet[int],
+        object_name: str,
+    ) -> bool:
+        self._rebatcher.flush()  # keep the order of offsets
+        offsets = range(header.base_offset, header.base_offset + header.last_offset_delta + 1)
+        if not drop or not any(o in drop for o in offsets):
+            self._emit(bytes(buf[position : position + header.total_size]))
+            return True
+        batch = decode_batch(buf, position, verify_crc=False, object_name=object_name)
+        kept = [r for r in batch.records if r.key is None or r.offset not in drop]
+        if kept:
+            self._emit(reencode_batch(batch, records=kept, compression_level=self._level))
         return False
 
     def flush(self) -> None:

@@ -49,9 +49,16 @@ cleaner (``kafka.log.LogCleaner``):
 - Records without a key are kept.  Kafka refuses them on produce to a
   compacted topic and its cleaner drops any it finds; KFS is lenient, because
   dropping data a client was told was written would surprise more.
-- Transactional and control batches are copied whole and stay out of the key
-  map: telling committed from aborted data needs the transaction index Kafka
-  keeps and KFS does not, and keeping them keeps more records, never fewer.
+- Transactions, as Kafka's cleaner treats them: nothing at or above the last
+  stable offset (the first offset of a transaction still open in the newest
+  segment) is cleanable, so every transaction below it has ended.  An
+  aborted transaction's batches (the catalog's ``aborted`` entries name
+  them) are removed; a committed one's records enter the key map like any
+  others, their batch keeping its header (producer id, epoch, sequence,
+  transactional flag).  Control batches (the markers) are always kept, and
+  each output carries the ``aborted`` entries whose marker it holds
+  (`kfs_core.catalog.carry_transactions`), so ``read_committed`` reads stay
+  right after a merge or a compaction.
 - Offsets are never renumbered: survivors keep offset, timestamp, key, value
   and headers; dropped records leave gaps.
 
@@ -70,8 +77,9 @@ reads producer state back from segments).  Records are moved without being
 decoded: `kfs_core.records.merge.BatchMerger` rewrites each one's offset and
 timestamp deltas and copies the rest of its bytes (checking its structure as
 decoding would), and each new batch is compressed once, by a compressor
-reused across batches.  Control and transactional batches,
-and empty batches, are copied byte for byte; LogAppendTime batches keep their
+reused across batches.  Control batches, transactional batches that lose
+no record, and empty batches, are copied byte for byte; a transactional
+batch that loses some keeps its own header and boundaries; LogAppendTime batches keep their
 own boundaries and header and are only recompressed (and filtered).  A source
 batch whose records are all dropped disappears.  Outputs start at their
 group's first base offset and are cut before they would exceed

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kfs_core.catalog import PartitionCatalog, SegmentEntry, layout
+from kfs_core.catalog import PartitionCatalog, SegmentEntry, carry_transactions, layout
 from kfs_core.errors import CatalogCommitConflict, KfsError, ReplaceConflict
 from kfs_core.storage import ObjectStore
 from spark_jobs.common import JobContext
@@ -71,15 +71,16 @@ def commit_partition(
     outcome = PartitionOutcome(plan, ERROR, results=list(results))
     outputs = outcome.outputs
     catalog = PartitionCatalog(store, namespace, plan.topic, plan.partition)
+    inputs = [d.entry for d in plan.inputs]
     try:
-        commit = catalog.replace([d.entry for d in plan.inputs], outputs)
+        commit = catalog.replace(inputs, carry_transactions(inputs, outputs))
     except (ReplaceConflict, CatalogCommitConflict) as exc:
         outcome.status = CONFLICT
         outcome.message = (
             f"{plan.topic}/{plan.partition} changed since planning ({exc}); nothing replaced, "
             f"{len(outputs)} outputs left as orphans, the next run plans again"
         )
-    except KfsError as exc:
+    except (KfsError, ValueError) as exc:
         outcome.message = f"commit failed: {type(exc).__name__}: {exc}"
     else:
         outcome.status = MERGED if plan.action == KIND_MERGE else COMPACTED

@@ -58,6 +58,8 @@ class PartitionPlan:
     cleaning_point_ms: int | None = None
     horizon_ms: int | None = None
     first_uncleanable_offset: int | None = None
+    # Key compaction: the partition's aborted transactions, (producer id, first, last offset).
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def inputs(self) -> tuple[SegmentDescriptor, ...]:
@@ -166,6 +168,12 @@ def plan_key_compaction(
         stop = next(
             (i for i, d in enumerate(candidates) if segment_time_ms(d) > now_ms - lag), stop
         )
+    # Nothing at or above the last stable offset is cleaned (Kafka's cleaner stops there
+    # too): an open transaction's outcome is not known yet.
+    open_txns = segments[-1].entry.open_txns if segments else ()
+    lso = min((o.first_offset for o in open_txns), default=None)
+    if lso is not None:
+        stop = next((i for i, d in enumerate(candidates) if d.last_offset >= lso), stop)
     cleanable = candidates[:stop]
     first_uncleanable = segments[stop].base_offset if stop < len(segments) else None
     clean_count = 0
@@ -194,11 +202,17 @@ def plan_key_compaction(
         cleaning_point_ms=cleaning_point,
         horizon_ms=horizon,
         first_uncleanable_offset=first_uncleanable,
+        aborted=tuple(
+            (a.producer_id, a.first_offset, a.last_offset)
+            for d in segments
+            for a in d.entry.aborted
+        ),
     )
     if dirty_bytes == 0:
         reason = "nothing dirty to clean"
         if len(candidates) > len(cleanable):
-            reason += f" before offset {first_uncleanable} (min.compaction.lag.ms={lag})"
+            why = f"min.compaction.lag.ms={lag}" if lso is None else "the last stable offset"
+            reason += f" before offset {first_uncleanable} ({why})"
         return _skip(plan, reason)
     if ratio < config.min_cleanable_dirty_ratio:
         return _skip(

@@ -62,6 +62,8 @@ def outcome_report(outcome: PartitionOutcome) -> dict[str, Any]:
             batches_out=outcome.total("batches_out"),
             batches_copied=outcome.total("batches_copied"),
         )
+        if outcome.total("aborted_batches"):
+            doc["aborted_batches_removed"] = outcome.total("aborted_batches")
     if outcome.orphans:
         doc["orphans"] = outcome.orphans
     return doc

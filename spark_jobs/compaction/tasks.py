@@ -22,7 +22,7 @@ from kfs_core.errors import KfsError
 from kfs_core.formats.segment import SegmentReader, SegmentWriter
 from kfs_core.maintenance_pause import is_paused
 from kfs_core.records import CODEC_ZSTD, decode_batch
-from kfs_core.records.rewrite import BatchRewriter, key_compactable
+from kfs_core.records.rewrite import AbortedTransactions, BatchRewriter, key_compactable
 from kfs_core.storage import ObjectStore
 from spark_jobs.common import SegmentDescriptor
 from spark_jobs.compaction.options import DEFAULT_ZSTD_LEVEL
@@ -55,6 +55,8 @@ class RewriteTask:
     suffix: str  # of every output key: "-m<run>" or "-c<run>"
     read_bytes_per_s: float
     compression_level: int | None = None  # None: the codec's default
+    # Key compaction: the partition's aborted transactions (`PartitionPlan.aborted`).
+    aborted: tuple[tuple[int, int, int], ...] | None = None
 
     @property
     def created_ms(self) -> int:
@@ -71,6 +73,7 @@ class KeyScanTask:
     clean: bool
     horizon_ms: int | None
     read_bytes_per_s: float
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 #: Rows of the key map DataFrame, one per keyed record of a cleanable segment.
@@ -98,6 +101,7 @@ class RewriteResult:
     batches_in: int = 0
     batches_out: int = 0
     batches_copied: int = 0
+    aborted_batches: int = 0  # left out: their transaction was aborted
     paused: bool = False
     error: str = ""
 
@@ -113,8 +117,9 @@ def scan_keys(
     throttle = throttle or ReadThrottle()
     reader = read_segment(store, d, throttle.bucket(task.read_bytes_per_s))
     name = d.segment_object_key
+    aborted = AbortedTransactions(task.aborted)
     for position, header in reader.iter_batches():
-        if not key_compactable(header) or header.record_count == 0:
+        if not key_compactable(header, aborted) or header.record_count == 0:
             continue
         batch = decode_batch(reader.data, position, verify_crc=False, object_name=name)
         for record in batch.records:
@@ -192,8 +197,9 @@ def rewrite_group(
 ) -> RewriteResult:
     """Rewrite one group into new segments without the offsets in ``drop`` (an executor task).
 
-    Records without a key and records of control or transactional batches are
-    never dropped (`kfs_core.records.rewrite.BatchRewriter`).  Errors are
+    Records without a key and control batches are never dropped; an aborted
+    transaction's batches are, where the task knows the aborted transactions
+    (`kfs_core.records.rewrite.BatchRewriter`).  Errors are
     returned in the result, not raised: one bad segment must not fail the
     Spark job.  ``throttle``: the Spark task's read budget (a fresh one when None).
     """
@@ -217,7 +223,10 @@ def _rewrite(
 ) -> None:
     bucket = throttle.bucket(task.read_bytes_per_s)
     outputs = _Outputs(store, task, result)
-    rewriter = BatchRewriter(task.codec, task.batch_bytes, outputs.append, task.compression_level)
+    aborted = None if task.aborted is None else AbortedTransactions(task.aborted)
+    rewriter = BatchRewriter(
+        task.codec, task.batch_bytes, outputs.append, task.compression_level, aborted
+    )
     for d in task.inputs:
         reader = read_segment(store, d, bucket)
         result.segments_in += 1
@@ -231,6 +240,7 @@ def _rewrite(
                 result.batches_copied += 1
     rewriter.flush()
     outputs.finish()
+    result.aborted_batches = rewriter.aborted_batches
 
 
 def read_segment(
@@ -305,12 +315,18 @@ def build_tasks(
                     suffix=run_suffix(mark, run_id),
                     read_bytes_per_s=read_bytes_per_s,
                     compression_level=output_level(plan.codec, compression_level),
+                    aborted=plan.aborted if plan.action == KIND_COMPACT else None,
                 )
             )
             if plan.action == KIND_COMPACT:
                 scans.extend(
                     KeyScanTask(
-                        group_id, d, d.key in plan.clean_keys, plan.horizon_ms, read_bytes_per_s
+                        group_id,
+                        d,
+                        d.key in plan.clean_keys,
+                        plan.horizon_ms,
+                        read_bytes_per_s,
+                        plan.aborted,
                     )
                     for d in group
                 )

@@ -18,7 +18,13 @@ from kfs_core.catalog import (
     SetLogStartOffset,
     SetTopicConfig,
 )
-from kfs_core.catalog.actions import decode_commit, encode_commit
+from kfs_core.catalog.actions import (
+    AbortedRange,
+    OpenTransaction,
+    carry_transactions,
+    decode_commit,
+    encode_commit,
+)
 from kfs_core.errors import CorruptCatalog
 from tests.catalog.conftest import seg
 
@@ -178,3 +184,18 @@ def test_a_copied_segment_entry_is_validated_and_the_shared_fields_set_unchanged
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
         entry.model_copy(update={"colour": "red"})
     assert seg(20).model_fields_set == set(SegmentEntry.model_fields)
+
+
+def test_rewritten_segments_carry_their_inputs_transactions() -> None:
+    aborted = AbortedRange(producer_id=4, first_offset=3, last_offset=12)
+    still_open = OpenTransaction(producer_id=5, first_offset=25)
+    inputs = [
+        seg(0),
+        seg(10).model_copy(update={"aborted": (aborted,)}),
+        seg(20).model_copy(update={"open_txns": (still_open,)}),
+    ]
+    outputs = carry_transactions(inputs, [seg(0, 15, suffix="-c1"), seg(15, 15, suffix="-c1")])
+    assert [(o.aborted, o.open_txns) for o in outputs] == [((aborted,), ()), ((), (still_open,))]
+    # An abort marker that no output holds is an error, never a silently lost entry.
+    with pytest.raises(ValueError, match="marker in no output"):
+        carry_transactions(inputs, [seg(0, 5, suffix="-c1"), seg(20, 10, suffix="-c1")])

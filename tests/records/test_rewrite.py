@@ -16,7 +16,12 @@ from kfs_core.records.batch import (
 )
 from kfs_core.records.codecs import CODEC_NONE, CODEC_ZSTD
 from kfs_core.records.header import read_batch_header
-from kfs_core.records.rewrite import BatchRewriter, key_compactable, rebatchable
+from kfs_core.records.rewrite import (
+    AbortedTransactions,
+    BatchRewriter,
+    key_compactable,
+    rebatchable,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -29,10 +34,14 @@ def records(base: int, count: int) -> list[Record]:
 
 
 def rewrite(
-    batches: list[bytes], drop: set[int], target: int = 1 << 20, codec: int = CODEC_ZSTD
+    batches: list[bytes],
+    drop: set[int],
+    target: int = 1 << 20,
+    codec: int = CODEC_ZSTD,
+    aborted: AbortedTransactions | None = None,
 ) -> tuple[list[bytes], list[bool]]:
     out: list[bytes] = []
-    rewriter = BatchRewriter(codec, target, out.append)
+    rewriter = BatchRewriter(codec, target, out.append, aborted=aborted)
     copied = []
     for batch in batches:
         view = memoryview(batch)
@@ -70,6 +79,23 @@ def test_control_and_transactional_batches_are_copied_whole_in_order() -> None:
     assert offsets(out[2]) == [5]
     header = read_batch_header(memoryview(txn))
     assert not key_compactable(header) and not rebatchable(header)
+
+
+def test_with_the_aborted_transactions_known_committed_ones_compact_and_aborted_ones_go() -> None:
+    committed = encode_batch(records(0, 3), base_sequence=10, **TXN)
+    aborted = encode_batch(records(3, 2), base_offset=3, base_sequence=13, **TXN)
+    marker = Record(5, TS, encode_control_key(CONTROL_COMMIT), struct.pack(">hi", 0, 1))
+    control = encode_batch([marker], base_offset=5, is_control=True, **TXN)
+    index = AbortedTransactions([(7, 3, 5)])
+    out, copied = rewrite([committed, aborted, control], drop={1, 3}, aborted=index)
+    assert copied == [False, False, True]
+    assert [offsets(b) for b in out] == [[0, 2], [5]]
+    kept = read_batch_header(memoryview(out[0]))
+    # The committed batch keeps its header: producer, epoch, sequence, transactional.
+    assert (kept.producer_id, kept.producer_epoch, kept.base_sequence) == (7, 0, 10)
+    assert kept.is_transactional and kept.last_offset == 2
+    assert key_compactable(kept, index) and not key_compactable(kept)
+    assert not key_compactable(read_batch_header(memoryview(aborted)), index)
 
 
 def test_log_append_time_batches_keep_their_boundaries_and_lose_dropped_records() -> None:

@@ -22,12 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicConfig, TopicRegistry, layout
+from kfs_core.catalog.actions import AbortedRange, OpenTransaction
 from kfs_core.formats.index import IndexReader
 from kfs_core.formats.index_check import check_index
 from kfs_core.formats.segment import SegmentReader, SegmentWriter
 from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.records import CODEC_NONE, CODEC_ZSTD, Record, decode_batch, encode_batch
-from kfs_core.records.batch import CONTROL_COMMIT, encode_control_key
+from kfs_core.records.batch import CONTROL_ABORT, CONTROL_COMMIT, encode_control_key
 from kfs_core.storage import ObjectStore
 from kfs_core.storage.local import LocalObjectStore
 from spark_jobs import common, compaction, validation
@@ -682,9 +683,10 @@ def test_dirty_ratio_gates_the_cleaning(spark: Any, local_store: ObjectStore) ->
     assert read_partition(store, "kv")[0] == log.records()
 
 
-def test_compacted_topic_keeps_keyless_and_transactional_records(
+def test_compacted_topic_keeps_keyless_records_and_markers(
     spark: Any, local_store: ObjectStore
 ) -> None:
+    """A committed transaction's records are key-compacted like any others; markers stay."""
     store = local_store
     create_topic(store, "kv", cleanup_policy="compact", compression_type="gzip")
     txn = dict(producer_id=5, producer_epoch=0, is_transactional=True)
@@ -704,11 +706,10 @@ def test_compacted_topic_keeps_keyless_and_transactional_records(
 
     summary = run(store, spark)
 
-    assert summary["counts"]["records_removed"] == 2  # a=1 and a=2
+    assert summary["counts"]["records_removed"] == 3  # a=1, a=2 and the committed a=txn-old
     records, outputs = read_partition(store, "kv")
     assert [(r.offset, r.key, r.value) for r in records] == [
         (1, None, b"x"),
-        (3, b"a", b"txn-old"),  # transactional: copied whole, never in the key map
         (4, None, b"txn-keyless"),
         (5, marker.key, marker.value),
         (6, b"a", b"3"),
@@ -716,10 +717,59 @@ def test_compacted_topic_keeps_keyless_and_transactional_records(
         (8, b"z", b"newest"),
     ]
     batches = raw_batches(store, "kv")
-    assert all(b in batches for b in special)
+    assert all(b in batches for b in special[1:])  # untouched transactional batches: as they were
     assert outputs[0].base_offset == 0 and outputs[0].codec == 0  # gzip mixed with copies
     assert_valid(spark, store)
     assert run(store, spark)["counts"]["partitions_compacted"] == 0  # a rerun: nothing dirty
+
+
+def test_compaction_removes_aborted_transactions_and_carries_their_index(
+    spark: Any, local_store: ObjectStore
+) -> None:
+    """As Kafka's cleaner: an aborted transaction's records go; its abort marker and entry stay."""
+    store = local_store
+    create_topic(store, "kv", cleanup_policy="compact")
+    txn = dict(producer_id=9, producer_epoch=0, is_transactional=True)
+    abort = Record(4, BASE, encode_control_key(CONTROL_ABORT), struct.pack(">hi", 0, 1))
+    aborted = (AbortedRange(producer_id=9, first_offset=2, last_offset=4),)
+    entries = [
+        seal(store, "kv", 0, [batch_of([Record(0, BASE, b"a", b"1"), Record(1, BASE, b"b", b"1")])]),
+        seal(store, "kv", 0, [
+            batch_of([Record(2, BASE, b"a", b"aborted"), Record(3, BASE, b"c", b"aborted")], **txn),
+            batch_of([abort], is_control=True, **txn),
+        ]).model_copy(update={"aborted": aborted}),
+        seal(store, "kv", 0, [batch_of([Record(5, BASE, b"a", b"2")])]),
+        seal(store, "kv", 0, [batch_of([Record(6, BASE, b"z", b"newest")])]),
+    ]  # fmt: skip
+    PartitionCatalog(store, NS, "kv", 0).add_segments(entries)
+
+    summary = run(store, spark)
+
+    records, segments = read_partition(store, "kv")
+    assert [(r.offset, r.key, r.value) for r in records] == [
+        (1, b"b", b"1"),
+        (4, abort.key, abort.value),
+        (5, b"a", b"2"),
+        (6, b"z", b"newest"),
+    ]
+    assert partition_report(summary, "kv")["aborted_batches_removed"] == 1
+    assert [s.aborted for s in segments if s.base_offset <= 4 <= s.last_offset] == [aborted]
+    assert_valid(spark, store)
+
+
+def test_nothing_at_or_above_the_last_stable_offset_is_cleaned() -> None:
+    dirty = [descriptor(10 * i, ts=BASE + i) for i in range(5)]
+    newest = dirty[-1].entry.model_copy(
+        update={"open_txns": (OpenTransaction(producer_id=3, first_offset=25),)}
+    )
+    segments = [*dirty[:-1], SegmentDescriptor(NS, "t", 0, newest)]
+    cfg = config(cleanup_policy="compact", min_cleanable_dirty_ratio=0)
+    plan = plan_key_compaction("t", 0, 7, segments, cfg, NOW)
+    assert [d.base_offset for d in plan.inputs] == [0, 10]  # 20..29 holds the open transaction
+    assert plan.first_uncleanable_offset == 20
+    held = plan_key_compaction("t", 0, 7, [segments[2], segments[-1]], cfg, NOW)
+    assert held.action == compaction.SKIP
+    assert "the last stable offset" in held.reason
 
 
 # --- races, faults, pause, dry run ---------------------------------------------------------------
