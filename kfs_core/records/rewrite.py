@@ -18,8 +18,9 @@ offsets to leave out, and emits the batches that replace them:
 - LogAppendTime batches (and any with a delete horizon) keep their own
   boundaries and header: decoded, filtered and re-encoded with the new codec.
 
-A batch whose records are all left out disappears; offsets are never
-renumbered.  Records without a key are never left out.  The compaction job
+A batch whose records are all left out disappears, unless the caller marks
+it its producer's last (``keep_header``): then it stays, empty, with its
+header; offsets are never renumbered.  Records without a key are never left out.  The compaction job
 (``spark_jobs.compaction``) reads the segments and writes what is emitted.
 """
 
@@ -156,24 +157,29 @@ class BatchRewriter:
         header: BatchHeader,
         drop: AbstractSet[int],
         object_name: str,
+        *,
+        keep_header: bool = False,
     ) -> bool:
         """Rewrite the batch at ``buf[position:]`` without the offsets in ``drop``.
 
         True when the batch was copied byte for byte (control, transactional
         or empty).  The CRC is not checked here: the caller verified the bytes.
+        ``keep_header``: the batch is its producer's last (Kafka's cleaner
+        keeps it, empty if it must, so that the producer's last sequence and
+        epoch survive): it keeps its own header and boundaries, whatever it loses.
         """
         aborted = self._aborted
-        if (
-            aborted is not None
-            and header.is_transactional
-            and not header.is_control
-            and aborted.holds(header)
-        ):
-            self.aborted_batches += 1
-            return False
-        if header.is_transactional and not header.is_control and aborted is not None:
+        data_batch = header.producer_id >= 0 and not header.is_control
+        if data_batch and header.is_transactional and aborted is not None:
+            if aborted.holds(header):
+                self.aborted_batches += 1
+                if keep_header:
+                    self._filter_whole(buf, position, header, None, object_name, keep_empty=True)
+                return False
             # A committed transaction's batch keeps its header, whatever it loses.
             return self._filter_whole(buf, position, header, drop, object_name)
+        if keep_header and data_batch and key_compactable(header):
+            return self._filter_whole(buf, position, header, drop, object_name, keep_empty=True)
         if not key_compactable(header) or header.record_count == 0:
             self._rebatcher.flush()  # keep the order of offsets
             self._emit(bytes(buf[position : position + header.total_size]))
@@ -199,17 +205,24 @@ class BatchRewriter:
         buf: memoryview,
         position: int,
         header: BatchHeader,
-        drop: AbstractSet[int],
+        drop: AbstractSet[int] | None,
         object_name: str,
+        *,
+        keep_empty: bool = False,
     ) -> bool:
+        """The batch with its own header and boundaries; ``drop`` None: without any record."""
         self._rebatcher.flush()  # keep the order of offsets
         offsets = range(header.base_offset, header.base_offset + header.last_offset_delta + 1)
-        if not drop or not any(o in drop for o in offsets):
+        if drop is not None and not any(o in drop for o in offsets):
             self._emit(bytes(buf[position : position + header.total_size]))
             return True
         batch = decode_batch(buf, position, verify_crc=False, object_name=object_name)
-        kept = [r for r in batch.records if r.key is None or r.offset not in drop]
-        if kept:
+        kept = (
+            []
+            if drop is None
+            else [r for r in batch.records if r.key is None or r.offset not in drop]
+        )
+        if kept or keep_empty:
             self._emit(reencode_batch(batch, records=kept, compression_level=self._level))
         return False
 

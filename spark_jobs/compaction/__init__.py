@@ -71,9 +71,12 @@ never above ``max.message.bytes``) compressed with ``compression.type``
 default, see `DEFAULT_ZSTD_LEVEL`).  A new batch spans its source batches' offsets
 exactly (base offset of the first, last offset delta to the last), records
 keep their offsets, timestamps, keys, values, headers and leader epoch;
-only CreateTime batches of one leader epoch are merged, and the producer id
-and sequence of non-transactional batches are not kept (KFS's daemon never
-reads producer state back from segments).  Records are moved without being
+only CreateTime batches of one leader epoch are merged, and a merged batch
+has no producer id.  Each producer's last batch in an input segment keeps
+its own header and boundaries (empty, if it loses every record), as Kafka's
+cleaner keeps a producer's last batch: a daemon that rebuilds producer state
+from the segments (a takeover, a lost snapshot) still knows the producer's
+epoch and last sequence, and deduplicates its retries.  Records are moved without being
 decoded: `kfs_core.records.merge.BatchMerger` rewrites each one's offset and
 timestamp deltas and copies the rest of its bytes (checking its structure as
 decoding would), and each new batch is compressed once, by a compressor

@@ -22,6 +22,7 @@ from kfs_core.errors import KfsError
 from kfs_core.formats.segment import SegmentReader, SegmentWriter
 from kfs_core.maintenance_pause import is_paused
 from kfs_core.records import CODEC_ZSTD, decode_batch
+from kfs_core.records.header import BatchHeader
 from kfs_core.records.rewrite import AbortedTransactions, BatchRewriter, key_compactable
 from kfs_core.storage import ObjectStore
 from spark_jobs.common import SegmentDescriptor
@@ -233,14 +234,33 @@ def _rewrite(
         result.bytes_in += d.size_bytes
         result.index_bytes_in += d.index_size_bytes
         name = d.segment_object_key
-        for position, header in reader.iter_batches():
+        batches = list(reader.iter_batches())
+        last_batches = _last_batch_of_each_producer(batches)
+        for position, header in batches:
             result.batches_in += 1
             result.records_in += header.record_count
-            if rewriter.add(reader.data, position, header, drop, name):
+            keep_header = position in last_batches
+            if rewriter.add(reader.data, position, header, drop, name, keep_header=keep_header):
                 result.batches_copied += 1
     rewriter.flush()
     outputs.finish()
     result.aborted_batches = rewriter.aborted_batches
+
+
+def _last_batch_of_each_producer(batches: Sequence[tuple[int, BatchHeader]]) -> set[int]:
+    """The positions of each producer's last data batch in a segment.
+
+    Kafka's cleaner keeps a producer's last batch (empty if it must) so the
+    producer's last sequence and epoch outlive compaction: a daemon that
+    rebuilds producer state from the segments (a takeover, a lost snapshot)
+    still knows the producer, and deduplicates its retries.  Here the last
+    of each input segment is kept, a few more than Kafka keeps.
+    """
+    last: dict[int, int] = {}
+    for position, header in batches:
+        if header.producer_id >= 0 and not header.is_control:
+            last[header.producer_id] = position
+    return set(last.values())
 
 
 def read_segment(

@@ -26,9 +26,11 @@ from kfs_core.catalog.actions import AbortedRange, OpenTransaction
 from kfs_core.formats.index import IndexReader
 from kfs_core.formats.index_check import check_index
 from kfs_core.formats.segment import SegmentReader, SegmentWriter
+from kfs_core.log.producer_state import ProducerStateTable
 from kfs_core.maintenance_pause import set_emergency_flag
 from kfs_core.records import CODEC_NONE, CODEC_ZSTD, Record, decode_batch, encode_batch
 from kfs_core.records.batch import CONTROL_ABORT, CONTROL_COMMIT, encode_control_key
+from kfs_core.records.header import read_batch_header
 from kfs_core.storage import ObjectStore
 from kfs_core.storage.local import LocalObjectStore
 from spark_jobs import common, compaction, validation
@@ -754,6 +756,37 @@ def test_compaction_removes_aborted_transactions_and_carries_their_index(
     ]
     assert partition_report(summary, "kv")["aborted_batches_removed"] == 1
     assert [s.aborted for s in segments if s.base_offset <= 4 <= s.last_offset] == [aborted]
+    assert_valid(spark, store)
+
+
+def test_a_producers_last_batch_outlives_compaction(spark: Any, local_store: ObjectStore) -> None:
+    """Kept empty, as Kafka's cleaner keeps it: producer state rebuilt from segments knows it."""
+    store = local_store
+    create_topic(store, "kv", cleanup_policy="compact")
+    idem = dict(producer_id=5, producer_epoch=2)
+    entries = [
+        seal(store, "kv", 0, [
+            batch_of([Record(0, BASE, b"a", b"1")], base_sequence=0, **idem),
+            batch_of([Record(1, BASE, b"b", b"1"), Record(2, BASE, b"c", b"1")], base_sequence=1, **idem),
+        ]),
+        seal(store, "kv", 0, [batch_of([Record(3, BASE, b"a", b"2"), Record(4, BASE, b"b", b"2"), Record(5, BASE, b"c", b"2")])]),
+        seal(store, "kv", 0, [batch_of([Record(6, BASE, b"z", b"newest")])]),
+    ]  # fmt: skip
+    PartitionCatalog(store, NS, "kv", 0).add_segments(entries)
+
+    run(store, spark)
+
+    records, _ = read_partition(store, "kv")
+    assert [r.offset for r in records] == [3, 4, 5, 6]
+    headers = [read_batch_header(memoryview(b)) for b in raw_batches(store, "kv")]
+    kept = [h for h in headers if h.producer_id == 5]
+    assert [(h.base_offset, h.record_count, h.base_sequence, h.last_offset) for h in kept] == [
+        (1, 0, 1, 2)
+    ]
+    table = ProducerStateTable("kv-0")
+    table.replay(headers, NOW)
+    [entry] = [e for e in table.entries() if e.producer_id == 5]
+    assert (entry.epoch, entry.last_seq, entry.last_offset) == (2, 2, 2)
     assert_valid(spark, store)
 
 
