@@ -12,6 +12,8 @@
   the coordinator; its records never reach a ``read_committed`` consumer.
 * The coordinator's state survives a restart: a committed transaction stays
   committed, and the id goes on at the next epoch.
+* aiokafka's and kafka-python's transactional producers commit, abort and
+  send offsets with a transaction.
 * Operators (KIP-664, kafka-python's admin client): ListTransactions,
   DescribeTransactions and DescribeProducers show a hanging transaction;
   WriteTxnMarkers aborts it on its partition, as ``kafka-transactions.sh
@@ -20,16 +22,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiokafka
 import confluent_kafka
 import pytest
-from kafka import KafkaAdminClient, TopicPartition
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin._transactions import AbortTransactionSpec
+from kafka.structs import OffsetAndMetadata
 
 from testkit.waiting import wait_for
 from tests.server.conftest import ThreadedServer, create_topic, inprocess_settings
@@ -294,3 +300,72 @@ def test_operators_list_describe_and_abort_a_hanging_transaction(server: Threade
         assert state.current_transaction_start_offset == -1
     finally:
         admin.close()
+
+
+def test_aiokafka_and_kafka_python_transactional_producers(server: ThreadedServer) -> None:
+    """The two pure-Python clients' transactions: commit, abort, offsets sent with a commit."""
+    topic = create_topic(server.bootstrap, 2, prefix="pyclients")
+
+    async def with_aiokafka() -> None:
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=server.bootstrap, transactional_id="tx-aiokafka"
+        )
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait(topic, b"aiokafka-committed", partition=0)
+            with contextlib.suppress(RuntimeError):
+                async with producer.transaction():
+                    await producer.send_and_wait(topic, b"aiokafka-aborted", partition=1)
+                    raise RuntimeError("abort it")
+            async with producer.transaction():
+                await producer.send_and_wait(topic, b"aiokafka-again", partition=1)
+                await producer.send_offsets_to_transaction(
+                    {aiokafka.TopicPartition(topic, 0): 1}, "aiokafka-group"
+                )
+        finally:
+            await producer.stop()
+
+    asyncio.run(with_aiokafka())
+
+    kp = KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="tx-kafka-python")
+    kp.init_transactions()
+    kp.begin_transaction()
+    kp.send(topic, b"kafka-python-committed", partition=1)
+    kp.commit_transaction()
+    kp.begin_transaction()
+    kp.send(topic, b"kafka-python-aborted", partition=0)
+    kp.flush()  # in the log, then aborted
+    kp.abort_transaction()
+    kp.begin_transaction()
+    kp.send(topic, b"kafka-python-again", partition=0)
+    kp.send_offsets_to_transaction(
+        {TopicPartition(topic, 1): OffsetAndMetadata(2, "", -1)}, "kafka-python-group"
+    )
+    kp.commit_transaction()
+    kp.close()
+
+    committed = read_all(server.bootstrap, topic, 2, committed=True)
+    assert sorted(v for values in committed.values() for v in values) == sorted(
+        [b"aiokafka-committed", b"aiokafka-again", b"kafka-python-committed", b"kafka-python-again"]
+    )
+    everything = read_all(server.bootstrap, topic, 2, committed=False)
+    assert {b"aiokafka-aborted", b"kafka-python-aborted"} <= {
+        v for values in everything.values() for v in values
+    }
+    offsets = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        assert (
+            offsets.list_group_offsets("aiokafka-group")["aiokafka-group"][
+                TopicPartition(topic, 0)
+            ].offset
+            == 1
+        )
+        assert (
+            offsets.list_group_offsets("kafka-python-group")["kafka-python-group"][
+                TopicPartition(topic, 1)
+            ].offset
+            == 2
+        )
+    finally:
+        offsets.close()
