@@ -70,6 +70,7 @@ from kfs_core.groups.txn_log import TransactionLog, TxnRecord, TxnState
 __all__ = [
     "MarkerWriter",
     "TransactionCoordinator",
+    "TransactionMetrics",
     "TransactionSettings",
     "TxnMetadata",
 ]
@@ -118,6 +119,17 @@ class TxnMetadata:
             self.last_update_ms,
             self.start_ms,
         )
+
+
+@dataclass(frozen=True)
+class TransactionMetrics:
+    """The ``kfs_transactions_*`` metrics of this daemon's coordinator."""
+
+    transactional_ids: int  # coordinated here now (gauge)
+    open_transactions: int  # Ongoing, PrepareCommit or PrepareAbort (gauge)
+    commits: int
+    aborts: int
+    timed_out: int  # aborted by the coordinator past transaction.timeout.ms
 
 
 class MarkerWriter(Protocol):
@@ -574,6 +586,17 @@ class TransactionCoordinator:
         """
         await self._ready(transactional_id)
         return self.describe(transactional_id)
+
+    def metrics(self) -> TransactionMetrics:
+        """Counts for the metrics endpoint."""
+        open_states = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        return TransactionMetrics(
+            transactional_ids=len(self._txns),
+            open_transactions=sum(1 for t in self._txns.values() if t.state in open_states),
+            commits=self.commits,
+            aborts=self.aborts,
+            timed_out=self.timed_out,
+        )
 
     def transactions(self) -> Sequence[TxnMetadata]:
         """Every transactional id this daemon coordinates now, by id."""

@@ -911,6 +911,20 @@ class LogManager:
 
     # --- metrics ---------------------------------------------------------------
 
+    def open_transactions(self) -> list[tuple[str, int, int, int]]:
+        """``(topic, partition, open transactions, LSO lag)`` of each partition held open by one.
+
+        The lag is the high watermark minus the last stable offset: the
+        records ``read_committed`` readers wait for.
+        """
+        out = []
+        for (topic, partition), p in sorted(self._table.partitions.items()):
+            count = len(p.txns.open_transactions())
+            if count:
+                lag = p.high_watermark - p.txns.last_stable_offset(p.high_watermark)
+                out.append((topic, partition, count, lag))
+        return out
+
     def metrics(self) -> LogMetrics:
         """A snapshot of the counters, with the gauges filled in."""
         return dataclasses.replace(

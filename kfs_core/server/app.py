@@ -85,6 +85,7 @@ from kfs_core.server.broker import CLIENT_HOST, Broker, cluster_id_for, error_re
 from kfs_core.server.metrics import (
     CountersCollector,
     InstrumentedStore,
+    LabelledGauges,
     OpsHttpServer,
     ServerMetrics,
 )
@@ -536,6 +537,23 @@ class KfsServer:
                 gauges=LOG_GAUGES,
             )
         )
+        self.metrics.add_collector(
+            LabelledGauges(
+                ("topic", "partition"),
+                (
+                    (
+                        "kfs_partition_open_transactions",
+                        "Transactions open on a partition (only partitions with one)",
+                    ),
+                    (
+                        "kfs_partition_lso_lag",
+                        "High watermark minus last stable offset: what read_committed "
+                        "readers wait for (only partitions with an open transaction)",
+                    ),
+                ),
+                partition_log.open_transactions,
+            )
+        )
 
     def listener_port(self, protocol: SecurityProtocol) -> int:
         """The port the listener of ``protocol`` is bound to."""
@@ -585,6 +603,14 @@ class KfsServer:
             peer_tls=tls_files(s),
         )
         self.broker = Broker(options, partition_log, self.metrics, cluster=self._keeper)
+        self.metrics.add_collector(
+            CountersCollector(
+                "kfs_transactions",
+                self.broker.transactions.metrics,
+                "Transaction coordinator",
+                gauges=("transactional_ids", "open_transactions"),
+            )
+        )
         assert self._store is not None
         self.broker.users = UserStore(self._store, s.namespace)
         if any(listener.protocol.sasl for listener, _ in self._kafka_servers):

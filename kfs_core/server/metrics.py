@@ -50,6 +50,7 @@ from kfs_core.storage.base import ByteRange, ObjectInfo, ObjectStore
 __all__ = [
     "CountersCollector",
     "InstrumentedStore",
+    "LabelledGauges",
     "OpsHttpServer",
     "ServerMetrics",
     "numeric_fields",
@@ -315,6 +316,39 @@ class CountersCollector(Collector):
                 f"{self._doc}: {stem} hits / (hits + misses), 0 before the first lookup",
                 value=hits / total if total else 0.0,
             )
+
+
+class LabelledGauges(Collector):
+    """Gauges with labels, read at scrape time: ``read`` gives rows of label values, then values.
+
+    ``names`` pairs each value column with its metric name and help.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[str],
+        names: Sequence[tuple[str, str]],
+        read: Callable[[], Iterable[Sequence[Any]]],
+    ) -> None:
+        self._labels = list(labels)
+        self._names = list(names)
+        self._read = read
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            rows = list(self._read())
+        except Exception:  # a scrape must never take the daemon down
+            log.exception("reading %s failed", self._names[0][0])
+            return
+        width = len(self._labels)
+        for column, (name, documentation) in enumerate(self._names):
+            family = GaugeMetricFamily(name, documentation, labels=self._labels)
+            for row in rows:
+                family.add_metric([str(v) for v in row[:width]], float(row[width + column]))
+            yield family
 
 
 # --- object-store instrumentation -------------------------------------------

@@ -106,9 +106,13 @@ def test_an_open_transaction_is_listed_described_found_and_aborted(daemon: Daemo
     assert table(found, "Topic") == []
 
     assert end_offset(daemon, topic, 1) == 0  # held by the open transaction
+    assert daemon.metric("kfs_transactions_open_transactions") >= 1
+    assert daemon.metric(f'kfs_partition_lso_lag{{partition="1",topic="{topic}"}}') == 1
+    assert daemon.metric(f'kfs_partition_open_transactions{{partition="1",topic="{topic}"}}') == 1
     aborted = ok(daemon, "abort", "--topic", topic, "--partition", "1", "--start-offset", "0")
     assert f"producer {listed['ProducerId']}" in aborted
     assert end_offset(daemon, topic, 1) == 2
+    assert daemon.metric(f'kfs_partition_lso_lag{{partition="1",topic="{topic}"}}') == 0
     [after] = table(
         ok(daemon, "describe-producers", "--topic", topic, "--partition", "1"), "ProducerId"
     )

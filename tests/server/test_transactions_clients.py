@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -189,7 +190,7 @@ def test_offsets_sent_to_a_transaction_count_only_once_it_commits(server: Thread
 
 
 def test_a_second_producer_with_the_same_transactional_id_fences_the_first(
-    server: ThreadedServer,
+    server: ThreadedServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     topic = create_topic(server.bootstrap, 1, prefix="zombie")
     zombie = producer(server.bootstrap, "tx-zombie")
@@ -200,9 +201,15 @@ def test_a_second_producer_with_the_same_transactional_id_fences_the_first(
     successor.begin_transaction()
     successor.produce(topic, b"from the successor", partition=0)
     successor.commit_transaction(30)
-    with pytest.raises(confluent_kafka.KafkaException) as raised:
+    with (
+        caplog.at_level(logging.INFO, logger="kfs_core.server.apis.transactions"),
+        pytest.raises(confluent_kafka.KafkaException) as raised,
+    ):
         zombie.commit_transaction(30)
     error = raised.value.args[0]
+    # The daemon says why, once for this client.
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert any(("tx-zombie" in m and "FENCED" in m) or "EPOCH" in m for m in refusals), refusals
     assert error.fatal() or error.txn_requires_abort(), error
     assert error.code() in (
         confluent_kafka.KafkaError._FENCED,

@@ -20,11 +20,11 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.errors import TransactionError
 from kfs_core.security.acls import Operation, ResourceType
 from kfs_core.server.apis.access import CLUSTER_DENIED, Checker, Plan
-from kfs_core.server.apis.base import Api, error_code_for, log_failure
+from kfs_core.server.apis.base import Api, error_code_for
 from kfs_core.server.apis.error_bodies import schema_error_body
+from kfs_core.server.apis.transactions import count_refusal
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import ApiKey, InitProducerIdRequest
 from kfs_core.server.protocol.responses import InitProducerIdResponse
@@ -67,9 +67,13 @@ async def handle(
             code = error_code_for(exc)
             if code == ErrorCode.PRODUCER_FENCED and request.api_version < 4:
                 code = ErrorCode.INVALID_PRODUCER_EPOCH
-            context.count_error(ApiKey.INIT_PRODUCER_ID, code)
-            if not isinstance(exc, TransactionError):
-                log_failure(f"InitProducerId of {body.transactional_id!r}", exc, code)
+            count_refusal(
+                context,
+                ApiKey.INIT_PRODUCER_ID,
+                f"InitProducerId of {body.transactional_id!r}",
+                exc,
+                code,
+            )
             return error_body(request, code, str(exc), context.options)
         return InitProducerIdResponse(
             version=request.api_version,

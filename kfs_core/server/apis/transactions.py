@@ -23,8 +23,10 @@ v2, not offered.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.errors import TransactionError, UnknownTopicOrPartition
@@ -73,7 +75,10 @@ __all__ = [
     "LIST_TRANSACTIONS",
     "TXN_OFFSET_COMMIT",
     "WRITE_TXN_MARKERS",
+    "count_refusal",
 ]
+
+log = logging.getLogger(__name__)
 
 TXN_DENIED: Final = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
@@ -86,12 +91,33 @@ def fenced_code(exc: BaseException, version: int, fenced_from: int) -> ErrorCode
     return code
 
 
-def _failed(
+#: (client address, API, error code) refusals already logged; bounded, oldest forgotten.
+_LOGGED: OrderedDict[tuple[str, int, int], None] = OrderedDict()
+_LOGGED_MAX = 4096
+
+
+def count_refusal(
     context: RequestContext, api: ApiKey, what: str, exc: Exception, code: ErrorCode
 ) -> None:
+    """Count a refusal; log it at INFO once per client, API and error (a bug: as a failure)."""
     context.count_error(api, code)
     if not isinstance(exc, TransactionError):
         log_failure(what, exc, code)
+        return
+    key = (context.client_host, int(api), int(code))
+    if key in _LOGGED:
+        _LOGGED.move_to_end(key)
+        return
+    _LOGGED[key] = None
+    if len(_LOGGED) > _LOGGED_MAX:
+        _LOGGED.popitem(last=False)
+    log.info(
+        "%s from %s refused: %s (%s); logged once per client",
+        what,
+        context.client_host or "-",
+        code.name,
+        exc,
+    )
 
 
 # --- AddPartitionsToTxn --------------------------------------------------------------------
@@ -125,7 +151,7 @@ async def _add_partitions(
             )
         except Exception as exc:  # noqa: BLE001 - every partition answers the refusal
             code = fenced_code(exc, request.api_version, 2)
-            _failed(
+            count_refusal(
                 context, ApiKey.ADD_PARTITIONS_TO_TXN, f"AddPartitionsToTxn of {tid!r}", exc, code
             )
         codes = dict.fromkeys(wanted, code)
@@ -197,7 +223,7 @@ async def _add_offsets(context: RequestContext, request: Request[Any]) -> AddOff
         )
     except Exception as exc:  # noqa: BLE001 - the request's one error code
         code = fenced_code(exc, request.api_version, 2)
-        _failed(
+        count_refusal(
             context,
             ApiKey.ADD_OFFSETS_TO_TXN,
             f"AddOffsetsToTxn of {body.transactional_id!r}",
@@ -244,7 +270,7 @@ async def _end_txn(context: RequestContext, request: Request[Any]) -> EndTxnResp
         )
     except Exception as exc:  # noqa: BLE001 - the request's one error code
         code = fenced_code(exc, request.api_version, 2)
-        _failed(context, ApiKey.END_TXN, f"EndTxn of {body.transactional_id!r}", exc, code)
+        count_refusal(context, ApiKey.END_TXN, f"EndTxn of {body.transactional_id!r}", exc, code)
     return EndTxnResponse(version=request.api_version, throttle_time_ms=0, error_code=int(code))
 
 
@@ -306,7 +332,7 @@ async def _txn_offset_commit(
         code = ErrorCode.NONE
         if outcome is not None:
             code = fenced_code(outcome, request.api_version, 3)
-            _failed(
+            count_refusal(
                 context,
                 ApiKey.TXN_OFFSET_COMMIT,
                 f"TxnOffsetCommit of {body.group_id!r}",
@@ -385,7 +411,7 @@ async def _write_one_marker(
             await context.groups.complete_transaction(partition, marker.producer_id, commit)
     except Exception as exc:  # noqa: BLE001 - the partition's error code
         code = error_code_for(exc)
-        _failed(
+        count_refusal(
             context,
             ApiKey.WRITE_TXN_MARKERS,
             f"the marker of producer {marker.producer_id} to {topic}-{partition}",
@@ -545,7 +571,7 @@ async def _describe_transactions(
             txn = await context.transactions.describe_coordinated(tid)
         except Exception as exc:  # noqa: BLE001 - the id's error code
             code = error_code_for(exc)
-            _failed(
+            count_refusal(
                 context, ApiKey.DESCRIBE_TRANSACTIONS, f"DescribeTransactions of {tid!r}", exc, code
             )
             states.append(state_class(error_code=int(code), transactional_id=tid))
@@ -601,7 +627,7 @@ async def _describe_partition_producers(context: RequestContext, topic: str, par
         producers = await context.log.producers(topic, partition)
     except Exception as exc:  # noqa: BLE001 - the partition's error code
         code = error_code_for(exc)
-        _failed(
+        count_refusal(
             context,
             ApiKey.DESCRIBE_PRODUCERS,
             f"DescribeProducers of {topic}-{partition}",
