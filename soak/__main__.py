@@ -2,10 +2,13 @@
 
     python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--maintenance-rounds 20] [--fuzz-cases 50000] [--skip-decoder-fuzz]
                    [--failover-cycles 100] [--failover-pauses 5] [--network-cuts 10] [--failover-only] [--maintenance-move-rounds 10]
+                   [--eos-cycles 50]
                    [--only CAMPAIGN ...]
 
 - kill -9 cycles of a real `kfs serve` under load, in ``cautious`` and
   ``normal`` mode, over the local store and over S3 on a moto server;
+- exactly-once: a transactional consume-transform-produce app through kill
+  -9 of the daemon and crashes of its own, each input record's output once;
 - failover of three ``store``-mode daemons sharing a namespace: kill -9,
   SIGSTOP past the session timeout and a rolling restart on the local store,
   kill -9 on S3, each timed until every partition is served again;
@@ -44,6 +47,7 @@ from pathlib import Path
 
 from soak import (
     crash_cycles,
+    exactly_once,
     failover,
     maintenance_failover,
     maintenance_live,
@@ -63,6 +67,7 @@ CAMPAIGNS = (
     "failover",
     "network-cuts",
     "crash-cycles",
+    "exactly-once",
     "store-faults",
     "maintenance",
     "maintenance-move",
@@ -216,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the failover campaigns (with the network cuts)",
     )
     parser.add_argument(
+        "--eos-cycles",
+        type=int,
+        default=50,
+        help="faults (kill -9 of the daemon, a crash of the app) of the exactly-once campaign",
+    )
+    parser.add_argument(
         "--maintenance-move-rounds",
         type=int,
         default=10,
@@ -283,6 +294,20 @@ def main(argv: list[str] | None = None) -> int:
                     daemon.kill()
                     rows.append(row)
                     print(format_table([row]), flush=True)
+            if "exactly-once" in chosen and args.eos_cycles > 0:
+                daemon = factory.start(
+                    name="exactly-once", extra_args=["--flush-interval-ms", "50"]
+                )
+                row = exactly_once.run(
+                    daemon,
+                    cycles=args.eos_cycles,
+                    seed=seed,
+                    store="local",
+                    progress=lambda line: print(f"  exactly-once {line}", flush=True),
+                )
+                daemon.kill()
+                rows.append(row)
+                print(format_table([row]), flush=True)
             if "store-faults" in chosen:
                 rows.append(store_fault_row(factory, endpoint, seed))
             if "maintenance" in chosen:
