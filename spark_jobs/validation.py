@@ -19,7 +19,14 @@ What is checked, per live segment (in Spark executors, reading through
   count and size agree with the object (``catalog_ok``);
 - the index opens (magic, version, size, increasing entries) and every entry
   sits on a batch start with that batch's base offset (``index_ok``,
-  ``index_problems``).
+  ``index_problems``);
+- transactions (``txn_ok``, ``control_batches``): every control batch is
+  transactional and holds one marker (key version 0, type abort or commit;
+  value version 0 and the coordinator epoch); each aborted transaction the
+  catalog entry lists (``aborted``, what ``read_committed`` reads answer
+  from) has its abort marker, of its producer, at its last offset in this
+  segment, and starts at or before it; each transaction it lists open at
+  the segment's end starts at or before that end.
 
 Per partition, on the driver: adjacent live segments must not overlap
 (``overlap_prev``); gaps between them are allowed and counted
@@ -73,7 +80,9 @@ from kfs_core.errors import CorruptionError, ObjectNotFound
 from kfs_core.formats.index import IndexReader
 from kfs_core.formats.index_check import check_index
 from kfs_core.formats.segment import MAX_SEGMENT_SIZE, SEGMENT_OVERHEAD
-from kfs_core.formats.segment_check import check_segment_bytes
+from kfs_core.formats.segment_check import SegmentCheck, check_segment_bytes
+from kfs_core.records import decode_batch
+from kfs_core.records.batch import CONTROL_ABORT, CONTROL_COMMIT, parse_control_key
 from kfs_core.reports import VALIDATION_JOB, ValidationReport, validation_report_key
 from kfs_core.storage import ObjectStore
 from spark_jobs import common
@@ -110,7 +119,8 @@ RESULT_SCHEMA = (
     "body_crc_ok boolean, header_ok boolean, footer_ok boolean, batches_ok boolean, "
     "counts_ok boolean, catalog_ok boolean, index_ok boolean, index_missing boolean, "
     "index_problems int, index_interval int, segment_missing boolean, "
-    "overlap_prev boolean, gap_before long, offset_gaps int, orphan boolean, error string"
+    "overlap_prev boolean, gap_before long, offset_gaps int, orphan boolean, error string, "
+    "control_batches int, txn_ok boolean"
 )
 COLUMNS = tuple(part.strip().split(" ")[0] for part in RESULT_SCHEMA.split(","))
 
@@ -247,7 +257,54 @@ def _check_segment_bytes(data: bytes, name: str, d: SegmentDescriptor, row: _Row
         catalog.append(f"catalog size {d.size_bytes} bytes, object is {len(data)}")
     v["catalog_ok"] = not catalog
     row.errors.extend(catalog)
+    if check.batches_ok:
+        _check_transactions(data, check, d, row)
     return check.index_checkable
+
+
+def _check_transactions(data: bytes, check: SegmentCheck, d: SegmentDescriptor, row: _Row) -> None:
+    """Control batches and the catalog's transaction entries of one segment (``txn_ok``)."""
+    problems: list[str] = []
+    aborts: dict[int, int] = {}  # marker offset -> producer id
+    controls = 0
+    for batch in check.batches:
+        header = batch.header
+        if not header.is_control:
+            continue
+        controls += 1
+        where = f"control batch at offset {header.base_offset}"
+        if not header.is_transactional:
+            problems.append(f"{where} is not transactional")
+        try:
+            records = decode_batch(data, batch.position, verify_crc=False).records
+            if len(records) != 1:
+                raise ValueError(f"{len(records)} records, not one marker")
+            version, kind = parse_control_key(records[0].key)
+            value = records[0].value or b""
+            if version != 0 or kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+                raise ValueError(f"marker key version {version}, type {kind}")
+            if len(value) < 6 or int.from_bytes(value[:2], "big", signed=True) != 0:
+                raise ValueError("marker value is not version 0 with a coordinator epoch")
+        except (CorruptionError, ValueError) as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        if kind == CONTROL_ABORT:
+            aborts[records[0].offset] = header.producer_id
+    problems.extend(
+        f"aborted transaction of producer {a.producer_id} ({a.first_offset}..{a.last_offset}) "
+        f"has no abort marker of its producer at {a.last_offset}"
+        for a in d.entry.aborted
+        if aborts.get(a.last_offset) != a.producer_id or a.first_offset > a.last_offset
+    )
+    problems.extend(
+        f"open transaction of producer {o.producer_id} starts at {o.first_offset}, "
+        "after the segment ends"
+        for o in d.entry.open_txns
+        if o.first_offset > d.last_offset
+    )
+    row.values["control_batches"] = controls
+    row.values["txn_ok"] = not problems
+    row.errors.extend(problems)
 
 
 def _check_index_object(
@@ -507,6 +564,9 @@ def build_expectations(options: ValidationOptions) -> list[Check]:
          ExpectColumnValuesToBeInSet, in_set("index_missing", False)),
         ("index_ok", True, True, "index entries point at batch starts",
          ExpectColumnValuesToBeInSet, in_set("index_ok", True)),
+        ("transactions_ok", True, False,
+         "control batches are markers; the catalog's aborted transactions have theirs",
+         ExpectColumnValuesToBeInSet, in_set("txn_ok", True)),
         ("key_present", True, False, "every row names its object",
          ExpectColumnValuesToNotBeNull, {"column": "key"}),
         ("orphans", False, False, f"at most {options.max_orphans} orphan objects",
@@ -679,7 +739,7 @@ def _plain(value: Any) -> Any:
 # --- the job ------------------------------------------------------------------------
 
 
-_SEGMENT_FLAGS = ("header_ok", "footer_ok", "body_crc_ok", "batches_ok", "counts_ok")
+_SEGMENT_FLAGS = ("header_ok", "footer_ok", "body_crc_ok", "batches_ok", "counts_ok", "txn_ok")
 
 
 def _counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
@@ -702,6 +762,8 @@ def _counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
         "missing_indexes": flagged("index_missing", True),
         "bad_indexes": flagged("index_ok", False),
         "catalog_mismatches": flagged("catalog_ok", False),
+        "control_batches": total("control_batches"),
+        "transaction_problems": flagged("txn_ok", False),
         "overlaps": flagged("overlap_prev", True),
         "gaps": sum(1 for r in segments if (r["gap_before"] or 0) > 0),
         "orphans": sum(1 for r in rows if r["row_type"] == ROW_ORPHAN),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,13 +13,18 @@ from typing import Any
 
 import pytest
 
-from kfs_core.catalog import PartitionCatalog, SegmentEntry, layout
+from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicRegistry, layout
+from kfs_core.catalog.actions import AbortedRange
+from kfs_core.formats.segment import SegmentWriter
 from kfs_core.maintenance_pause import set_emergency_flag
+from kfs_core.records import Record, encode_batch
+from kfs_core.records.batch import CONTROL_ABORT, CONTROL_COMMIT, encode_control_key
 from kfs_core.storage import ObjectStore
 from spark_jobs import common, validation
 from spark_jobs.common import SegmentDescriptor
 from spark_jobs.validation import ValidationOptions
 from tests.spark_jobs.data import (
+    BASE_TIMESTAMP_MS,
     WrittenPartition,
     batch_byte,
     flip_bit,
@@ -44,6 +50,7 @@ CRITICAL = {
     "no_overlap",
     "index_present",
     "index_ok",
+    "transactions_ok",
     "key_present",
 }
 
@@ -261,6 +268,53 @@ def test_gaps_are_counted_overlaps_fail(spark: Any, local_store: ObjectStore) ->
     assert summary["counts"]["gaps"] == 2
     assert set(summary["details"]["critical_failures"]) == {"no_overlap", "catalog_ok"}
     assert _run(spark, store, topics=("compacted",))["status"] == common.STATUS_OK
+
+
+def test_control_batches_and_the_transaction_index_are_checked(
+    spark: Any, local_store: ObjectStore
+) -> None:
+    """Markers are checked, and so is every aborted transaction the catalog lists."""
+    store = local_store
+    TopicRegistry(store, NS).create_topic("txn", 1)
+    txn = {"producer_id": 9, "producer_epoch": 0, "is_transactional": True}
+
+    def marker(offset: int, kind: int, value: bytes = struct.pack(">hi", 0, 3)) -> bytes:
+        record = Record(offset, BASE_TIMESTAMP_MS, encode_control_key(kind), value)
+        return encode_batch([record], base_offset=offset, is_control=True, **txn)
+
+    def segment(batches: list[bytes]) -> SegmentEntry:
+        writer = SegmentWriter(created_ms=BASE_TIMESTAMP_MS)
+        for batch in batches:
+            writer.append(batch)
+        sealed = writer.finish()
+        entry = SegmentEntry.for_sealed("txn", 0, sealed)
+        store.put(layout.join(NS, entry.key), sealed.data)
+        store.put(layout.join(NS, entry.index_key), sealed.index)
+        return entry
+
+    data = [Record(o, BASE_TIMESTAMP_MS, b"k", b"v") for o in (0, 1)]
+    good = segment([encode_batch(data, base_offset=0, **txn), marker(2, CONTROL_ABORT)]).model_copy(
+        update={"aborted": (AbortedRange(producer_id=9, first_offset=0, last_offset=2),)}
+    )
+    bad_marker = segment([marker(3, CONTROL_COMMIT, b"\x00\x05")])  # not version 0 + epoch
+    missing = segment(
+        [encode_batch([Record(4, BASE_TIMESTAMP_MS, b"k", b"v")], base_offset=4, **txn)]
+    )
+    missing = missing.model_copy(
+        update={"aborted": (AbortedRange(producer_id=9, first_offset=4, last_offset=4),)}
+    )
+    PartitionCatalog(store, NS, "txn", 0).add_segments([good, bad_marker, missing])
+
+    rows = validation.collect_rows(spark, store, NS, orphan_grace_s=0)
+    assert [(r["control_batches"], r["txn_ok"]) for r in rows] == [
+        (1, True),
+        (1, False),
+        (0, False),
+    ]
+    assert "marker value" in rows[1]["error"] and "no abort marker" in rows[2]["error"]
+    summary = _run(spark, store)
+    assert set(summary["details"]["critical_failures"]) == {"transactions_ok"}
+    assert summary["counts"]["transaction_problems"] == 2
 
 
 def test_results_dataframe(spark: Any, local_store: ObjectStore) -> None:
