@@ -356,14 +356,14 @@ class LeaseKeeper:
 
         Those held when it passed are given up even if a later heartbeat landed.
         """
-        if not self._held:
-            return
+        # A partition still being taken is `_acquire`'s to settle.
+        held = [tp for tp, epoch in self._held.items() if epoch != TAKING]
         if not self._lease_valid():
-            lapsed = sorted(self._held)
+            lapsed = sorted(held)
         else:
-            lapsed = sorted(tp for tp in self._held if tp in self._lapsed)
-            if not lapsed:
-                return
+            lapsed = sorted(tp for tp in held if tp in self._lapsed)
+        if not lapsed:
+            return
         log.warning(
             "node %d: no heartbeat landed before the lease deadline; giving up %d partitions",
             self.node_id,
@@ -605,14 +605,22 @@ class LeaseKeeper:
         self._held[tp] = TAKING
         try:
             await self._heartbeat()
-            if self._last_heartbeat_ok is not True:
+            if self._last_heartbeat_ok is not True or not self._lease_valid():
                 raise NotLeaderOrFollower(f"{name}: node {self.node_id}'s heartbeat failed")
             state = await self._io(catalog.take_lease, self.node_id, self._incarnation)
+            if tp in self._lapsed or not self._lease_valid():
+                # This daemon's lease lapsed while the take was under way (it was
+                # paused): the epoch just taken is not served; a later request takes
+                # the next one.
+                raise NotLeaderOrFollower(
+                    f"{name}: node {self.node_id}'s lease lapsed while it took the partition"
+                )
         except LeaseConflict as exc:
             raise NotLeaderOrFollower(f"{name}: another daemon took the lease: {exc}") from exc
         finally:
             if self._held.get(tp) == TAKING:
                 del self._held[tp]
+                self._lapsed.discard(tp)
         previous = self._observer.get(previous_node) if previous_node is not None else None
         durability = (
             previous.durability

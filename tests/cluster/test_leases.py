@@ -689,6 +689,26 @@ def test_a_heartbeat_landing_after_the_deadline_revives_no_lease(cluster: Cluste
     asyncio.run(main())
 
 
+def test_a_take_under_way_when_the_lease_lapses_is_not_served(cluster: Cluster) -> None:
+    """Paused between its heartbeat and its lease commit, a daemon serves nothing it took."""
+
+    async def main() -> None:
+        a = cluster.node(0, durability="store")
+        await a.keeper.start(run_loop=False)
+        await _tick(a)
+        cluster.before_put = lambda: a.clock.advance(SESSION)  # the pause, mid-take
+        with pytest.raises(NotLeaderOrFollower, match="lapsed"):
+            await a.keeper.acquire("t", 0)
+        cluster.before_put = None
+        assert a.keeper.held == {}
+        await _tick(a, a)  # nothing of it to give up; the next heartbeat lands
+        assert a.released == []
+        assert (await a.keeper.acquire("t", 0)).epoch == 1  # the next epoch, served
+        assert a.keeper.local_epoch("t", 0) == 1
+
+    asyncio.run(main())
+
+
 def test_a_second_daemon_with_a_live_node_id_refuses_to_start(tmp_path: Path) -> None:
     async def main() -> None:
         store = LocalObjectStore(tmp_path / "store")
