@@ -2,7 +2,7 @@
 
     python -m soak [--cycles 100] [--seed N] [--wal-gib 1] [--maintenance-rounds 20] [--fuzz-cases 50000] [--skip-decoder-fuzz]
                    [--failover-cycles 100] [--failover-pauses 5] [--network-cuts 10] [--failover-only] [--maintenance-move-rounds 10]
-                   [--eos-cycles 50]
+                   [--eos-cycles 100]
                    [--only CAMPAIGN ...]
 
 - kill -9 cycles of a real `kfs serve` under load, in ``cautious`` and
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--eos-cycles",
         type=int,
-        default=50,
+        default=100,
         help="faults (kill -9 of the daemon, a crash of the app) of the exactly-once campaign",
     )
     parser.add_argument(

@@ -25,7 +25,8 @@ Each cycle (seeded: which fault, after how long) is one of
 At the end the app drains the input and stops.  The history must show each
 input record's output exactly once in a ``read_committed`` read of the
 output topic (a *lost* or *duplicated* finding otherwise; a wrong value is
-*changed*), the group's committed offsets at the input's end, and no
+*changed*), in the input's order per partition, the group's committed
+offsets at the input's end, and no
 aborted output visible to ``read_committed``; a ``read_uncommitted`` read
 counts the aborted records the faults left (a detail, not a finding).
 """
@@ -262,8 +263,11 @@ def group_offsets(bootstrap: str) -> dict[int, int]:
         consumer.close()
 
 
-def read_output(bootstrap: str, *, committed: bool) -> list[tuple[bytes, bytes]]:
-    """Every (key, value) of the output topic, read to each partition's end (the LSO when committed)."""
+def read_output(bootstrap: str, *, committed: bool) -> list[tuple[int, bytes, bytes]]:
+    """Every (partition, key, value) of the output topic in offset order, to each partition's end.
+
+    The end is the last stable offset when ``committed``.
+    """
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -280,7 +284,7 @@ def read_output(bootstrap: str, *, committed: bool) -> list[tuple[bytes, bytes]]
             for p in range(PARTITIONS)
         ]
     )
-    out: list[tuple[bytes, bytes]] = []
+    out: list[tuple[int, bytes, bytes]] = []
     at_end: set[int] = set()
     deadline = time.monotonic() + 120
     try:
@@ -297,25 +301,35 @@ def read_output(bootstrap: str, *, committed: bool) -> list[tuple[bytes, bytes]]
                     at_end.add(partition)
                 continue
             at_end.discard(partition)
-            out.append((message.key() or b"", message.value() or b""))
+            out.append((partition, message.key() or b"", message.value() or b""))
     finally:
         consumer.close()
     return out
 
 
-def check_output(records: int, output: list[tuple[bytes, bytes]], findings: Findings) -> None:
-    """Each input record's output exactly once, with the value the app writes."""
-    seen = collections.Counter(key for key, _ in output)
+def check_output(records: int, output: list[tuple[int, bytes, bytes]], findings: Findings) -> None:
+    """Each input record's output exactly once, with the value the app writes, in order.
+
+    Input partition ``p`` goes to output partition ``p`` in the order it was
+    read, so each output partition's input numbers must increase.
+    """
+    seen = collections.Counter(key for _, key, _ in output)
     for n in range(records):
         count = seen[_id(n)]
         if count == 0:
             findings.lost.add((n % PARTITIONS, n // PARTITIONS))
         elif count > 1:
             findings.duplicated.add(_id(n))
-    for key, value in output:
+    last: dict[int, int] = {}
+    for partition, key, value in output:
         number = int(key[3:]) if key.startswith(b"in-") else -1
         if value != b"value-%d|out" % number:
             findings.changed.add((number % PARTITIONS, number // PARTITIONS))
+        if number <= last.get(partition, -1):
+            findings.problem(
+                "order", f"output partition {partition}: input {number} after {last[partition]}"
+            )
+        last[partition] = max(number, last.get(partition, -1))
 
 
 def run(

@@ -1,8 +1,8 @@
 """The exactly-once campaign in short form: a transactional app through crashes, each record once.
 
-``make soak`` runs it at length; here three faults (kill -9 of the daemon,
+``make soak`` runs it at length (100 faults); here three faults (kill -9 of the daemon,
 a crash of the app mid-transaction) keep it honest in CI.  The checker is
-shown able to fail on a lost, a duplicated and a changed output.
+shown able to fail on a lost, a duplicated, a changed and a reordered output.
 """
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ pytestmark = pytest.mark.integration
 
 def test_the_checker_finds_lost_duplicated_and_changed_outputs() -> None:
     output = [
-        (b"in-00000000", b"value-0|out"),
-        (b"in-00000001", b"value-1|out"),
-        (b"in-00000001", b"value-1|out"),  # twice
-        (b"in-00000003", b"something else"),
+        (0, b"in-00000004", b"value-4|out"),
+        (0, b"in-00000000", b"value-0|out"),  # before 4 in its partition
+        (1, b"in-00000001", b"value-1|out"),
+        (1, b"in-00000001", b"value-1|out"),  # twice
+        (3, b"in-00000003", b"something else"),
     ]  # in-00000002 is missing
     findings = Findings()
-    exactly_once.check_output(4, output, findings)
+    exactly_once.check_output(5, output, findings)
     assert findings.lost == {(2, 0)}
     assert findings.duplicated == {b"in-00000001"}
     assert findings.changed == {(3, 0)}
+    assert findings.problems["order"][0] == "output partition 0: input 0 after 4"
 
 
 def test_three_crashes_leave_every_record_processed_exactly_once(tmp_path) -> None:
