@@ -6,7 +6,9 @@ the session's SparkSession on what it left: validation passes, compaction
 merges the rounds into one segment with every record at its offset, an index
 deleted behind the daemon's back is rebuilt, a checkpoint snapshot is taken,
 and retention drops the segments of a topic whose records are past
-``retention.ms``.
+``retention.ms``.  A compacted topic a transactional producer wrote, with a
+committed and an aborted transaction, reads the same to ``read_committed``
+consumers after compaction, and the aborted records are gone.
 """
 
 from __future__ import annotations
@@ -148,3 +150,115 @@ def test_every_job_on_daemon_written_segments(daemon_store: Any, spark: Any) -> 
 
     summary = validation.run(_args(store, endpoint), spark)
     assert summary["status"] == "ok", summary["message"]
+
+
+def _read_daemon(bootstrap: str, topic: str, *, committed: bool) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) of partition 0 through the daemon, to its end (the LSO if committed)."""
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed" if committed else "read_uncommitted",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+    out: list[tuple[int, bytes, bytes]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    return out
+                continue
+            out.append((message.offset(), message.key(), message.value()))
+    finally:
+        consumer.close()
+    raise TimeoutError(f"{topic}: no end of partition 0 within 60 s; read {len(out)}")
+
+
+def test_compaction_of_committed_and_aborted_transactions_keeps_read_committed(
+    tmp_path: Path, spark: Any
+) -> None:
+    """A compacted topic written by a transactional producer, compacted: the same committed view."""
+    import confluent_kafka
+    import confluent_kafka.admin
+
+    factory = DaemonFactory(tmp_path)
+    try:
+        daemon = factory.start()
+        store = open_store(daemon.store_url)
+        topic = "txn-kv"
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": daemon.bootstrap})
+        config = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
+        admin.create_topics([confluent_kafka.admin.NewTopic(topic, 1, config=config)])[
+            topic
+        ].result(30)
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": daemon.bootstrap, "transactional.id": "kv-writer"}
+        )
+        producer.init_transactions(30)
+
+        def sealed() -> None:  # each round its own segment, so there is something to clean
+            end = _read_daemon(daemon.bootstrap, topic, committed=False)[-1][0] + 1
+            wait_for(
+                lambda: PartitionCatalog(store, NS, topic, 0).load().high_watermark >= end,
+                timeout=60,
+                what="the round sealed",
+            )
+
+        rounds = [
+            (b"v0", range(10), True),
+            (b"t1", range(5), True),
+            (b"aborted", range(5, 10), False),
+        ]
+        rounds += [(b"v3", range(3), True), (b"newest", range(1), True)]
+        for value, keys, commit in rounds:
+            producer.begin_transaction()
+            for k in keys:
+                producer.produce(topic, key=b"k%d" % k, value=value, partition=0)
+            producer.flush(30)
+            if commit:
+                producer.commit_transaction(30)
+            else:
+                producer.abort_transaction(30)
+            sealed()
+        before = _read_daemon(daemon.bootstrap, topic, committed=True)
+        assert not [r for r in before if r[2] == b"aborted"]
+        in_log = _read_daemon(daemon.bootstrap, topic, committed=False)
+        assert len([r for r in in_log if r[2] == b"aborted"]) == 5
+
+        summary = compaction.run(
+            [
+                "--store-url",
+                store.url,
+                "--namespace",
+                NS,
+                "--topics",
+                topic,
+                "--max-read-mb-per-s",
+                "0",
+            ],
+            spark,
+        )
+        assert summary["status"] == "ok", summary["message"]
+        assert summary["counts"]["partitions_compacted"] == 1
+        daemon.stop()
+        daemon.start()  # what it knows of the transactions comes from the rewritten catalog
+
+        after = _read_daemon(daemon.bootstrap, topic, committed=True)
+        assert set(after) < set(before)  # superseded records went; nothing new appeared
+        latest = {key: value for _, key, value in before}
+        assert {key: value for _, key, value in after} == latest
+        everything = _read_daemon(daemon.bootstrap, topic, committed=False)
+        assert not [r for r in everything if r[2] == b"aborted"]  # removed, as Kafka's cleaner does
+        summary = validation.run(["--store-url", store.url, "--namespace", NS], spark)
+        assert summary["status"] == "ok", summary["message"]
+    finally:
+        factory.close()
