@@ -59,6 +59,7 @@ bench: install kcat rate-producer ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.kfs_page
 	$(BIN)/python -m bench.maintenance
 	$(BIN)/python -m bench.groups
+	$(BIN)/python -m bench.transactions
 	$(BIN)/python -m bench.security
 	$(BIN)/python -m bench.store_mode
 
