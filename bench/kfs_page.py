@@ -187,7 +187,7 @@ def run(
                     return "bench"
 
             def client_of(cache: OverviewCache) -> Any:
-                app = create_app(open_namespace, no_groups, cache)
+                app = create_app(open_namespace, no_groups, cache, read_transactions=list)
                 app.dependency_overrides[airflow_user] = _User
                 app.dependency_overrides[airflow_user_page] = _User
                 return TestClient(app)

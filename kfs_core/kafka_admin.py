@@ -12,6 +12,11 @@ Two callers do, and both go through this module:
   ``kfs_airflow.hooks``) through `read_consumer_groups`: every group with its
   members, committed offsets and lag, all within one deadline.
 
+The page's open transactions (`read_open_transactions`) come through
+kafka-python's admin client instead: confluent-kafka's does not speak
+ListTransactions and DescribeTransactions (``kfs transactions`` uses it too,
+and `kafka_python_security` for its settings).
+
 What they share: `admin_client` (librdkafka's own log lines off, errors
 through ``error_cb``), `BrokerWatch` (the ``error_cb`` that hears at once that
 every broker is down: librdkafka would retry until the request timed out),
@@ -38,6 +43,8 @@ from pydantic import BaseModel, Field, computed_field
 
 __all__ = [
     "INACTIVE_STATES",
+    "KAFKA_PYTHON_SECURITY",
+    "OPEN_TRANSACTION_STATES",
     "STATE_NAMES",
     "AdminError",
     "AssignedPartition",
@@ -51,10 +58,13 @@ __all__ = [
     "GroupView",
     "MemberView",
     "NoAnswer",
+    "OpenTransaction",
     "PartitionKey",
     "admin_client",
+    "kafka_python_security",
     "rdkafka_state",
     "read_consumer_groups",
+    "read_open_transactions",
     "state_name",
     "wait_for",
 ]
@@ -613,3 +623,109 @@ def read_consumer_groups(
                 )
             )
     return list(groups.values())
+
+
+# --- transactions: the KFS page ------------------------------------------------------------
+
+#: librdkafka's client properties as kafka-python names them (its admin client speaks
+#: ListTransactions and DescribeTransactions, which confluent-kafka's does not).
+KAFKA_PYTHON_SECURITY: Final = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+}
+#: The states of a transaction that holds its partitions' last stable offset back.
+OPEN_TRANSACTION_STATES: Final = ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+
+def kafka_python_security(config: Mapping[str, str]) -> dict[str, Any]:
+    """Librdkafka security settings (``--command-config``, a connection's extra) for kafka-python."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if key == "ssl.endpoint.identification.algorithm":
+            out["ssl_check_hostname"] = value.lower() not in ("", "none")
+        elif key in KAFKA_PYTHON_SECURITY:
+            out[KAFKA_PYTHON_SECURITY[key]] = value
+    return out
+
+
+class OpenTransaction(BaseModel):
+    """A transaction a coordinator holds open, as DescribeTransactions tells it."""
+
+    transactional_id: str
+    coordinator: int
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    started_ms: int | None = None
+    partitions: list[str] = Field(default_factory=list)  # "topic/partition"
+    #: Milliseconds open when read (None: not started).
+    open_ms: int | None = None
+
+    @computed_field  # type: ignore[prop-decorator]  # mypy: no decorators over @property; pydantic's documented ignore
+    @property
+    def hanging(self) -> bool:
+        """Open longer than its own timeout: its coordinator should have aborted it by now."""
+        return self.open_ms is not None and self.open_ms > self.timeout_ms
+
+
+def read_open_transactions(
+    bootstrap: str, security: Mapping[str, str], *, timeout_s: float
+) -> list[OpenTransaction]:
+    """Every open transaction of the daemons behind ``bootstrap``, longest open first.
+
+    ListTransactions (its open states), then DescribeTransactions of those
+    ids, through kafka-python's admin client.  Raises `DaemonUnreachable`
+    when no daemon answers in time.
+    """
+    import kafka.errors
+    from kafka import KafkaAdminClient
+
+    timeout_ms = int(timeout_s * 1000)
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="kfs-airflow",
+            request_timeout_ms=timeout_ms,
+            bootstrap_timeout_ms=timeout_ms,
+            **kafka_python_security(security),
+        )
+    except kafka.errors.KafkaError as exc:
+        raise NoAnswer("ListTransactions", bootstrap, timeout_s) from exc
+    try:
+        listed = [
+            t.transactional_id
+            for txns in admin.list_transactions(
+                state_filters=list(OPEN_TRANSACTION_STATES)
+            ).values()
+            for t in txns
+        ]
+        described = admin.describe_transactions(listed) if listed else {}
+    except kafka.errors.KafkaError as exc:
+        raise NoAnswer("ListTransactions", bootstrap, timeout_s) from exc
+    finally:
+        admin.close()
+    now = int(time.time() * 1000)
+    out = []
+    for tid, d in described.items():
+        started = d.transaction_start_time_ms if d.transaction_start_time_ms >= 0 else None
+        out.append(
+            OpenTransaction(
+                transactional_id=tid,
+                coordinator=d.coordinator_id,
+                producer_id=d.producer_id,
+                producer_epoch=d.producer_epoch,
+                state=str(getattr(d.state, "value", d.state)),
+                timeout_ms=d.transaction_timeout_ms,
+                started_ms=started,
+                partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in d.topic_partitions),
+                open_ms=None if started is None else max(now - started, 0),
+            )
+        )
+    return sorted(out, key=lambda t: (-(t.open_ms or 0), t.transactional_id))

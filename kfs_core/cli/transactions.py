@@ -32,21 +32,11 @@ import click
 
 from kfs_core.cli.common import CliError, client_config, command_config_option
 from kfs_core.config import Settings
+from kfs_core.kafka_admin import kafka_python_security
 
 __all__ = ["transactions"]
 
 DEFAULT_TIMEOUT_S: Final = 10.0
-#: librdkafka's client properties (``--command-config``) as kafka-python names them.
-_KAFKA_PYTHON_KEYS: Final = {
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-}
 _STATES: Final = (
     "Empty",
     "Ongoing",
@@ -77,13 +67,7 @@ def _state(state: Any) -> str:
 
 
 def _kafka_python_config(path: str | None) -> dict[str, Any]:
-    config: dict[str, Any] = {}
-    for key, value in client_config(path).items():
-        if key == "ssl.endpoint.identification.algorithm":
-            config["ssl_check_hostname"] = value.lower() not in ("", "none")
-        elif key in _KAFKA_PYTHON_KEYS:
-            config[_KAFKA_PYTHON_KEYS[key]] = value
-    return config
+    return kafka_python_security(client_config(path))
 
 
 @contextlib.contextmanager

@@ -21,7 +21,9 @@ every store read, `kfs_airflow.hooks`):
 
 The consumer groups live in the daemon, not in the store: the page fills
 ``groups`` from `KfsAdminHook.consumer_groups` (`kfs_core.kafka_admin`), and
-``groups_problem`` says why it could not (no daemon address, no answer).
+``groups_problem`` says why it could not (no daemon address, no answer); the
+open transactions too (``transactions``, ``transactions_problem``, from
+`KfsAdminHook.open_transactions`).
 
 `read_overview` reads everything afresh; the page reads through the cache in
 `kfs_airflow.overview_cache`, which passes its own ``read_partition`` (kept
@@ -54,7 +56,7 @@ from kfs_core.cluster.status import (
     lease_of,
 )
 from kfs_core.errors import ObjectNotFound
-from kfs_core.kafka_admin import ConsumerGroup
+from kfs_core.kafka_admin import ConsumerGroup, OpenTransaction
 from kfs_core.reports import (
     COMPACTION_JOB,
     VALIDATION_JOB,
@@ -304,6 +306,10 @@ class Overview(BaseModel):
     groups: list[ConsumerGroup] = Field(default_factory=list)
     #: Why the groups could not be read (no daemon address, the daemon did not answer).
     groups_problem: str | None = None
+    #: The daemons' open transactions, longest open first; a hanging one is past its timeout.
+    transactions: list[OpenTransaction] = Field(default_factory=list)
+    #: Why the transactions could not be read.
+    transactions_problem: str | None = None
     #: The daemons' heartbeats and the partitions' leases.
     cluster: ClusterSummary = Field(default_factory=ClusterSummary)
     #: When the store state shown was read, if this answer is a copy the page's cache

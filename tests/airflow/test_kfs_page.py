@@ -823,7 +823,65 @@ def test_no_daemon_address_or_an_unreachable_daemon_is_a_message_in_the_section(
     assert re.search(r'data-expectation="body_crc" data-success="false"', page.text)
     data = client.get("/kfs/api/overview", headers=auth).json()
     assert data["groups"] == [] and data["groups_problem"].startswith("cannot reach the daemon")
+    assert data["transactions"] == [] and nobody in data["transactions_problem"]
     assert data["problems"] == [] and len(data["topics"]) == 2
+
+
+@pytest.fixture(scope="module")
+def open_transaction(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`kfs serve` with one transaction left open (a confluent-kafka producer) and one committed."""
+    import confluent_kafka
+
+    from testkit.daemon import DaemonFactory
+
+    factory = DaemonFactory(tmp_path_factory.mktemp("transactions-daemon"))
+    producers = []
+    try:
+        daemon = factory.start()
+        for tid, commit in (("nightly-export", False), ("done-already", True)):
+            producer = confluent_kafka.Producer(
+                {"bootstrap.servers": daemon.bootstrap, "transactional.id": tid}
+            )
+            producer.init_transactions(30)
+            producer.begin_transaction()
+            producer.produce("exports", b"row", partition=0)
+            producer.flush(30)
+            if commit:
+                producer.commit_transaction(30)
+            producers.append(producer)
+        yield daemon.bootstrap
+    finally:
+        factory.close()
+
+
+def test_the_hook_and_the_page_show_the_open_transactions(
+    client: Any, reported_store: str, open_transaction: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kfs_airflow.hooks import KfsAdminHook
+
+    env = kfs_connection_env(reported_store, NS, bootstrap_servers=open_transaction)
+    monkeypatch.setenv("AIRFLOW_CONN_KFS_DEFAULT", env)
+    [open_one] = KfsAdminHook().open_transactions()
+    assert (open_one.transactional_id, open_one.state, open_one.partitions) == (
+        "nightly-export", "Ongoing", ["exports/0"],
+    )  # fmt: skip
+    assert open_one.open_ms is not None and not open_one.hanging  # its timeout is 60 s
+
+    auth = _login(client)
+    data = client.get("/kfs/api/overview", headers=auth).json()
+    assert data["transactions_problem"] is None
+    assert [t["transactional_id"] for t in data["transactions"]] == ["nightly-export"]
+    html = client.get("/kfs/", headers=auth).text
+    section = re.search(r'<section id="transactions">(.*?)</section>', html, re.S)
+    assert section is not None
+    row = re.search(
+        r'<tr class="transaction" data-transactional-id="nightly-export">(.*?)</tr>',
+        section.group(1),
+        re.S,
+    )
+    assert row is not None
+    assert 'class="partitions">exports/0<' in row.group(1)
+    assert ">Ongoing<" in row.group(1)
 
 
 # --- the cluster view: heartbeats, leases, the store WAL --------------------------------

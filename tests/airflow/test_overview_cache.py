@@ -259,7 +259,7 @@ def test_the_page_says_how_old_its_catalog_state_is(local_url: str) -> None:
 
     clock = Clock()
     cache = OverviewCache(max_age_s=30.0, clock=clock)
-    app = create_app(open_connection_namespace(), lambda: ("", []), cache)
+    app = create_app(open_connection_namespace(), lambda: ("", []), cache, read_transactions=list)
     app.dependency_overrides[airflow_user] = User
     app.dependency_overrides[airflow_user_page] = User
     try:
@@ -327,7 +327,7 @@ def test_a_slow_first_read_answers_loading_within_the_wait(local_url: str) -> No
     hook_class = _gated_hook()
     hook_class.closed_gate = True
     cache = OverviewCache(max_age_s=30.0, wait_s=0.2)
-    app = create_app(hook_class, lambda: ("", []), cache)
+    app = create_app(hook_class, lambda: ("", []), cache, read_transactions=list)
     app.dependency_overrides[airflow_user] = User
     app.dependency_overrides[airflow_user_page] = User
     client = TestClient(app)

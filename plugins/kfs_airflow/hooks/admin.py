@@ -27,7 +27,7 @@ from kfs_airflow.hooks.base import KfsBaseHook
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
-    from kfs_core.kafka_admin import ConsumerGroup
+    from kfs_core.kafka_admin import ConsumerGroup, OpenTransaction
 
 __all__ = ["ADMIN_TIMEOUT_S", "DaemonNotConfigured", "KfsAdminHook"]
 
@@ -60,6 +60,13 @@ class KfsAdminHook(KfsBaseHook):
         """The daemon's Kafka address (``bootstrap.servers``); "" when the connection has none."""
         return str(self._extra.get("bootstrap_servers") or "").strip()
 
+    def _check_configured(self) -> None:
+        if not self.bootstrap_servers:
+            raise DaemonNotConfigured(
+                f'daemon address not configured: add "bootstrap_servers" (the address of '
+                f'`kfs serve`, e.g. "127.0.0.1:9092") to connection {self.kfs_conn_id!r}\'s extra'
+            )
+
     def daemon_security(self) -> dict[str, str]:
         """The librdkafka TLS/SASL settings for the daemon from the extra (Kafka's names, ``_`` for ``.``).
 
@@ -86,11 +93,7 @@ class KfsAdminHook(KfsBaseHook):
         """
         from kfs_core.kafka_admin import admin_client
 
-        if not self.bootstrap_servers:
-            raise DaemonNotConfigured(
-                f'daemon address not configured: add "bootstrap_servers" (the address of '
-                f'`kfs serve`, e.g. "127.0.0.1:9092") to connection {self.kfs_conn_id!r}\'s extra'
-            )
+        self._check_configured()
         timeout_ms = int(ADMIN_TIMEOUT_S * 1000)
         client: AdminClient = admin_client(
             self.bootstrap_servers,
@@ -117,4 +120,18 @@ class KfsAdminHook(KfsBaseHook):
         admin = self.get_admin_client(error_cb=watch)
         return read_consumer_groups(
             admin, watch, bootstrap=self.bootstrap_servers, timeout_s=timeout_s
+        )
+
+    def open_transactions(self, *, timeout_s: float = ADMIN_TIMEOUT_S) -> list[OpenTransaction]:
+        """The daemons' open transactions, longest open first (ListTransactions, DescribeTransactions).
+
+        Raises `DaemonNotConfigured` without ``bootstrap_servers`` and
+        `kfs_core.kafka_admin.DaemonUnreachable` when no daemon answers within
+        ``timeout_s``.
+        """
+        from kfs_core.kafka_admin import read_open_transactions
+
+        self._check_configured()
+        return read_open_transactions(
+            self.bootstrap_servers, self.daemon_security(), timeout_s=timeout_s
         )

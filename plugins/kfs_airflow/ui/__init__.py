@@ -60,7 +60,7 @@ from kfs_airflow.ui import datadocs_assets
 from kfs_airflow.ui.auth import NotLoggedIn, airflow_user, airflow_user_page, login_url
 from kfs_airflow.ui.chart import trend_svg
 from kfs_core.errors import ObjectNotFound
-from kfs_core.kafka_admin import ConsumerGroup, DaemonUnreachable
+from kfs_core.kafka_admin import ConsumerGroup, DaemonUnreachable, OpenTransaction
 
 if TYPE_CHECKING:
     from kfs_airflow.hooks import KfsHook
@@ -83,6 +83,8 @@ OpenNamespace = Callable[[], "KfsHook"]
 #: Reads the daemon's consumer groups: ``(bootstrap_servers, groups)``.  Raises
 #: with a message for the page's groups section.
 ReadGroups = Callable[[], tuple[str, list[ConsumerGroup]]]
+#: Reads the daemons' open transactions.  Raises with a message for the page's section.
+ReadTransactions = Callable[[], list[OpenTransaction]]
 
 _User = Annotated[Any, Depends(airflow_user)]
 _PageUser = Annotated[Any, Depends(airflow_user_page)]
@@ -141,6 +143,33 @@ def connection_groups(conn_id: str = "kfs_default") -> ReadGroups:
     return read_groups
 
 
+def connection_transactions(conn_id: str = "kfs_default") -> ReadTransactions:
+    """A `ReadTransactions` asking the daemon the connection ``conn_id`` names, on every call."""
+
+    def read_transactions() -> list[OpenTransaction]:
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from kfs_airflow.hooks import KfsAdminHook
+
+        try:
+            return KfsAdminHook(conn_id).open_transactions()
+        except AirflowNotFoundException:
+            raise NamespaceUnavailable(
+                f"Airflow connection {conn_id!r} is not defined, so neither is the daemon"
+            ) from None
+
+    return read_transactions
+
+
+def _transactions_or_problem(read: ReadTransactions) -> tuple[list[OpenTransaction], str | None]:
+    try:
+        return read(), None
+    except (NamespaceUnavailable, DaemonNotConfigured, DaemonUnreachable) as exc:
+        return [], str(exc)
+    except Exception as exc:  # noqa: BLE001 - shown in the transactions section
+        return [], f"cannot read the transactions: {describe_error(exc)}"
+
+
 def _groups_or_problem(read: ReadGroups) -> tuple[str, list[ConsumerGroup], str | None]:
     try:
         bootstrap, groups = read()
@@ -191,6 +220,7 @@ def create_app(
     open_namespace: OpenNamespace | None = None,
     read_groups: ReadGroups | None = None,
     cache: OverviewCache | None = None,
+    read_transactions: ReadTransactions | None = None,
 ) -> FastAPI:
     """The KFS page app; ``open_namespace`` and ``read_groups`` default to ``kfs_default``.
 
@@ -199,6 +229,7 @@ def create_app(
     """
     opener = open_namespace or open_connection_namespace()
     groups_reader = read_groups or connection_groups()
+    transactions_reader = read_transactions or connection_transactions()
     overview_cache = cache or OverviewCache()
     app = FastAPI(
         title="KFS",
@@ -219,10 +250,12 @@ def create_app(
 
     def overview() -> Overview:
         # The daemon is asked while the store is read: the page waits for the slower one.
-        with ThreadPoolExecutor(1, thread_name_prefix="kfs-groups") as pool:
+        with ThreadPoolExecutor(2, thread_name_prefix="kfs-daemon") as pool:
             groups = pool.submit(_groups_or_problem, groups_reader)
+            transactions = pool.submit(_transactions_or_problem, transactions_reader)
             data = namespace_overview()
             data.bootstrap_servers, data.groups, data.groups_problem = groups.result()
+            data.transactions, data.transactions_problem = transactions.result()
         return data
 
     def namespace_overview() -> Overview:
