@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ __all__ = [
     "cli_store",
     "format_ms",
     "operator_errors",
+    "print_table",
 ]
 
 EXIT_CORRUPT = 3
@@ -144,3 +145,11 @@ def command_config_option(func: Callable[..., Any]) -> Callable[..., Any]:
         help="Kafka client properties for TLS/SASL (security.protocol=SASL_SSL, sasl.mechanism, "
         "sasl.username, sasl.password, ssl.ca.location ...) [KFS_CLIENT_CONFIG]",
     )(func)
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Left-aligned columns two spaces apart, as Kafka's tools print them ("-" for none)."""
+    cells = [list(headers), *([("-" if c is None or c == "" else str(c)) for c in r] for r in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

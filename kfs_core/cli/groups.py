@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn, ParamSpec
 
 import click
 
-from kfs_core.cli.common import CliError, client_config
+from kfs_core.cli.common import CliError, client_config, print_table
 from kfs_core.config import Settings
 from kfs_core.kafka_admin import (
     INACTIVE_STATES,
@@ -68,14 +68,6 @@ def _admin_errors(command: Callable[P, None]) -> Callable[P, None]:
 
 
 # --- output --------------------------------------------------------------------------------
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
-    """Left-aligned columns two spaces apart, as kafka-consumer-groups prints them."""
-    cells = [list(headers), *([("-" if c is None or c == "" else str(c)) for c in r] for r in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for row in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 # --- options -------------------------------------------------------------------------------
@@ -163,7 +155,7 @@ def groups_list(
     """
     admin = _admin(ctx, bootstrap, timeout_s)
     listed = sorted(admin.list_groups(states), key=lambda g: g.group_id)
-    _table(
+    print_table(
         ("GROUP", "STATE", "PROTOCOL-TYPE"),
         (
             (g.group_id, state_name(g.state), "" if g.is_simple_consumer_group else "consumer")
@@ -208,7 +200,7 @@ def groups_describe(
                 owner.client_id if owner else None,
             )
         )
-    _table(
+    print_table(
         (
             "TOPIC",
             "PARTITION",
@@ -225,7 +217,7 @@ def groups_describe(
     if not view.members:
         click.echo(f"consumer group {group_id} has no active members.")
         return
-    _table(
+    print_table(
         ("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "#PARTITIONS", "ASSIGNMENT"),
         (
             (
@@ -464,7 +456,7 @@ def groups_reset_offsets(
     verb = "would reset" if dry_run else "reset"
     click.echo(f"group {group_id}: {verb} {len(plan)} partition(s) {target.describe()}")
     click.echo()
-    _table(
+    print_table(
         ("TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"),
         ((t, p, committed.get((t, p)), new) for (t, p), new in plan.items()),
     )

@@ -25,12 +25,12 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Final, NoReturn
 
 import click
 
-from kfs_core.cli.common import CliError, client_config, command_config_option
+from kfs_core.cli.common import CliError, client_config, command_config_option, print_table
 from kfs_core.config import Settings
 from kfs_core.kafka_admin import kafka_python_security
 
@@ -51,14 +51,6 @@ _STATES: Final = (
 
 def _fail(message: str) -> NoReturn:
     raise CliError(message) from None
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
-    """Columns two spaces apart, as Kafka's tools print them."""
-    cells = [list(headers), *([("-" if c is None or c == "" else str(c)) for c in r] for r in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for row in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _state(state: Any) -> str:
@@ -172,7 +164,7 @@ def transactions_list(
         for node, listed in by_node.items()
         for t in listed
     )
-    _table(("TransactionalId", "Coordinator", "ProducerId", "TransactionState"), rows)
+    print_table(("TransactionalId", "Coordinator", "ProducerId", "TransactionState"), rows)
 
 
 @transactions.command("describe")
@@ -190,7 +182,7 @@ def transactions_describe(ctx: click.Context, transactional_id: str) -> None:
     now = int(time.time() * 1000)
     start = d.transaction_start_time_ms
     partitions = ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(d.topic_partitions))
-    _table(
+    print_table(
         (
             "CoordinatorId",
             "TransactionalId",
@@ -233,7 +225,7 @@ def transactions_describe_producers(ctx: click.Context, topic: str, partition: i
     """The producers the partition's leader remembers, and where their open transaction starts."""
     with _admin(ctx) as admin:
         producers = _producers(admin, topic, partition)
-    _table(
+    print_table(
         (
             "ProducerId",
             "ProducerEpoch",
@@ -388,7 +380,7 @@ def transactions_find_hanging(
                         age_ms // 60_000,
                     )
                 )
-    _table(
+    print_table(
         (
             "Topic",
             "Partition",

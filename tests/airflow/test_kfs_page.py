@@ -416,11 +416,14 @@ def test_json_and_data_docs_for_a_bearer_token(
     auth = _login(client)
     data = client.get("/kfs/api/overview", headers=auth).json()
     expected = read_overview(_hook(monkeypatch, reported_store)).model_dump(mode="json")
-    # The connection names no daemon: the groups section says so, the rest is the store's.
+    # The connection names no daemon: the groups and transactions sections say so, the
+    # rest is the store's.
     assert data.pop("groups_problem").startswith("daemon address not configured")
+    assert data.pop("transactions_problem").startswith("daemon address not configured")
     for doc in (data, expected):
         doc.pop("generated_at")
     expected.pop("groups_problem")
+    expected.pop("transactions_problem")
     assert data == expected
 
     base = f"/kfs/reports/validation/{DAMAGED_RUN}/data_docs/"

@@ -20,12 +20,11 @@ from kfs_core.catalog import Commit, PartitionCatalog, TakeLease
 from kfs_core.catalog.actions import encode_commit
 from kfs_core.storage import LocalObjectStore
 from soak import maintenance_failover
-from soak.load import Findings, Record
+from soak.load import Findings, Record, placed
 from soak.maintenance_failover import (
     NAMESPACE,
     LeaseWatch,
     check_history,
-    placed,
     unexplained_gaps,
 )
 from soak.report import format_table
