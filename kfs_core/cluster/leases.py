@@ -169,14 +169,9 @@ class LeaseKeeper:
         rack: str | None = None,
         incarnation: str = "",
         observer_max_gap_s: float | None = None,
-        heartbeat_relist_reads: int = 1,
     ) -> None:
-        """``observer_max_gap_s``: see `LivenessObserver` (a test's clock that jumps sets it).
-
-        ``heartbeat_relist_reads``: the heartbeats are LISTed once in that many
-        ticks, and GET otherwise (`NodeRegistry`).
-        """
-        self._registry = NodeRegistry(store, namespace, relist_reads=heartbeat_relist_reads)
+        """``observer_max_gap_s``: see `LivenessObserver` (a test's clock that jumps sets it)."""
+        self._registry = NodeRegistry(store, namespace)
         self._follower = ReassignmentFollower(ReassignmentStore(store, namespace))
         self._pins = Reassignments()
         self._settings = settings

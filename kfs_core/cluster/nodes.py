@@ -136,21 +136,11 @@ def decode_node(data: bytes, key: str = "<heartbeat>") -> NodeInfo:
 
 
 class NodeRegistry:
-    """Reads and writes the heartbeat documents of one namespace (blocking store calls).
+    """Reads and writes the heartbeat documents of one namespace (blocking store calls)."""
 
-    ``relist_reads``: `read_all` LISTs the heartbeats once in that many reads
-    and GETs the ones it knows otherwise (and again at once after one went
-    missing): a LIST costs more than a GET on S3 (in money, and on a store
-    whose listing slows as it fills), and a daemon reads every heartbeat
-    interval.  A daemon that joins is seen within that many reads.
-    """
-
-    def __init__(self, store: ObjectStore, namespace: str, *, relist_reads: int = 1) -> None:
+    def __init__(self, store: ObjectStore, namespace: str) -> None:
         self._store = store
         self._namespace = namespace
-        self._relist_reads = max(1, relist_reads)
-        self._known: list[str] = []
-        self._reads = 0
         # Keys already reported corrupt, with the bytes found, so each bad version warns once.
         self._warned: dict[str, bytes] = {}
 
@@ -174,18 +164,15 @@ class NodeRegistry:
 
     def read_all(self) -> list[NodeInfo]:
         """Every readable heartbeat, by node id; corrupt ones are skipped with one WARNING."""
-        if not self._known or self._reads % self._relist_reads == 0:
-            prefix = nodes_prefix(self._namespace)
-            self._known = [o.key for o in self._store.list(prefix) if o.key.endswith(".json")]
-        self._reads += 1
         nodes: list[NodeInfo] = []
-        for key in list(self._known):
-            try:
-                data = self._store.get(key)
-            except ObjectNotFound:
-                self._known = []  # deleted since the listing: list again next time
+        for obj in self._store.list(nodes_prefix(self._namespace)):
+            if not obj.key.endswith(".json"):
                 continue
-            info = self._decode(key, data)
+            try:
+                data = self._store.get(obj.key)
+            except ObjectNotFound:
+                continue  # deleted between the listing and the get
+            info = self._decode(obj.key, data)
             if info is not None:
                 nodes.append(info)
         return sorted(nodes, key=lambda n: n.node_id)

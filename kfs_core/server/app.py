@@ -109,10 +109,6 @@ __all__ = ["KfsServer", "check_addresses", "parse_host_port", "serve"]
 
 log = logging.getLogger(__name__)
 
-#: The daemon LISTs the heartbeats once in this many ticks and GETs those it knows
-#: otherwise: a joining daemon is seen within as many heartbeat intervals.
-HEARTBEAT_RELIST_READS = 10
-
 KAFKA_PORT: Final = 9092
 METRICS_PORT: Final = 9644
 # Requests read ahead of their responses on one connection (librdkafka's
@@ -403,7 +399,6 @@ class KfsServer:
             ),
             catalog_for=functools.partial(PartitionCatalog, self._store, s.namespace),
             incarnation=incarnation,
-            heartbeat_relist_reads=HEARTBEAT_RELIST_READS,
         )
         await self._keeper.start(dead_incarnation=previous)
         keeper = self._keeper

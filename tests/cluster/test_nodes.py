@@ -200,19 +200,3 @@ def test_an_observer_that_was_not_looking_counts_nobody_dead_for_it() -> None:
     now[0] = 5.8  # a timeout of reads without a new heartbeat
     observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])
     assert not observer.is_live(1)
-
-
-def test_the_registry_lists_once_in_so_many_reads(store: ObjectStore) -> None:
-    """Between listings it GETs the heartbeats it knows; a new one waits for the next listing."""
-    registry = NodeRegistry(store, NS, relist_reads=3)
-    registry.write(_node(1))
-    assert [n.node_id for n in registry.read_all()] == [1]  # read 1: listed
-    registry.write(_node(2))
-    registry.write(_node(1, seq=9))
-    assert [(n.node_id, n.seq) for n in registry.read_all()] == [(1, 9)]  # known keys only
-    assert [n.node_id for n in registry.read_all()] == [1]
-    assert [n.node_id for n in registry.read_all()] == [1, 2]  # read 4: listed again
-    store.delete(node_key(NS, 1))
-    assert [n.node_id for n in registry.read_all()] == [2]  # gone: listed at the next read
-    registry.write(_node(3))
-    assert [n.node_id for n in registry.read_all()] == [2, 3]
