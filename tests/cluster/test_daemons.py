@@ -13,9 +13,7 @@ from __future__ import annotations
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -36,15 +34,6 @@ with warnings.catch_warnings():
 PARTITIONS = 6
 #: moto answers slower than a local directory, above all on a busy machine.
 S3_TIMING = {"heartbeat_ms": 300, "session_timeout_ms": 4000}
-
-
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[DaemonFactory]:
-    daemons = DaemonFactory(tmp_path)
-    try:
-        yield daemons
-    finally:
-        daemons.close()
 
 
 def bootstrap(daemons: list[Daemon]) -> str:

@@ -14,8 +14,6 @@ import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -35,15 +33,6 @@ with warnings.catch_warnings():
     from kafka.protocol.metadata import MetadataRequest
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[DaemonFactory]:
-    daemons = DaemonFactory(tmp_path)
-    try:
-        yield daemons
-    finally:
-        daemons.close()
 
 
 def leaders_and_epochs(daemon: Daemon, topic: str) -> dict[int, tuple[int, int]]:

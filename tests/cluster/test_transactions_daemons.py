@@ -12,8 +12,6 @@ aborted one, and the group's offsets move when the transaction commits.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import confluent_kafka
 import pytest
@@ -23,15 +21,6 @@ from testkit.waiting import wait_for
 from tests.cluster.test_daemons import PARTITIONS, bootstrap, create_topic, leaders
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[DaemonFactory]:
-    daemons = DaemonFactory(tmp_path)
-    try:
-        yield daemons
-    finally:
-        daemons.close()
 
 
 def read_committed(servers: str, topic: str) -> list[bytes]:
