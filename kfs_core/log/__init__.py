@@ -77,12 +77,19 @@ wait); then reads would need an index from offset to WAL position.
 from kfs_core.log.appender import AppendResult
 from kfs_core.log.log_manager import LogManager, StartReport
 from kfs_core.log.metrics import LogMetrics
-from kfs_core.log.reader import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetLookup, ReadResult
+from kfs_core.log.reader import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    OffsetLookup,
+    ReadResult,
+)
 from kfs_core.log.topic_cache import TopicInfo
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
     "AppendResult",
     "LogManager",
     "LogMetrics",

@@ -46,6 +46,7 @@ from kfs_core.threads import run_in
 __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
     "OffsetLookup",
     "PartitionReader",
     "ReadResult",
@@ -54,6 +55,7 @@ __all__ = [
 #: ListOffsets timestamps with a special meaning (Kafka's ``ListOffsetsRequest``).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3  # the record with the largest timestamp (KIP-734)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +197,9 @@ class PartitionReader:
         ``read_committed``: -1 is the last stable offset, and a timestamp
         finds nothing at or above it, as Kafka answers.
 
+        -3 (KIP-734): the first record with the largest timestamp in the
+        log, and that timestamp; ``OffsetLookup(-1, -1)`` for an empty log.
+
         For a timestamp >= 0: the first offset (at or above the log start)
         whose record timestamp is at or after it, and that timestamp; the
         catalog's per-segment max timestamp picks the segment, batch headers
@@ -205,6 +210,11 @@ class PartitionReader:
             if read_committed:
                 return OffsetLookup(p.txns.last_stable_offset(p.high_watermark), -1)
             return OffsetLookup(p.high_watermark, -1)
+        if timestamp == MAX_TIMESTAMP:
+            largest = self._largest_timestamp(p)
+            if largest is None:
+                return OffsetLookup(-1, -1)
+            timestamp = largest
         if read_committed and timestamp >= 0:
             lookup = await self.list_offsets(p, timestamp)
             if lookup.offset >= p.txns.last_stable_offset(p.high_watermark):
@@ -213,7 +223,7 @@ class PartitionReader:
         if timestamp == EARLIEST_TIMESTAMP:
             return OffsetLookup(p.state.log_start_offset, -1)
         if timestamp < 0:
-            raise ValueError(f"timestamp {timestamp}: expected -1, -2 or a time in ms")
+            raise ValueError(f"timestamp {timestamp}: expected -1, -2, -3 or a time in ms")
         log_start = p.state.log_start_offset
         memory_first = p.buffer.first_offset
         try:
@@ -234,6 +244,25 @@ class PartitionReader:
                 if found is not None:
                     return found
         return OffsetLookup(-1, -1)
+
+
+    @staticmethod
+    def _largest_timestamp(p: Partition) -> int | None:
+        """The largest timestamp of the log from the log start on (the catalog's and batch headers')."""
+        log_start = p.state.log_start_offset
+        memory_first = p.buffer.first_offset
+        stamps = [
+            segment.max_timestamp
+            for segment in p.state.segments
+            if segment.last_offset >= log_start
+            and (memory_first is None or segment.base_offset < memory_first)
+        ]
+        stamps.extend(
+            batch.max_timestamp
+            for batch in p.buffer.visible(p.high_watermark)
+            if batch.last_offset >= log_start
+        )
+        return max(stamps, default=None)
 
 
 def _base_offset(segment: SegmentEntry) -> int:

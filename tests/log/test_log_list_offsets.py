@@ -1,4 +1,4 @@
-"""ListOffsets: earliest, latest, and by timestamp in memory, in segments and across both."""
+"""ListOffsets: earliest, latest, max timestamp and by time in memory, in segments and both."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from kfs_core.catalog import PartitionCatalog
-from kfs_core.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LogManager, OffsetLookup
+from kfs_core.log import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    LogManager,
+    OffsetLookup,
+)
 from kfs_core.storage.base import ObjectStore
 from tests.log.log_helpers import (
     NS,
@@ -55,6 +61,7 @@ def test_list_offsets_by_timestamp(any_store: ObjectStore, tmp_path: Path, flush
         assert await lookup(logs, LATEST_TIMESTAMP) == OffsetLookup(0, -1)
         assert await lookup(logs, EARLIEST_TIMESTAMP) == OffsetLookup(0, -1)
         assert await lookup(logs, 0) == OffsetLookup(-1, -1)
+        assert await lookup(logs, MAX_TIMESTAMP) == OffsetLookup(-1, -1)
         await produce(logs, 0, flushed)
         await logs.flush()
         await produce(logs, flushed, BATCHES - flushed)
@@ -63,6 +70,7 @@ def test_list_offsets_by_timestamp(any_store: ObjectStore, tmp_path: Path, flush
             assert await lookup(logs, timestamp) == expected(timestamp, hw), timestamp
         assert await lookup(logs, LATEST_TIMESTAMP) == OffsetLookup(hw, -1)
         assert await lookup(logs, EARLIEST_TIMESTAMP) == OffsetLookup(0, -1)
+        assert await lookup(logs, MAX_TIMESTAMP) == OffsetLookup(hw - 1, timestamp_of(hw - 1))
         await h.shutdown(logs)
 
         cold = await h.open()  # everything in segments now, nothing cached
@@ -88,9 +96,33 @@ def test_list_offsets_respects_the_log_start_offset(
         assert await lookup(logs, EARLIEST_TIMESTAMP) == OffsetLookup(start, -1)
         assert await lookup(logs, 0) == expected(0, 4 * BATCHES, start)
         with pytest.raises(ValueError):
-            await lookup(logs, -3)
+            await lookup(logs, -4)
 
     run_harness(local_store, tmp_path, body)
+
+
+@pytest.mark.parametrize("flushed", [0, 2, 4], ids=["memory", "both", "segments"])
+def test_max_timestamp_is_the_first_record_with_the_largest_timestamp(
+    any_store: ObjectStore, tmp_path: Path, flushed: int
+) -> None:
+    """KIP-734: not the last offset; of records with equal timestamps, the first."""
+    # Offsets 0-3 at 50_000.., 4-7 at 90_000.. (largest 90_003 at offset 7), 8-11 at
+    # 10_000.., 12-15 at 90_000.. again (90_003 again, at offset 15).
+    stamps = [50_000, 90_000, 10_000, 90_000]
+
+    async def body(h: Harness) -> None:
+        logs = await h.open(segment_bytes=300)
+        await logs.create_topic(TOPIC)
+        for n, stamp in enumerate(stamps):
+            if n == flushed:
+                await logs.flush()
+            await logs.append(TOPIC, 0, make_batch(4, timestamp=stamp), timeout_s=10)
+        assert await lookup(logs, MAX_TIMESTAMP) == OffsetLookup(7, 90_003)
+        await h.shutdown(logs)
+        cold = await h.open()
+        assert await lookup(cold, MAX_TIMESTAMP) == OffsetLookup(7, 90_003)
+
+    run_harness(any_store, tmp_path, body)
 
 
 def test_log_append_time_topics_are_looked_up_by_the_stamped_time(

@@ -207,6 +207,8 @@ def test_list_offsets(local_daemon: Daemon, admin: AdminClient) -> None:
     for i in range(10):
         producer.produce(topic, value=b"t%d" % i, partition=0, timestamp=base + i * 1000)
         producer.flush(30)  # one batch per record, so timestamps pick batches
+    producer.produce(topic, value=b"late", partition=0, timestamp=base)  # offset 10, older
+    producer.flush(30)
     partition = confluent_kafka.TopicPartition(topic, 0)
 
     def offset_for(spec: Any) -> tuple[int, int]:
@@ -214,9 +216,11 @@ def test_list_offsets(local_daemon: Daemon, admin: AdminClient) -> None:
         return info.offset, info.timestamp
 
     assert offset_for(OffsetSpec.earliest())[0] == 0
-    assert offset_for(OffsetSpec.latest())[0] == 10
+    assert offset_for(OffsetSpec.latest())[0] == 11
     assert offset_for(OffsetSpec.for_timestamp(base + 4500)) == (5, base + 5000)
     assert offset_for(OffsetSpec.for_timestamp(base + 99_000))[0] == -1
+    # KIP-734 (ListOffsets v7): the record with the largest timestamp, not the last one.
+    assert offset_for(OffsetSpec.max_timestamp()) == (9, base + 9000)
 
 
 # --- fetch semantics ----------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""ListOffsets: earliest (-2), latest (-1) and by timestamp; OffsetForLeaderEpoch.
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) and by time; OffsetForLeaderEpoch.
 
-ListOffsets.  The max-timestamp spec (-3, KIP-734) and the tiered-storage
-specs get INVALID_REQUEST.  (Committed consumer offsets are the groups'
+ListOffsets.  -3 (KIP-734, v7+) answers the first record with the largest
+timestamp; the tiered-storage specs (-4 and below, v8+) get INVALID_REQUEST.  (Committed consumer offsets are the groups'
 business: `kfs_core.server.apis.groups`.)  From v4 a partition's
 ``current_leader_epoch`` older than this daemon's lease epoch answers
 FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH; an answer carries
@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = ["APIS", "LIST_OFFSETS", "OFFSET_FOR_LEADER_EPOCH"]
 
-EARLIEST_TIMESTAMP: Final = -2  # the log start offset (-1 is the high watermark)
+MAX_TIMESTAMP: Final = -3  # the largest timestamp (-2 the log start, -1 the high watermark)
+MAX_TIMESTAMP_VERSION: Final = 7  # the first ListOffsets version that may ask for it
 
 
 async def handle(
@@ -73,8 +74,10 @@ async def handle(
                 )
                 if epoch_error != ErrorCode.NONE:
                     raise Refused(epoch_error, f"leader epoch: {epoch_error.name}")
-                if p.timestamp < EARLIEST_TIMESTAMP:
-                    # -3 (max timestamp, KIP-734) and the tiered-storage specs.
+                if p.timestamp < MAX_TIMESTAMP or (
+                    p.timestamp == MAX_TIMESTAMP and request.api_version < MAX_TIMESTAMP_VERSION
+                ):
+                    # The tiered-storage specs; -3 before v7 (Kafka's clients never send it).
                     raise Refused(
                         ErrorCode.INVALID_REQUEST,
                         f"ListOffsets timestamp {p.timestamp} is not supported",
