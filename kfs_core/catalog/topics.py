@@ -231,7 +231,7 @@ class TopicRegistry:
         def change(record: TopicRecord) -> dict[str, object]:
             configs = {k: v for k, v in record.configs.items() if k not in resets}
             configs.update(updates)
-            return {"configs": configs}
+            return {"configs": validate_configs(configs)}  # checked together again
 
         return self._update(name, change)
 

@@ -2,7 +2,8 @@
 
 When.  A background loop (`Flusher.run`) starts a partition's flush when its
 acknowledged batches reach ``segment_bytes``, when the oldest is older than
-``flush_interval_ms``, when the memory pool is 75 % full (the pool calls
+``flush_interval_ms`` or the topic's ``segment.ms`` (at the next tick, at
+most 100 ms later), when the memory pool is 75 % full (the pool calls
 `Flusher.wake`), and `flush_until` runs one on demand (`LogManager.flush`,
 `close`, DeleteRecords, start-up replay).  At most one flush per partition
 runs at a time (``Partition.flush_task``) and at most ``flush_concurrency``
@@ -205,7 +206,15 @@ class Flusher:
         if urgent or visible >= self.settings.segment_bytes:
             return True
         oldest = next(iter(p.buffer))
-        return now - oldest.appended_at >= self.settings.flush_interval_ms / 1000
+        return now - oldest.appended_at >= self._max_age_s(p.topic)
+
+    def _max_age_s(self, topic: str) -> float:
+        """How long a batch may wait to be sealed: ``flush_interval_ms``, or the topic's segment.ms."""
+        limit_ms = self.settings.flush_interval_ms
+        config = self._topics.cached_config(topic)
+        if config is not None:
+            limit_ms = min(limit_ms, config.segment_ms)
+        return limit_ms / 1000
 
     def _start(self, p: Partition) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._flush_partition(p))

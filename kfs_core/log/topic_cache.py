@@ -138,6 +138,11 @@ class TopicCache:
         entry = self._topics.get(name)
         return None if entry is None or entry.info is None else entry.info.partitions
 
+    def cached_config(self, name: str) -> TopicConfig | None:
+        """The cached effective config of ``name``; None if none is cached."""
+        entry = self._topics.get(name)
+        return None if entry is None or entry.info is None else entry.info.config
+
     def generation(self, name: str) -> int:
         """Changes when the topic is deleted: compare before and after an await."""
         return self._generations.get(name, 0)

@@ -19,8 +19,10 @@ bytes; each group of two or more becomes ``segment.bytes``-sized outputs.
 **Key compaction** (``compact`` in ``cleanup.policy``), following Kafka's log
 cleaner (``kafka.log.LogCleaner``):
 
-- The newest live segment is never cleaned (Kafka never cleans the active
-  segment; here it holds the high watermark).  With ``min.compaction.lag.ms``
+- The newest live segment is not cleaned (Kafka never cleans the active
+  segment) until its oldest timestamp (``min_timestamp``; ``created_ms``
+  without timestamps) is older than ``segment.ms`` or
+  ``max.compaction.lag.ms``, when Kafka would have rolled it.  With ``min.compaction.lag.ms``
   > 0, cleaning also stops at the first segment whose newest timestamp
   (``max_timestamp``; ``created_ms`` without timestamps) is within the lag:
   nothing from there on is read or touched.  The rest is *cleanable*.
@@ -28,7 +30,9 @@ cleaner (``kafka.log.LogCleaner``):
   (their keys end in ``-c<run>``, which records Kafka's cleaner checkpoint in
   the same atomic commit as the data) and goes on with *dirty* ones.  The
   partition is cleaned only if dirty bytes / cleanable bytes >=
-  ``min.cleanable.dirty.ratio`` (and there are dirty bytes).
+  ``min.cleanable.dirty.ratio``, or if the first dirty segment's oldest
+  timestamp is older than ``max.compaction.lag.ms`` (and there are dirty
+  bytes).
 - Key map, in Spark: executors read every cleanable segment and emit rows
   ``(group, topic, partition, key, offset, clean, expired)``; a ``groupBy``
   over ``(topic, partition, key)`` of the dirty rows keeps each key's maximum

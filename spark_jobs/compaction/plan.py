@@ -75,6 +75,11 @@ def segment_time_ms(segment: SegmentDescriptor) -> int:
     return segment.max_timestamp if segment.max_timestamp >= 0 else segment.created_ms
 
 
+def segment_start_ms(segment: SegmentDescriptor) -> int:
+    """A segment's first time, for segment.ms and max.compaction.lag.ms: oldest timestamp, else seal time."""
+    return segment.min_timestamp if segment.min_timestamp >= 0 else segment.created_ms
+
+
 def is_cleaned_key(key: str) -> bool:
     """Whether a segment key names an output of key compaction (``...-c<run>.kfs``)."""
     return _CLEANED_KEY.search(key) is not None
@@ -161,7 +166,11 @@ def plan_key_compaction(
     batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> PartitionPlan:
     """The cleanable range, its clean and dirty parts, and whether to clean (see the package)."""
-    candidates = list(segments[:-1])  # the newest segment is Kafka's active segment
+    # The newest segment is Kafka's active segment, until it is older than
+    # segment.ms (or max.compaction.lag.ms): then Kafka would have rolled it.
+    roll_ms = min(config.segment_ms, config.max_compaction_lag_ms)
+    rolled = bool(segments) and segment_start_ms(segments[-1]) <= now_ms - roll_ms
+    candidates = list(segments) if rolled else list(segments[:-1])
     stop = len(candidates)
     lag = config.min_compaction_lag_ms
     if lag > 0:
@@ -214,7 +223,8 @@ def plan_key_compaction(
             why = f"min.compaction.lag.ms={lag}" if lso is None else "the last stable offset"
             reason += f" before offset {first_uncleanable} ({why})"
         return _skip(plan, reason)
-    if ratio < config.min_cleanable_dirty_ratio:
+    overdue = segment_start_ms(dirty[0]) <= now_ms - config.max_compaction_lag_ms
+    if ratio < config.min_cleanable_dirty_ratio and not overdue:
         return _skip(
             plan,
             f"dirty ratio {ratio:.3f} is below min.cleanable.dirty.ratio "

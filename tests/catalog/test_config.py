@@ -74,6 +74,34 @@ KAFKA_DEFAULTS = {
     "min.compaction.lag.ms": "0",
     "min.cleanable.dirty.ratio": "0.5",
     "message.timestamp.type": "CreateTime",
+    "segment.ms": "604800000",
+    "max.compaction.lag.ms": "9223372036854775807",
+    # Accepted and shown, no effect on KFS.
+    "segment.jitter.ms": "0",
+    "segment.index.bytes": "10485760",
+    "index.interval.bytes": "4096",
+    "flush.messages": "9223372036854775807",
+    "flush.ms": "9223372036854775807",
+    "file.delete.delay.ms": "60000",
+    "compression.gzip.level": "-1",
+    "compression.lz4.level": "9",
+    "compression.zstd.level": "3",
+    "message.timestamp.before.max.ms": "9223372036854775807",
+    "message.timestamp.after.max.ms": "9223372036854775807",  # Kafka 4: 3600000
+    "min.insync.replicas": "1",
+    "unclean.leader.election.enable": "false",
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
+    "preallocate": "false",
+    "remote.storage.enable": "false",
+    "local.retention.ms": "-2",
+    "local.retention.bytes": "-2",
+    "remote.log.copy.disable": "false",
+    "remote.log.delete.on.disable": "false",
+    # Kafka 3.x's, removed in Kafka 4.
+    "message.format.version": "3.0-IV1",
+    "message.downconversion.enable": "true",
+    "message.timestamp.difference.max.ms": "9223372036854775807",
 }
 
 
@@ -93,6 +121,8 @@ def test_typed_defaults() -> None:
     assert config.min_compaction_lag_ms == 0
     assert config.min_cleanable_dirty_ratio == 0.5
     assert config.message_timestamp_type == "CreateTime"
+    assert config.segment_ms == 604_800_000
+    assert config.max_compaction_lag_ms == 2**63 - 1
     assert config.deletes and not config.compacted
 
 
@@ -117,6 +147,18 @@ GOOD = [
     ("min.cleanable.dirty.ratio", "0"),
     ("min.cleanable.dirty.ratio", 1.0),
     ("message.timestamp.type", "LogAppendTime"),
+    ("segment.ms", "1"),
+    ("max.compaction.lag.ms", "1"),
+    ("flush.messages", "1"),
+    ("flush.ms", "0"),
+    ("compression.gzip.level", "9"),
+    ("compression.zstd.level", "-5"),
+    ("unclean.leader.election.enable", "TRUE"),
+    ("leader.replication.throttled.replicas", "*"),
+    ("follower.replication.throttled.replicas", "0:1, 1:2"),
+    ("message.format.version", "2.8-IV1"),
+    ("message.format.version", "0.10.2"),
+    ("local.retention.ms", "-2"),
 ]
 
 
@@ -145,6 +187,32 @@ BAD = [
     ("min.cleanable.dirty.ratio", "nan", "a number from 0 to 1"),
     ("min.cleanable.dirty.ratio", "-0.1", "a number from 0 to 1"),
     ("message.timestamp.type", "createtime", "CreateTime or LogAppendTime"),
+    ("segment.ms", "0", "an integer >= 1"),
+    ("max.compaction.lag.ms", "0", "an integer >= 1"),
+    ("segment.jitter.ms", "-1", "an integer >= 0"),
+    ("segment.index.bytes", "3", "an integer from 4 to 2147483647"),
+    ("index.interval.bytes", "-1", "an integer from 0 to 2147483647"),
+    ("flush.messages", "0", "an integer >= 1"),
+    ("flush.ms", "-1", "an integer >= 0"),
+    ("file.delete.delay.ms", "soon", "an integer >= 0"),
+    ("compression.gzip.level", "0", "-1 or an integer from 1 to 9"),
+    ("compression.lz4.level", "18", "an integer from 1 to 17"),
+    ("compression.zstd.level", "23", "an integer from -131072 to 22"),
+    ("message.timestamp.before.max.ms", "-1", "an integer >= 0"),
+    ("message.timestamp.after.max.ms", "-1", "an integer >= 0"),
+    ("min.insync.replicas", "0", "an integer from 1 to 2147483647"),
+    ("unclean.leader.election.enable", "yes", "true or false"),
+    ("leader.replication.throttled.replicas", "0-1", "empty, * or partition:broker"),
+    ("follower.replication.throttled.replicas", "*,0:1", "empty, * or partition:broker"),
+    ("preallocate", "1", "true or false"),
+    ("remote.storage.enable", "", "true or false"),
+    ("local.retention.ms", "-3", "an integer >= -2"),
+    ("local.retention.bytes", "-3", "an integer >= -2"),
+    ("remote.log.copy.disable", "no", "true or false"),
+    ("remote.log.delete.on.disable", "no", "true or false"),
+    ("message.format.version", "latest", "a Kafka version"),
+    ("message.downconversion.enable", "maybe", "true or false"),
+    ("message.timestamp.difference.max.ms", "-1", "an integer >= 0"),
 ]
 
 
@@ -177,6 +245,16 @@ def test_values_are_normalised_to_kafkas_string_form() -> None:
     assert validate_config("retention.ms", " 1000 ") == "1000"
     assert validate_config("cleanup.policy", "compact, delete") == "compact,delete"
     assert validate_config("min.cleanable.dirty.ratio", 0.25) == "0.25"
+
+
+def test_min_compaction_lag_above_max_is_refused_as_kafka_does() -> None:
+    with pytest.raises(InvalidConfig, match=r"min\.compaction\.lag\.ms \(5000\) is above"):
+        TopicConfig.from_configs({"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "10"})
+
+
+def test_every_config_kafka_documents_is_known() -> None:
+    """Kafka 4's topic configs (its LogConfig) and Kafka 3.x's three removed ones."""
+    assert set(CONFIG_KEYS) == set(KAFKA_DEFAULTS)
 
 
 def test_typed_view_with_overrides() -> None:

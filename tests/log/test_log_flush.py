@@ -77,6 +77,24 @@ def test_size_and_age_trigger_flushes(local_store: ObjectStore, tmp_path: Path) 
     run_harness(local_store, tmp_path, body)
 
 
+def test_a_topics_segment_ms_seals_its_batches_sooner(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    """segment.ms bounds how long a topic's records wait outside a segment (flush interval: 1 h)."""
+
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        await logs.create_topic(TOPIC, partitions=1, configs={"segment.ms": "50"})
+        await logs.create_topic("slow", partitions=1)
+        await logs.append("slow", 0, make_batch(2), timeout_s=10)
+        await logs.append(TOPIC, 0, make_batch(2), timeout_s=10)
+        await eventually(lambda: logs.metrics().flushes >= 1, what="a flush by segment.ms")
+        assert (await logs.catalog_state(TOPIC, 0)).high_watermark == 2
+        assert (await logs.catalog_state("slow", 0)).high_watermark == 0  # still buffered
+
+    run_harness(local_store, tmp_path, body)
+
+
 def test_one_commit_per_partition_for_all_segments_of_a_cycle(
     any_store: ObjectStore, tmp_path: Path
 ) -> None:

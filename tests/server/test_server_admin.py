@@ -235,6 +235,47 @@ def test_incremental_alter_configs(daemon: Daemon, admin: AdminClient) -> None:
     assert configs["cleanup.policy"].value == "compact"
 
 
+def test_every_kafka_topic_config_is_accepted_shown_and_validated(
+    local_daemon: Daemon, local_admin: AdminClient
+) -> None:
+    """Kafka's own names (and Kafka 3.x's removed ones) pass; the unused say they change nothing."""
+    create(
+        local_admin,
+        "adm-kafka-names",
+        1,
+        **{
+            "flush.ms": "1000",
+            "flush.messages": "10",
+            "segment.ms": "3600000",
+            "max.compaction.lag.ms": "86400000",
+            "file.delete.delay.ms": "0",
+            "message.format.version": "2.8-IV1",
+            "unclean.leader.election.enable": "true",
+            "min.insync.replicas": "2",
+        },
+    )
+    configs = topic_configs(local_admin, "adm-kafka-names")
+    assert configs["flush.ms"].value == "1000"
+    assert configs["flush.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["message.format.version"].value == "2.8-IV1"
+    assert configs["segment.jitter.ms"].value == "0"  # a default, shown
+    assert configs["segment.jitter.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert "preallocate" in configs and "remote.storage.enable" in configs
+    # Kafka's validation: flush.messages >= 1, booleans true/false, min lag <= max lag.
+    for entries in (
+        (("flush.messages", "0", AlterConfigOpType.SET),),
+        (("preallocate", "yes", AlterConfigOpType.SET),),
+        (("min.compaction.lag.ms", "90000000", AlterConfigOpType.SET),),
+    ):
+        error = incremental(local_admin, "adm-kafka-names", *entries)
+        assert error is not None and error.code() == ErrorCode.INVALID_CONFIG, entries
+    assert (
+        incremental(local_admin, "adm-kafka-names", ("flush.ms", "5", AlterConfigOpType.SET))
+        is None
+    )
+    assert topic_configs(local_admin, "adm-kafka-names")["flush.ms"].value == "5"
+
+
 def test_incremental_alter_configs_errors(local_daemon: Daemon, local_admin: AdminClient) -> None:
     create(local_admin, "adm-alter-bad", 1, retention_ms="5000")
     cases = {

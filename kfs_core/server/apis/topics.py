@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from kfs_core.catalog.config import CONFIG_KEYS, DEFAULT_CONFIGS
+from kfs_core.catalog.config import CONFIG_KEYS, DEFAULT_CONFIGS, ConfigKey
 from kfs_core.catalog.topics import MAX_PARTITIONS
 from kfs_core.errors import InvalidConfig, InvalidPartitions
 from kfs_core.security.acls import Operation, ResourceType
@@ -103,17 +103,13 @@ _CONFIG_TYPE_BOOLEAN, _CONFIG_TYPE_STRING, _CONFIG_TYPE_INT = 1, 2, 3
 _CONFIG_TYPE_LONG, _CONFIG_TYPE_DOUBLE, _CONFIG_TYPE_LIST = 5, 6, 7
 # IncrementalAlterConfigs operations (``AlterConfigOp.OpType``).
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-_TOPIC_CONFIG_TYPES: Final = {
-    "retention.ms": _CONFIG_TYPE_LONG,
-    "retention.bytes": _CONFIG_TYPE_LONG,
-    "cleanup.policy": _CONFIG_TYPE_LIST,
-    "compression.type": _CONFIG_TYPE_STRING,
-    "segment.bytes": _CONFIG_TYPE_INT,
-    "max.message.bytes": _CONFIG_TYPE_INT,
-    "delete.retention.ms": _CONFIG_TYPE_LONG,
-    "min.compaction.lag.ms": _CONFIG_TYPE_LONG,
-    "min.cleanable.dirty.ratio": _CONFIG_TYPE_DOUBLE,
-    "message.timestamp.type": _CONFIG_TYPE_STRING,
+_CONFIG_TYPES: Final = {
+    "boolean": _CONFIG_TYPE_BOOLEAN,
+    "string": _CONFIG_TYPE_STRING,
+    "int": _CONFIG_TYPE_INT,
+    "long": _CONFIG_TYPE_LONG,
+    "double": _CONFIG_TYPE_DOUBLE,
+    "list": _CONFIG_TYPE_LIST,
 }
 
 
@@ -294,6 +290,12 @@ async def _describe_configs(
     return DescribeConfigsResponse(version=request.api_version, throttle_time_ms=0, results=results)
 
 
+def _documentation(key: ConfigKey) -> str:
+    if key.effect:
+        return f"Allowed: {key.allowed}. No effect on KFS: {key.effect}."
+    return f"Allowed: {key.allowed}."
+
+
 async def _configs_of(context: RequestContext, resource_type: int, name: str) -> list[_ConfigEntry]:
     if resource_type == RESOURCE_TOPIC:
         description = await context.topics.describe(name)
@@ -304,8 +306,8 @@ async def _configs_of(context: RequestContext, resource_type: int, name: str) ->
                 default=DEFAULT_CONFIGS[key],
                 source=SOURCE_DEFAULT if description.is_default(key) else SOURCE_DYNAMIC_TOPIC,
                 read_only=False,
-                config_type=_TOPIC_CONFIG_TYPES.get(key, _CONFIG_TYPE_STRING),
-                documentation=f"Allowed: {CONFIG_KEYS[key].allowed}.",
+                config_type=_CONFIG_TYPES[CONFIG_KEYS[key].kind],
+                documentation=_documentation(CONFIG_KEYS[key]),
             )
             for key, value in sorted(description.effective_configs.items())
         ]
@@ -544,7 +546,7 @@ def _increments(configs: Sequence[Any]) -> ConfigEdit:
                 f"unknown topic config {config.name!r}; known: {', '.join(sorted(CONFIG_KEYS))}",
                 key=config.name,
             )
-        is_list = _TOPIC_CONFIG_TYPES.get(config.name) == _CONFIG_TYPE_LIST
+        is_list = CONFIG_KEYS[config.name].kind == "list"
         if config.config_operation in (OP_APPEND, OP_SUBTRACT) and not is_list:
             raise InvalidConfig(
                 f"{config.name} is not a list: only SET and DELETE apply to it",
