@@ -245,7 +245,6 @@ class PartitionReader:
                     return found
         return OffsetLookup(-1, -1)
 
-
     @staticmethod
     def _largest_timestamp(p: Partition) -> int | None:
         """The largest timestamp of the log from the log start on (the catalog's and batch headers')."""

@@ -2,6 +2,8 @@
 
 * A handler that raises answers UNKNOWN_SERVER_ERROR for that request, logs
   the traceback, and the connection carries on with the next request.
+* A fetch cancelled (its client gone) while a read is under way leaves no
+  unretrieved task failure behind (asyncio would log it as an ERROR).
 * Pipelined produce requests on one connection are answered in request
   order, with offsets in request order.
 * `parse_host_port`, `trim_to_batches`, `cluster_id_for` and the counters
@@ -11,19 +13,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import gc
 import logging
 import random
 import warnings
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from kfs_core.errors import UnknownTopicOrPartition
 from kfs_core.records.batch import Record, encode_batch
 from kfs_core.server import broker as broker_module
-from kfs_core.server.apis import SUPPORTED_VERSIONS
+from kfs_core.server.apis import SUPPORTED_VERSIONS, fetch
 from kfs_core.server.apis.context import BrokerOptions
 from kfs_core.server.apis.fetch import trim_to_batches
 from kfs_core.server.app import parse_host_port
@@ -179,3 +185,31 @@ def test_error_responses_encode_for_every_served_version(
         return  # kafka-python reads any ApiVersions error as the v0 fallback body
     decoded = MESSAGES[key].response.decode(frame, version=version, header=True, framed=True)
     assert decoded.header.correlation_id == seed
+
+
+def test_a_fetch_cancelled_mid_read_leaves_no_unretrieved_failure() -> None:
+    """A client gone while a read of a just-deleted topic is under way: nothing logged as ERROR."""
+
+    async def body() -> list[dict[str, Any]]:
+        unhandled: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: unhandled.append(ctx))
+        release = asyncio.Event()
+
+        async def read(topic: str, *_: Any, **__: Any) -> Any:
+            await release.wait()
+            raise UnknownTopicOrPartition(f"unknown topic {topic!r}", topic=topic)
+
+        context = SimpleNamespace(log=SimpleNamespace(read=read))
+        target = fetch._FetchTarget("gone", 0, 0, 1 << 20)
+        poll = asyncio.ensure_future(fetch._read_once(context, [target], 1 << 20, False, 12))  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # the read has started and waits
+        poll.cancel()  # the connection closed
+        with pytest.raises(asyncio.CancelledError):
+            await poll
+        release.set()  # the topic's read fails after nobody waits for it
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()
+        return unhandled
+
+    assert asyncio.run(body()) == []

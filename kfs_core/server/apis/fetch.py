@@ -140,6 +140,11 @@ async def handle(context: RequestContext, request: Request[FetchRequestBody]) ->
     )
 
 
+def _discard_outcome(read: asyncio.Future[Any]) -> None:
+    if not read.cancelled():
+        read.exception()  # retrieved: asyncio logs no "exception was never retrieved"
+
+
 async def _read_once(
     context: RequestContext,
     targets: Sequence[_FetchTarget],
@@ -163,7 +168,15 @@ async def _read_once(
         for t in targets
     ]
     if reads:
-        await asyncio.wait(reads)
+        try:
+            await asyncio.wait(reads)
+        except asyncio.CancelledError:
+            # The client went away (or the long poll ended): the reads finish on
+            # their own, and a failure of one (its topic deleted meanwhile) is
+            # nobody's business any more.
+            for read in reads:
+                read.add_done_callback(_discard_outcome)
+            raise
     answers: list[Any] = []
     total = 0
     failed = False
