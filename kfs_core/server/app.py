@@ -30,7 +30,7 @@ overlap each other: their appends start in order and their WAL fsyncs share
 a group commit.  Any other request first waits for everything before it on
 the connection to finish, and what follows waits for it, so its effects are
 ordered as on a Kafka broker.  A frame the protocol layer refuses gets the
-answer `error_response_frame` prescribes (ApiVersions with
+answer `error_response_frame` prescribes (ApiVersions and Produce v0-v2 with
 UNSUPPORTED_VERSION) or the connection is closed; a handler that raises gets
 UNKNOWN_SERVER_ERROR for that request, a logged traceback, and the
 connection carries on.  A Produce with acks=0 gets no answer; if it failed,

@@ -293,11 +293,67 @@ def test_unsupported_api_versions_gets_the_v0_fallback() -> None:
 
 
 def test_other_unsupported_versions_close_the_connection() -> None:
-    frame = client_frame(ProduceRequest(version=2, acks=1, timeout_ms=1000, topic_data=[]))
+    metadata_v99 = struct.pack(">hhih", 3, 99, 5, 3) + b"kfs\x00"  # no tagged fields
     with pytest.raises(UnsupportedVersion) as caught:
-        decode_request(frame[4:], SUPPORTED_VERSIONS)
-    assert (caught.value.api_key, caught.value.api_version) == (0, 2)
+        decode_request(metadata_v99, SUPPORTED_VERSIONS)
+    assert (caught.value.api_key, caught.value.api_version) == (3, 99)
     assert error_response_frame(caught.value, SUPPORTED_VERSIONS) is None
+
+
+def legacy_produce_frame(version: int, acks: int) -> bytes:
+    topic = ProduceRequest.TopicProduceData
+    partition = topic.PartitionProduceData
+    request = ProduceRequest(
+        version=version,
+        acks=acks,
+        timeout_ms=1000,
+        topic_data=[
+            topic(
+                name="orders",
+                partition_data=[
+                    partition(index=0, records=b"\x00" * 30),
+                    partition(index=2, records=None),
+                ],
+            ),
+            topic(name="b", partition_data=[partition(index=1, records=b"x")]),
+        ],
+    )
+    return client_frame(request)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_produce_v0_to_v2_get_unsupported_version_for_each_partition(version: int) -> None:
+    """Kafka 3.x served them; KFS answers UNSUPPORTED_VERSION instead of closing silently."""
+    with pytest.raises(UnsupportedVersion) as caught:
+        decode_request(legacy_produce_frame(version, acks=1)[4:], SUPPORTED_VERSIONS)
+    answer = error_response_frame(caught.value, SUPPORTED_VERSIONS)
+    assert answer is not None
+    size, correlation_id, topic_count = struct.unpack_from(">iii", answer)
+    assert size == len(answer) - 4 and topic_count == 2
+    pos, seen = 12, []
+    for _ in range(topic_count):
+        (length,) = struct.unpack_from(">h", answer, pos)
+        name = answer[pos + 2 : pos + 2 + length].decode()
+        pos += 2 + length
+        (partitions,) = struct.unpack_from(">i", answer, pos)
+        pos += 4
+        for _ in range(partitions):
+            index, code, offset = struct.unpack_from(">ihq", answer, pos)
+            pos += 14 + (8 if version >= 2 else 0)  # log_append_time_ms from v2
+            seen.append((name, index, code, offset))
+    pos += 4 if version >= 1 else 0  # throttle_time_ms from v1
+    assert pos == len(answer)
+    assert seen == [("orders", 0, 35, -1), ("orders", 2, 35, -1), ("b", 1, 35, -1)]
+    assert correlation_id == caught.value.correlation_id
+
+
+def test_produce_v0_to_v2_with_acks_0_or_unreadable_close_the_connection() -> None:
+    with pytest.raises(UnsupportedVersion) as silent:
+        decode_request(legacy_produce_frame(1, acks=0)[4:], SUPPORTED_VERSIONS)
+    assert error_response_frame(silent.value, SUPPORTED_VERSIONS) is None  # no answer expected
+    with pytest.raises(UnsupportedVersion) as cut:
+        decode_request(legacy_produce_frame(1, acks=1)[4:-3], SUPPORTED_VERSIONS)
+    assert error_response_frame(cut.value, SUPPORTED_VERSIONS) is None
 
 
 # --- every supported version, against kafka-python's generated classes ------

@@ -148,6 +148,27 @@ def test_unsupported_api_versions_version_gets_error_35(strict_daemon: Daemon) -
         assert {k.api_key for k in response.api_keys} >= {0, 1, 2, 3, 18}
 
 
+def test_a_producer_pinned_to_produce_v2_is_told_unsupported_version(
+    strict_daemon: Daemon,
+) -> None:
+    """kafka-python pinned to Kafka 0.10.1 sends Produce v2: its send fails with a reason."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka
+        import kafka.errors
+
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=strict_daemon.bootstrap, api_version=(0, 10, 1), retries=0
+    )
+    try:
+        future = producer.send(TOPIC, b"from an old client")
+        with pytest.raises(kafka.errors.UnsupportedVersionError):
+            future.get(timeout=30)
+    finally:
+        producer.close(timeout=10)
+    assert strict_daemon.alive()
+
+
 # --- requests that decode but are wrong: their Kafka error codes ------------------------
 
 

@@ -59,7 +59,14 @@ from kfs_core.server.protocol.responses import ApiVersionsResponse
 
 if TYPE_CHECKING:
     from kfs_core.server.protocol.bodies import ResponseBody
-from kfs_core.server.protocol.wire import I32, READ_ERRORS, read_string, skip_tagged_fields
+from kfs_core.server.protocol.wire import (
+    I16,
+    I32,
+    I64,
+    READ_ERRORS,
+    read_string,
+    skip_tagged_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +174,8 @@ def decode_request(frame: bytes | bytearray | memoryview, versions: VersionTable
     context["client_id"] = client_id
     low, high = versions[key]
     if not low <= api_version <= high:
+        if key == ApiKey.PRODUCE and 0 <= api_version < LEGACY_PRODUCE_END:
+            context["legacy_produce"] = _legacy_produce_partitions(buf, pos)
         raise UnsupportedVersion(
             f"{key.name} v{api_version} is not supported (v{low}-v{high} are)", **context
         )
@@ -348,18 +357,86 @@ def api_versions_body(
 def error_response_frame(error: ProtocolError, versions: VersionTable) -> bytes | None:
     """What Kafka sends for a frame that failed to decode, or ``None`` to close the connection.
 
-    Only an ApiVersions request of an unsupported version gets an answer:
-    an ApiVersions v0 body (header v0) with UNSUPPORTED_VERSION and ``versions``,
-    from which the client picks a version to retry with (KIP-511).  Kafka
-    lists only the ApiVersions row there; clients read only that row, so the
-    whole table does no harm.  Every other decoding error closes the
-    connection, as in Kafka.
+    An ApiVersions request of an unsupported version gets an ApiVersions v0
+    body (header v0) with UNSUPPORTED_VERSION and ``versions``, from which
+    the client picks a version to retry with (KIP-511).  Kafka lists only the
+    ApiVersions row there; clients read only that row, so the whole table
+    does no harm.  A Produce v0-v2 (what Kafka 3.x still served; old clients
+    pinned to an old version send them) gets UNSUPPORTED_VERSION for each of
+    its partitions, so the producer fails with a reason instead of a dropped
+    connection.  Every other decoding error closes the connection, as in Kafka.
     """
-    if (
-        isinstance(error, UnsupportedVersion)
-        and error.api_key == ApiKey.API_VERSIONS
-        and error.correlation_id is not None
-    ):
+    if not isinstance(error, UnsupportedVersion) or error.correlation_id is None:
+        return None
+    if error.api_key == ApiKey.API_VERSIONS:
         body = api_versions_body(0, versions, ErrorCode.UNSUPPORTED_VERSION)
         return b"".join(_encode_frame(ApiKey.API_VERSIONS, 0, error.correlation_id, body))
+    legacy = getattr(error, "legacy_produce", None)
+    if error.api_key == ApiKey.PRODUCE and legacy is not None and error.api_version is not None:
+        return _legacy_produce_refusal(error.api_version, error.correlation_id, legacy)
     return None
+
+
+# --- Produce v0-v2 -------------------------------------------------------------------
+
+LEGACY_PRODUCE_END: Final = 3  # Produce v0-v2: gone from Kafka 4's spec, served by Kafka 3.x
+_LEGACY_ACKS_AND_TIMEOUT: Final = struct.Struct(">hi")
+_PARTITION_AND_SIZE: Final = struct.Struct(">ii")
+
+
+@dataclass(frozen=True)
+class LegacyProduce:
+    """What a Produce v0-v2 names: its acks and each topic's partitions."""
+
+    acks: int
+    topics: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def _legacy_produce_partitions(buf: bytes | memoryview, pos: int) -> LegacyProduce | None:
+    """Produce v0-v2's body (acks, timeout, [topic, [partition, records]]); None if unreadable."""
+    try:
+        acks, _ = _LEGACY_ACKS_AND_TIMEOUT.unpack_from(buf, pos)
+        pos += _LEGACY_ACKS_AND_TIMEOUT.size
+        (topic_count,) = I32.unpack_from(buf, pos)
+        pos += I32.size
+        topics = []
+        for _ in range(topic_count):
+            name, pos = read_string(buf, pos, compact=False, nullable=False)
+            (partition_count,) = I32.unpack_from(buf, pos)
+            pos += I32.size
+            partitions = []
+            for _ in range(partition_count):
+                partition, size = _PARTITION_AND_SIZE.unpack_from(buf, pos)
+                pos += _PARTITION_AND_SIZE.size + max(size, 0)
+                partitions.append(partition)
+            topics.append((str(name), tuple(partitions)))
+    except READ_ERRORS:
+        return None
+    if pos != len(buf):
+        return None
+    return LegacyProduce(acks, tuple(topics))
+
+
+def _legacy_produce_refusal(
+    version: int, correlation_id: int, legacy: LegacyProduce
+) -> bytes | None:
+    """A Produce v0-v2 response: UNSUPPORTED_VERSION, offset -1 for each partition.
+
+    acks=0 expects no answer: None, and the connection closes, as Kafka
+    tells such a producer of a failure.
+    """
+    if legacy.acks == 0:
+        return None
+    out = bytearray(I32.pack(correlation_id))  # response header v0
+    out += I32.pack(len(legacy.topics))
+    for name, partitions in legacy.topics:
+        encoded = name.encode()
+        out += I16.pack(len(encoded)) + encoded
+        out += I32.pack(len(partitions))
+        for partition in partitions:
+            out += I32.pack(partition) + I16.pack(ErrorCode.UNSUPPORTED_VERSION) + I64.pack(-1)
+            if version >= 2:
+                out += I64.pack(-1)  # log_append_time_ms
+    if version >= 1:
+        out += I32.pack(0)  # throttle_time_ms
+    return SIZE_PREFIX.pack(len(out)) + bytes(out)
