@@ -181,6 +181,16 @@ class Daemon:
         return self.start()
 
 
+def add_user(daemon: Daemon, name: str, password: str, *mechanisms: str) -> None:
+    """``kfs users add`` on the daemon's store (namespace ``test``), password on standard input."""
+    flags = [f for m in mechanisms for f in ("--mechanism", m)]
+    subprocess.run(
+        [sys.executable, "-m", "kfs_core.cli", "--store-url", daemon.store_url,
+         "--namespace", "test", "users", "add", name, *flags],
+        input=password + "\n", text=True, check=True, capture_output=True,
+    )  # fmt: skip
+
+
 def node_id_of(daemon: Daemon) -> int:
     """The ``--node-id`` a daemon was started with (0, the default, if none)."""
     given = [i for i, arg in enumerate(daemon.args) if arg == "--node-id"]

@@ -68,9 +68,8 @@ def test_consumer_groups_through_a_sasl_ssl_listener(
     """The connection's extra carries the daemon's TLS/SASL settings; the password is masked."""
     from kfs_airflow.hooks import KfsAdminHook
 
-    from testkit.daemon import DaemonFactory
+    from testkit.daemon import DaemonFactory, add_user
     from testkit.pki import make_pki
-    from tests.security.conftest import add_user
 
     pki = make_pki(tmp_path / "pki")
     port = free_port()

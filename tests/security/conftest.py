@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-from testkit.daemon import Daemon
 from testkit.pki import Pki, make_pki
 from tests.server.conftest import daemons  # noqa: F401 - a fixture, used by name
 
@@ -24,16 +23,3 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 def tls_args(pki: Pki, *, mutual: bool = False) -> list[str]:
     args = ["--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key)]
     return args + (["--tls-client-ca-file", str(pki.ca)] if mutual else [])
-
-
-def add_user(daemon: Daemon, name: str, password: str, *mechanisms: str) -> None:
-    """``kfs users add`` on the daemon's store, password on standard input."""
-    import subprocess
-    import sys
-
-    flags = [f for m in mechanisms for f in ("--mechanism", m)]
-    subprocess.run(
-        [sys.executable, "-m", "kfs_core.cli", "--store-url", daemon.store_url,
-         "--namespace", "test", "users", "add", name, *flags],
-        input=password + "\n", text=True, check=True, capture_output=True,
-    )  # fmt: skip

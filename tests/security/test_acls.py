@@ -27,10 +27,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from testkit.daemon import Daemon, DaemonFactory
+from testkit.daemon import Daemon, DaemonFactory, add_user
 from testkit.ports import free_port
 from testkit.waiting import wait_for
-from tests.security.conftest import add_user
 from tests.security.test_listeners_sasl import PASSWORD, _confluent, _sasl
 from tests.server.conftest import confluent_kafka
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from testkit.daemon import Daemon, DaemonFactory
+from testkit.daemon import Daemon, DaemonFactory, add_user
 from testkit.pki import Pki
 from testkit.ports import free_port
 from testkit.waiting import wait_for
-from tests.security.conftest import add_user, tls_args
+from tests.security.conftest import tls_args
 from tests.server.conftest import confluent_kafka
 
 with warnings.catch_warnings():

@@ -17,10 +17,9 @@ import warnings
 import pytest
 
 from kfs_core.server.protocol import ErrorCode
-from testkit.daemon import Daemon, DaemonFactory
+from testkit.daemon import Daemon, DaemonFactory, add_user
 from testkit.ports import free_port
 from testkit.raw_client import RawClient
-from tests.security.conftest import add_user
 from tests.security.test_listeners_sasl import PASSWORD, _confluent, _round_trip, _sasl
 
 with warnings.catch_warnings():
