@@ -181,6 +181,7 @@ GOLDEN_TABLE = [
     "002a 0000 0002",  # DeleteGroups     v0-v2
     "002c 0000 0001",  # IncrementalAlterConfigs v0-v1
     "002f 0000 0000",  # OffsetDelete     v0
+    "0030 0000 0001",  # DescribeClientQuotas v0-1
     "0032 0000 0000",  # DescribeUserScramCredentials v0
     "0033 0000 0000",  # AlterUserScramCredentials    v0
     "003c 0000 0002",  # DescribeCluster  v0-v2

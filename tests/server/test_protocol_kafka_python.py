@@ -154,6 +154,7 @@ def test_kafka_python_negotiates_its_highest_versions() -> None:
         ApiKey.LIST_GROUPS: 5,
         ApiKey.DELETE_GROUPS: 2,
         ApiKey.OFFSET_DELETE: 0,
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: 1,
         ApiKey.DELETE_RECORDS: 2,
         ApiKey.ALTER_CONFIGS: 2,
         ApiKey.DESCRIBE_LOG_DIRS: 4,

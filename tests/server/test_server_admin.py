@@ -604,6 +604,30 @@ def test_kfs_topics_add_partitions_reaches_a_running_daemon(
 # --- DescribeCluster and DescribeLogDirs ---------------------------------------------------
 
 
+def test_describe_client_quotas_lists_none(local_daemon: Daemon) -> None:
+    """kafka-configs --describe --entity-type users asks it: no quotas, valid filters or not."""
+    from kfs_core.server.protocol.messages import DescribeClientQuotasRequest
+
+    component = DescribeClientQuotasRequest.ComponentData
+
+    def ask(*components: Any) -> Any:
+        with RawClient(local_daemon.bootstrap) as client:
+            return client.request(
+                DescribeClientQuotasRequest(version=1, components=list(components), strict=False)
+            )
+
+    exact = ask(component(entity_type="user", match_type=0, match="alice"))
+    assert (exact.error_code, exact.entries) == (0, [])
+    assert ask(component(entity_type="client-id", match_type=2, match=None)).error_code == 0
+    for bad in (
+        component(entity_type="tenant", match_type=2, match=None),
+        component(entity_type="user", match_type=0, match=None),
+        component(entity_type="user", match_type=7, match=None),
+    ):
+        refused = ask(bad)
+        assert refused.error_code == ErrorCode.INVALID_REQUEST and refused.error_message
+
+
 def test_describe_cluster(daemon: Daemon, admin: AdminClient, kafka_python_admin: Any) -> None:
     described = admin.describe_cluster().result(30)  # librdkafka: from Metadata
     assert [(n.id, n.port) for n in described.nodes] == [(0, daemon.kafka_port)]

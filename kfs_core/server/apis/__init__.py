@@ -22,7 +22,8 @@ declaration there, a new family is one line below.
     transactions    AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
     sasl            SaslHandshake, SaslAuthenticate
     acls            DescribeAcls, CreateAcls, DeleteAcls
-    users           DescribeUserScramCredentials, AlterUserScramCredentials
+    users           DescribeUserScramCredentials, AlterUserScramCredentials,
+                    DescribeClientQuotas
     (here)          ApiVersions: the table itself
 """
 

@@ -1,4 +1,4 @@
-"""DescribeUserScramCredentials and AlterUserScramCredentials: the SASL users, through a daemon.
+"""The users and clients as entities: their SCRAM credentials, and (no) client quotas.
 
 What kafka-configs.sh ``--entity-type users`` and an AdminClient's
 ``describe_user_scram_credentials`` / ``alter_user_scram_credentials`` use.
@@ -10,7 +10,16 @@ errors: RESOURCE_NOT_FOUND (no such user or credential), DUPLICATE_RESOURCE
 (a user twice in one request), UNSUPPORTED_SASL_MECHANISM,
 UNACCEPTABLE_CREDENTIAL (iterations outside 4096..16384, an empty name or salt).
 
+DescribeClientQuotas (what ``kafka-configs --describe --entity-type users``
+asks besides the credentials): KFS enforces no client quotas, so a valid
+filter matches nothing and the answer lists no entries; a filter Kafka
+refuses (an unknown entity type or match type, ``match`` missing from an
+exact match or given to another, an entity type twice) is INVALID_REQUEST.
+AlterClientQuotas is not served: clients learn from ApiVersions that
+quotas cannot be set.
+
     DescribeUserScramCredentials, AlterUserScramCredentials   v0
+    DescribeClientQuotas                                        v0-v1
 """
 
 from __future__ import annotations
@@ -28,10 +37,12 @@ from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
     AlterUserScramCredentialsRequest,
     ApiKey,
+    DescribeClientQuotasRequest,
     DescribeUserScramCredentialsRequest,
 )
 from kfs_core.server.protocol.responses import (
     AlterUserScramCredentialsResponse,
+    DescribeClientQuotasResponse,
     DescribeUserScramCredentialsResponse,
 )
 
@@ -41,6 +52,7 @@ if TYPE_CHECKING:
     from kfs_core.server.protocol import Request
     from kfs_core.server.protocol.bodies import (
         AlterUserScramCredentialsRequestBody,
+        DescribeClientQuotasRequestBody,
         DescribeUserScramCredentialsRequestBody,
     )
 
@@ -185,6 +197,48 @@ _alter_error = schema_error_body(
 )
 
 
+# --- DescribeClientQuotas ---------------------------------------------------------
+
+QUOTA_ENTITY_TYPES = ("user", "client-id", "ip")
+MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
+
+
+def _quota_filter_error(body: DescribeClientQuotasRequestBody) -> str | None:
+    """Why Kafka would refuse the filter, or None."""
+    seen: set[str] = set()
+    for component in body.components:
+        kind, match_type = component.entity_type, component.match_type
+        if kind not in QUOTA_ENTITY_TYPES:
+            return f"unknown entity type {kind!r} (user, client-id, ip)"
+        if kind in seen:
+            return f"entity type {kind!r} named twice"
+        seen.add(kind)
+        if match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY):
+            return f"{kind}: unknown match type {match_type} (0 exact, 1 default, 2 any)"
+        if (match_type == MATCH_EXACT) != (component.match is not None):
+            return f"{kind}: an exact match needs a name, the others none"
+    return None
+
+
+async def _describe_client_quotas(
+    context: RequestContext, request: Request[DescribeClientQuotasRequestBody]
+) -> DescribeClientQuotasResponse:
+    problem = _quota_filter_error(request.body)
+    if problem is not None:
+        context.count_error(ApiKey.DESCRIBE_CLIENT_QUOTAS, ErrorCode.INVALID_REQUEST)
+        return _client_quotas_error(request, ErrorCode.INVALID_REQUEST, problem, context.options)
+    return DescribeClientQuotasResponse(
+        version=request.api_version,
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        entries=[],  # KFS enforces no client quotas
+    )
+
+
+_client_quotas_error = schema_error_body(DescribeClientQuotasResponse, {"entries": None})
+
+
 APIS = (
     Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, DescribeUserScramCredentialsRequest,
         DescribeUserScramCredentialsResponse, (0, 0), _describe, _describe_error,
@@ -192,4 +246,7 @@ APIS = (
     Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, AlterUserScramCredentialsRequest,
         AlterUserScramCredentialsResponse, (0, 0), _alter, _alter_error,
         authorize=cluster_rule(Operation.ALTER)),
+    Api(ApiKey.DESCRIBE_CLIENT_QUOTAS, DescribeClientQuotasRequest,
+        DescribeClientQuotasResponse, (0, 1), _describe_client_quotas, _client_quotas_error,
+        authorize=cluster_rule(Operation.DESCRIBE_CONFIGS)),
 )  # fmt: skip

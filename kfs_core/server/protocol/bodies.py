@@ -54,6 +54,7 @@ __all__ = [
     "DeleteRecordsRequestBody",
     "DeleteRecordsTopic",
     "DeleteTopicsRequestBody",
+    "DescribeClientQuotasRequestBody",
     "DescribeConfigsRequestBody",
     "DescribeConfigsResource",
     "DescribeGroupsRequestBody",
@@ -562,6 +563,21 @@ class DescribeUserScramCredentialsRequestBody(Protocol):
     """DescribeUserScramCredentialsRequest; ``users`` None: every user."""
 
     users: Sequence[UserName] | None
+
+
+class ComponentData(Protocol):
+    """DescribeClientQuotasRequest.ComponentData: a filter on one entity type."""
+
+    entity_type: str
+    match_type: int
+    match: str | None
+
+
+class DescribeClientQuotasRequestBody(Protocol):
+    """DescribeClientQuotasRequest."""
+
+    components: Sequence[ComponentData]
+    strict: bool
 
 
 class ScramDeletion(Protocol):

@@ -72,6 +72,10 @@ with warnings.catch_warnings():
         ListGroupsRequest,
         ListGroupsResponse,
     )
+    from kafka.protocol.admin.client_quotas import (
+        DescribeClientQuotasRequest,
+        DescribeClientQuotasResponse,
+    )
     from kafka.protocol.admin.transactions import (
         DescribeProducersRequest,
         DescribeProducersResponse,
@@ -162,6 +166,8 @@ __all__ = [
     "DeleteTopicsResponse",
     "DescribeAclsRequest",
     "DescribeAclsResponse",
+    "DescribeClientQuotasRequest",
+    "DescribeClientQuotasResponse",
     "DescribeClusterRequest",
     "DescribeClusterResponse",
     "DescribeConfigsRequest",
@@ -263,6 +269,7 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -324,6 +331,9 @@ MESSAGES: Final[Mapping[ApiKey, MessagePair]] = MappingProxyType(
             IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
         ),
         ApiKey.OFFSET_DELETE: MessagePair(OffsetDeleteRequest, OffsetDeleteResponse),
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: MessagePair(
+            DescribeClientQuotasRequest, DescribeClientQuotasResponse
+        ),
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: MessagePair(
             DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
         ),

@@ -22,6 +22,7 @@ __all__ = [
     "DeleteRecordsResponse",
     "DeleteTopicsResponse",
     "DescribeAclsResponse",
+    "DescribeClientQuotasResponse",
     "DescribeClusterResponse",
     "DescribeConfigsResponse",
     "DescribeGroupsResponse",
@@ -552,6 +553,57 @@ class DescribeAclsResponse:
         error_code: int = ...,
         error_message: str | None = ...,
         resources: list[DescribeAclsResource] = ...,
+    ) -> None: ...
+    @property
+    def version(self) -> int | None: ...
+    def encode(self, *args: Any, **kwargs: Any) -> bytes: ...
+
+class DescribeClientQuotasResponse:
+    class EntryData:
+        class EntityData:
+            entity_type: str
+            entity_name: str | None
+            def __init__(
+                self,
+                *,
+                version: int | None = None,
+                entity_type: str = ...,
+                entity_name: str | None = ...,
+            ) -> None: ...
+
+        class ValueData:
+            key: str
+            value: float
+            def __init__(
+                self,
+                *,
+                version: int | None = None,
+                key: str = ...,
+                value: float = ...,
+            ) -> None: ...
+
+        entity: list[EntityData]
+        values: list[ValueData]
+        def __init__(
+            self,
+            *,
+            version: int | None = None,
+            entity: list[EntityData] = ...,
+            values: list[ValueData] = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    entries: list[EntryData] | None
+    def __init__(
+        self,
+        *,
+        version: int,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        entries: list[EntryData] | None = ...,
     ) -> None: ...
     @property
     def version(self) -> int | None: ...
