@@ -41,7 +41,10 @@ $(RATE_PRODUCER): bench/rate_producer.c .ci/build-rate-producer
 
 rate-producer: $(RATE_PRODUCER) ## Build bench.produce_cpu's rate-limited C producer (Debian's gcc and librdkafka-dev, when missing)
 
-test: install browser kcat kafkajs rate-producer ## Run the whole test suite
+kafka-tools: ## Install Apache Kafka's tools and Java client (the pinned 4.x release) from Maven Central
+	@bash .ci/install-kafka-tools
+
+test: install browser kcat kafkajs rate-producer kafka-tools ## Run the whole test suite
 	$(BIN)/pytest
 
 # bench.produce_cpu goes first: on ext4 without a journal (this machine's root
@@ -63,13 +66,16 @@ bench: install kcat rate-producer ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.security
 	$(BIN)/python -m bench.store_mode
 
+compat: install kafka-tools ## Kafka's own tools and franz-go's test suite against KFS; one table
+	$(BIN)/python -m compat
+
 soak: install ## Long fault campaigns (not in make test): kill -9 cycles, store faults, WAL recovery, decoder fuzzing; one table
 	$(BIN)/python -m soak
 
-lint: install ## ruff (lint + format check) and mypy (strict on kfs_core, spark_jobs, kfs_airflow, bench, soak, dags, testkit)
+lint: install ## ruff (lint + format check) and mypy (strict on kfs_core, spark_jobs, kfs_airflow, bench, soak, dags, testkit, compat)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy kfs_core spark_jobs plugins/kfs_airflow bench soak dags testkit
+	$(BIN)/mypy kfs_core spark_jobs plugins/kfs_airflow bench soak dags testkit compat
 
 format: install ## Apply ruff's formatter and autofixes
 	$(BIN)/ruff format .

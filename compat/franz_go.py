@@ -36,6 +36,7 @@ OAUTHBEARER, so setting it makes that test fail).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,7 +46,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -74,6 +74,8 @@ DETAIL_LINES = 5
 UNFINISHED = "did not finish (panic or timeout)"
 #: A line of t.Error, t.Fatal, t.Skip or t.Log output: ``    file_test.go:123: message``.
 TEST_MESSAGE = re.compile(r"^\s+(\S+\.go:\d+: .*)$")
+#: A test's result line; test2json's framing prints a subtest's unindented.
+RESULT_LINE = re.compile(r"^\s*--- (?P<result>PASS|FAIL|SKIP): (?P<test>\S+) \(")
 
 
 class GoNotFound(RuntimeError):
@@ -101,8 +103,8 @@ def fetch_source(cache: Path = BUILD_DIR) -> Path:
 
     ``go mod download -json`` puts the module in Go's module cache (read-only)
     and says where; the copy here is writable, so the test binary can be built
-    in it.  A stamp file marks a finished copy: a copy interrupted before it
-    is started again.
+    in it.  A stamp file marks a finished copy; an unfinished one is copied
+    again.
     """
     source = cache / f"franz-go-{FRANZ_GO_VERSION}"
     if (source / FETCHED_STAMP).exists():
@@ -176,14 +178,21 @@ def run_kgo(
     """Run the kgo tests against ``seeds``: one `Outcome` per top-level test that started.
 
     ``source_or_binary``: `fetch_source`'s directory (the binary is built
-    when missing) or a test binary.  ``run`` and ``skip`` are Go test name
-    regular expressions (``-test.run``, ``-test.skip``); ``timeout_s`` is the
-    binary's ``-test.timeout``.  Tests that started and never finished (the
-    binary panicked or timed out) have failed; a binary that fails with no
-    failed test (it could not start, say) is one failed outcome,
-    ``(test binary)``.  ``log``: the tests' output, as ``go test -v`` prints it.
+    when missing) or a test binary (`build_test_binary`'s, beside that
+    directory, whose ``pkg/kgo`` it runs in).  ``run`` and ``skip`` are Go
+    test name regular expressions (``-test.run``, ``-test.skip``);
+    ``timeout_s`` is the binary's ``-test.timeout``.  Tests that started and
+    never finished (the binary panicked or timed out) have failed; a binary
+    that fails with no failed test (it could not start, say) is one failed
+    outcome, ``(test binary)``.  ``log``: where to write the tests' output
+    (``go test -v``'s, but with subtests' result lines unindented).
     """
-    binary = build_test_binary(source_or_binary) if source_or_binary.is_dir() else source_or_binary
+    if source_or_binary.is_dir():
+        source, binary = source_or_binary, build_test_binary(source_or_binary)
+    else:
+        source, binary = source_or_binary.parent / f"franz-go-{FRANZ_GO_VERSION}", source_or_binary
+    # Like `go test`, run in the package's directory: a unit test parses its config.go.
+    package_dir = source / "pkg" / "kgo"
     command = [
         go_command(), "tool", "test2json", "-t", "-p", "kgo",
         str(binary.resolve()), "-test.v=test2json", "-test.count=1",
@@ -204,11 +213,11 @@ def run_kgo(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=env,
-        cwd=binary.parent,
+        cwd=package_dir if package_dir.is_dir() else binary.parent,
         text=True,
         start_new_session=True,  # test2json and the binary under it: one group to kill
     )
-    killer = threading.Timer(timeout_s + KILL_GRACE_S, os.killpg, (proc.pid, signal.SIGKILL))
+    killer = threading.Timer(timeout_s + KILL_GRACE_S, _kill_group, (proc.pid,))
     killer.start()
     try:
         assert proc.stdout is not None
@@ -218,6 +227,11 @@ def run_kgo(
     finally:
         killer.cancel()
     return SuiteResult(SUITE, outcomes_from_events(events, returncode), time.monotonic() - started)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended as the timer fired
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _events(lines: Iterable[str], out: TextIO) -> Iterable[dict[str, str]]:
@@ -234,60 +248,52 @@ def _events(lines: Iterable[str], out: TextIO) -> Iterable[dict[str, str]]:
         yield event
 
 
-@dataclass
-class _TopLevel:
-    """A top-level test and everything its subtests said, in order."""
-
-    status: str | None = None  # test2json's final action: pass, fail or skip
-    lines: list[tuple[str, str]] = field(default_factory=list)  # (test or subtest, line)
-
-
 def outcomes_from_events(events: Iterable[Mapping[str, str]], returncode: int) -> list[Outcome]:
-    """One `Outcome` per top-level test in test2json's ``events``, in the order they started."""
-    tests: dict[str, _TopLevel] = {}
-    failed: set[str] = set()  # tests and subtests that reported a failure
+    """One `Outcome` per top-level test in test2json's ``events``, in the order they started.
+
+    A test's result is the first word on it: its ``--- PASS/FAIL/SKIP`` line or
+    test2json's event.  When the binary dies, test2json reports the last test
+    it saw output from as failed, even one that had printed ``--- SKIP`` (its
+    event waits for the line after), and says nothing of the others still running.
+    """
+    said: dict[str, list[tuple[str, str]]] = {}  # top-level test -> (test or subtest, line)
+    results: dict[str, str] = {}  # test or subtest -> pass, fail or skip
     package_lines: list[str] = []
     for event in events:
         name, action = event.get("Test", ""), event.get("Action", "")
-        top = tests.setdefault(name.split("/")[0], _TopLevel()) if name else None
         if action == "output":
             line = event.get("Output", "").rstrip("\n")
-            if top is None:
-                package_lines.append(line)
+            if name:
+                said.setdefault(name.split("/")[0], []).append((name, line))
             else:
-                top.lines.append((name, line))
-        elif action in ("pass", "fail", "skip") and top is not None:
-            if action == "fail":
-                failed.add(name)
-            if "/" not in name:
-                top.status = action
-    panic = next(
-        (line for _, line in _all_lines(tests, package_lines) if line.startswith("panic: ")), ""
-    )
-    outcomes = [_outcome(name, test, failed, panic) for name, test in tests.items()]
+                package_lines.append(line)
+            if result := RESULT_LINE.match(line):
+                results.setdefault(result["test"], result["result"].lower())
+        elif name:
+            said.setdefault(name.split("/")[0], [])
+            if action in ("pass", "fail", "skip"):
+                results.setdefault(name, action)
+    every_line = [line for lines in said.values() for _, line in lines] + package_lines
+    panic = next((line for line in every_line if line.startswith("panic: ")), "")
+    outcomes = [_outcome(name, lines, results, panic) for name, lines in said.items()]
     if returncode != 0 and not any(o.status == "failed" for o in outcomes):
         tail = " | ".join(line.strip() for line in package_lines[-DETAIL_LINES:] if line.strip())
         outcomes.append(Outcome("(test binary)", "failed", f"exit status {returncode}: {tail}"))
     return outcomes
 
 
-def _all_lines(
-    tests: Mapping[str, _TopLevel], package_lines: list[str]
-) -> Iterable[tuple[str, str]]:
-    for test in tests.values():
-        yield from test.lines
-    yield from (("", line) for line in package_lines)
-
-
-def _outcome(name: str, test: _TopLevel, failed: set[str], panic: str) -> Outcome:
-    if test.status == "pass":
+def _outcome(
+    name: str, lines: list[tuple[str, str]], results: Mapping[str, str], panic: str
+) -> Outcome:
+    result = results.get(name)
+    if result == "pass":
         return Outcome(name, "passed")
-    if test.status == "skip":
-        reasons = _messages(line for test_name, line in test.lines if test_name == name)
+    if result == "skip":
+        reasons = _messages(line for test, line in lines if test == name)
         return Outcome(name, "skipped", reasons[0] if reasons else "")
-    if test.status == "fail":
-        errors = _messages(line for test_name, line in test.lines if test_name in failed)
-        own_panic = next((line for _, line in test.lines if line.startswith("panic: ")), "")
+    if result == "fail":
+        errors = _messages(line for test, line in lines if results.get(test) == "fail")
+        own_panic = next((line for _, line in lines if line.startswith("panic: ")), "")
         return Outcome(name, "failed", " | ".join(errors) or own_panic or "failed (no message)")
     return Outcome(name, "failed", f"{UNFINISHED}: {panic}" if panic else UNFINISHED)
 

@@ -7,8 +7,8 @@ consume, consumer groups under every balancer (``TestGroupETL``), the
 transactional chain (``TestTxnEtl``), admin requests and the issue
 regression tests.  ``TestIssue434``, ``TestIssue337`` and ``TestIssue523``
 are left to the full run: they wait out fixed timeouts (15 to 20 s)
-whatever the record count.  Go is needed: without it the test fails (the project skips
-no test), saying so.
+whatever the record count.  Go is needed: without it the test fails, saying
+so (the project skips no test).
 """
 
 from __future__ import annotations
