@@ -54,7 +54,7 @@ test: install browser kcat kafkajs rate-producer kafka-tools ## Run the whole te
 # Run after them, each of the daemon's new files cost several times as much;
 # bench.produce_cpu also waits (370 s, after a sync) for what `make test`
 # or an earlier run deleted to stop slowing creates, and says how long.
-bench: install kcat rate-producer ## Run the benchmarks and print their tables
+bench: install kcat rate-producer kafka-tools ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.produce_cpu
 	$(BIN)/python bench/formats.py --commits $(BENCH_COMMITS)
 	$(BIN)/python -m bench.wal
@@ -65,6 +65,7 @@ bench: install kcat rate-producer ## Run the benchmarks and print their tables
 	$(BIN)/python -m bench.transactions
 	$(BIN)/python -m bench.security
 	$(BIN)/python -m bench.store_mode
+	$(BIN)/python -m bench.peer
 
 compat: install kafka-tools ## Kafka's own tools and franz-go's test suite against KFS; one table
 	$(BIN)/python -m compat

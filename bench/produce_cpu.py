@@ -365,7 +365,7 @@ def require_rate_producer() -> None:
 
 
 def half_load(
-    daemon: Daemon, rate_mb_s: float, seconds: float, partitions: int, topic: str = TOPIC
+    bootstrap: str, rate_mb_s: float, seconds: float, partitions: int, topic: str = TOPIC
 ) -> HalfLoad:
     """Ack latencies (s) of one rate-limited producer process at ``rate_mb_s``.
 
@@ -373,14 +373,14 @@ def half_load(
     batch.size 1 MB, as kcat was told), at a fixed rate.  Every message
     sent must be in the log afterwards (the high watermarks grow by that many).
     """
-    before = sum(high_watermarks(daemon.bootstrap, partitions, topic))
+    before = sum(high_watermarks(bootstrap, partitions, topic))
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     require_rate_producer()
     out = subprocess.run(
         [
             RATE_PRODUCER,
-            daemon.bootstrap,
+            bootstrap,
             topic,
             str(partitions),
             str(rate_mb_s * 1e6),
@@ -393,7 +393,7 @@ def half_load(
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     *stats, result = (json.loads(line) for line in out.stdout.splitlines())
-    stored = sum(high_watermarks(daemon.bootstrap, partitions, topic)) - before
+    stored = sum(high_watermarks(bootstrap, partitions, topic)) - before
     if stored != result["sent"]:
         raise RuntimeError(f"the producer sent {result['sent']} messages, the log gained {stored}")
     cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
@@ -704,7 +704,7 @@ def half_load_row(
     assert daemon.proc is not None
     cpu_before = CpuSample.of(daemon.proc.pid)
     roles_before = RunQueue.by_role(daemon.proc.pid)
-    half = half_load(daemon, rate, seconds, partitions, topic)
+    half = half_load(daemon.bootstrap, rate, seconds, partitions, topic)
     cpu_after = CpuSample.of(daemon.proc.pid)
     roles = {
         role: queue.since(roles_before.get(role, RunQueue(0, 0)))

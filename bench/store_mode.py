@@ -198,7 +198,7 @@ def saturate(daemon: Daemon, topic: str, partitions: int, seconds: float) -> tup
     """``(MB/s, daemon CPU ms per MB)`` of one unthrottled producer, flushes included."""
     assert daemon.proc is not None
     before = CpuSample.of(daemon.proc.pid)
-    result = half_load(daemon, UNTHROTTLED_MB_S, seconds, partitions, topic)
+    result = half_load(daemon.bootstrap, UNTHROTTLED_MB_S, seconds, partitions, topic)
     flushed(daemon)
     after = CpuSample.of(daemon.proc.pid)
     megabytes = result.sent * VALUE_BYTES / MB
@@ -224,11 +224,13 @@ def latency_run(
         create_topic(daemon.bootstrap, "saturate", LATENCY_PARTITIONS)
         create_topic(daemon.bootstrap, "half", LATENCY_PARTITIONS)
         mb_s, cpu = saturate(daemon, "saturate", LATENCY_PARTITIONS, seconds)
-        half = half_load(daemon, mb_s / 2, half_seconds, LATENCY_PARTITIONS, "half")
+        half = half_load(daemon.bootstrap, mb_s / 2, half_seconds, LATENCY_PARTITIONS, "half")
         also: Sequence[float] = ()
         if also_mb_s is not None:
             create_topic(daemon.bootstrap, "also", LATENCY_PARTITIONS)
-            also = half_load(daemon, also_mb_s, half_seconds, LATENCY_PARTITIONS, "also").latencies
+            also = half_load(
+                daemon.bootstrap, also_mb_s, half_seconds, LATENCY_PARTITIONS, "also"
+            ).latencies
         daemon.stop()
     finally:
         daemon.kill()
@@ -294,7 +296,7 @@ def put_rows(root: Path, backend: Backend, seconds: float) -> list[Row]:
             create_topic(daemon.bootstrap, topic, partitions)
             before = daemon.metrics()
             started = time.perf_counter()
-            result = half_load(daemon, PUTS_TARGET_MB_S, seconds, partitions, topic)
+            result = half_load(daemon.bootstrap, PUTS_TARGET_MB_S, seconds, partitions, topic)
             elapsed = time.perf_counter() - started
             flushed(daemon)
             after = daemon.metrics()
