@@ -223,6 +223,26 @@ def check_broker_configs(tools: ToolClient) -> None:
     expect("message.max.bytes=" in out, "the broker's static configs", out)
 
 
+def check_broker_loggers(tools: ToolClient) -> None:
+    logger = "kfs_core.server.apis.topics"
+    described = tools.run(
+        "kafka-configs", "--describe", "--entity-type", "broker-loggers", "--entity-name", "0"
+    ).stdout
+    expect(f"{logger}=INFO" in described and "root=INFO" in described, "the loggers", described)
+    tools.run(
+        "kafka-configs", "--alter", "--entity-type", "broker-loggers", "--entity-name", "0",
+        "--add-config", f"{logger}=DEBUG",
+    )  # fmt: skip
+    after = tools.run(
+        "kafka-configs", "--describe", "--entity-type", "broker-loggers", "--entity-name", "0"
+    ).stdout
+    expect(f"{logger}=DEBUG" in after, "the level changed", after)
+    tools.run(
+        "kafka-configs", "--alter", "--entity-type", "broker-loggers", "--entity-name", "0",
+        "--delete-config", logger,
+    )  # fmt: skip
+
+
 def check_console_round_trip(tools: ToolClient) -> None:
     lines = "".join(f"{headers}\t{key}:{value}\n" for headers, key, value in RECORDS)
     tools.run(
@@ -386,6 +406,7 @@ CHECKS: Sequence[Check] = (
     Check("kafka-topics", check_topics),
     Check("kafka-configs topics", check_topic_configs),
     Check("kafka-configs brokers", check_broker_configs),
+    Check("kafka-configs broker-loggers", check_broker_loggers),
     Check("kafka-console-producer/consumer", check_console_round_trip),
     Check("kafka-consumer-groups", check_consumer_groups),
     Check("kafka-get-offsets", check_offsets),

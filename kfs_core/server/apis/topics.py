@@ -7,7 +7,9 @@ object store, not from replicas, so the factor changes nothing else.  DescribeCo
 IncrementalAlterConfigs speak Kafka's topic config names (`CONFIG_KEYS`):
 an unknown name or a bad value is INVALID_CONFIG for its resource, and a
 change is served by the log as soon as it is answered (`TopicDirectory`).
-Broker configs are read-only: they come from ``kfs serve`` flags.
+Broker configs are read-only: they come from ``kfs serve`` flags.  Broker
+loggers (resource type 8) are this daemon's log levels, described and
+changed live with IncrementalAlterConfigs (`kfs_core.server.loggers`).
 CreatePartitions only grows a topic (INVALID_PARTITIONS otherwise); Metadata
 and Produce see the new partitions at once.  A deleted topic is gone for Produce,
 Fetch and Metadata as soon as DeleteTopics answers (`LogManager.forget_topic`);
@@ -27,6 +29,7 @@ from kfs_core.catalog.config import CONFIG_KEYS, DEFAULT_CONFIGS, ConfigKey
 from kfs_core.catalog.topics import MAX_PARTITIONS
 from kfs_core.errors import InvalidConfig, InvalidPartitions
 from kfs_core.security.acls import Operation, ResourceType
+from kfs_core.server import loggers
 from kfs_core.server.apis.access import (
     TOPIC_DENIED,
     Checker,
@@ -95,10 +98,12 @@ log = logging.getLogger(__name__)
 SOURCE_DYNAMIC_TOPIC: Final = 1
 SOURCE_STATIC_BROKER: Final = 4
 SOURCE_DEFAULT: Final = 5
+SOURCE_DYNAMIC_BROKER_LOGGER: Final = 6
 # DescribeConfigs resource types and config types (``ConfigResource.Type``,
 # ``ConfigEntry.ConfigType``).
 RESOURCE_TOPIC: Final = 2
 RESOURCE_BROKER: Final = 4
+RESOURCE_BROKER_LOGGER: Final = 8
 _CONFIG_TYPE_BOOLEAN, _CONFIG_TYPE_STRING, _CONFIG_TYPE_INT = 1, 2, 3
 _CONFIG_TYPE_LONG, _CONFIG_TYPE_DOUBLE, _CONFIG_TYPE_LIST = 5, 6, 7
 # IncrementalAlterConfigs operations (``AlterConfigOp.OpType``).
@@ -311,10 +316,22 @@ async def _configs_of(context: RequestContext, resource_type: int, name: str) ->
             )
             for key, value in sorted(description.effective_configs.items())
         ]
+    if resource_type == RESOURCE_BROKER_LOGGER:
+        _check_this_broker(context, name)
+        return [
+            _ConfigEntry(
+                name=logger,
+                value=level,
+                default=level,
+                source=SOURCE_DYNAMIC_BROKER_LOGGER,
+                read_only=False,
+                config_type=_CONFIG_TYPE_STRING,
+                documentation=None,
+            )
+            for logger, level in loggers.levels().items()
+        ]
     if resource_type == RESOURCE_BROKER:
-        node_id = context.cluster.node_id
-        if name not in ("", str(node_id)):
-            raise Refused(ErrorCode.INVALID_REQUEST, f"broker {name!r} is not this one ({node_id})")
+        _check_this_broker(context, name)
         return [
             _ConfigEntry(
                 name=key,
@@ -331,8 +348,14 @@ async def _configs_of(context: RequestContext, resource_type: int, name: str) ->
         ]
     raise Refused(
         ErrorCode.INVALID_REQUEST,
-        f"resource type {resource_type} is not supported (topic: 2, broker: 4)",
+        f"resource type {resource_type} is not supported (topic: 2, broker: 4, broker logger: 8)",
     )
+
+
+def _check_this_broker(context: RequestContext, name: str) -> None:
+    node_id = context.cluster.node_id
+    if name not in ("", str(node_id)):
+        raise Refused(ErrorCode.INVALID_REQUEST, f"broker {name!r} is not this one ({node_id})")
 
 
 def _requested_configs(topic: CreatableTopic) -> dict[str, str]:
@@ -478,22 +501,25 @@ async def _alter(
         name = resource.resource_name
         code, message = ErrorCode.NONE, None
         try:
-            _check_alterable(resource.resource_type, name)
             names = [c.name for c in resource.configs]
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
                 raise Refused(
                     ErrorCode.INVALID_REQUEST, f"config(s) listed twice: {', '.join(duplicates)}"
                 )
-            configs = await context.topics.edit_configs(
-                name, edit_for(resource.configs), validate_only=validate_only
-            )
+            if resource.resource_type == RESOURCE_BROKER_LOGGER:
+                _check_this_broker(context, name)
+                _alter_loggers(key, resource.configs, validate_only=validate_only)
+            else:
+                _check_alterable(resource.resource_type, name)
+                configs = await context.topics.edit_configs(
+                    name, edit_for(resource.configs), validate_only=validate_only
+                )
+                if not validate_only:
+                    log.info("topic %r: config overrides now %s", name, configs)
         except Exception as exc:  # noqa: BLE001 - any failure is this resource's error code
             code, message = error_code_for(exc), message_of(exc)
             log_failure(f"alter configs of {name!r}", exc, code)
-        else:
-            if not validate_only:
-                log.info("topic %r: config overrides now %s", name, configs)
         context.count_error(key, code)
         results.append(
             result(
@@ -504,6 +530,37 @@ async def _alter(
             )
         )
     return request.response(throttle_time_ms=0, responses=results)
+
+
+def _alter_loggers(key: ApiKey, configs: Sequence[Any], *, validate_only: bool) -> None:
+    """SET or DELETE log levels (`kfs_core.server.loggers`), all checked before any applies."""
+    if key != ApiKey.INCREMENTAL_ALTER_CONFIGS:
+        raise Refused(
+            ErrorCode.INVALID_REQUEST,
+            "AlterConfigs does not change broker loggers: use IncrementalAlterConfigs",
+        )
+    changes = []
+    for config in configs:
+        if config.config_operation == OP_SET:
+            loggers.check_level(config.name, _value(config))
+        elif config.config_operation == OP_DELETE:
+            if config.name == loggers.ROOT:
+                raise InvalidConfig("the root logger's level cannot be removed", key=config.name)
+            loggers.check_level(config.name, "INFO")  # the logger must exist
+        else:
+            raise Refused(
+                ErrorCode.INVALID_REQUEST,
+                f"{config.name}: only SET and DELETE apply to a logger's level",
+            )
+        changes.append((config.name, config.config_operation, config.value))
+    if validate_only:
+        return
+    for name, operation, value in changes:
+        if operation == OP_SET:
+            loggers.set_level(name, value)
+        else:
+            loggers.reset_level(name)
+        log.info("logger %r: level %s", name, value if operation == OP_SET else "of its parent")
 
 
 def _check_alterable(resource_type: int, name: str) -> None:
@@ -638,11 +695,18 @@ def _authorize_delete_topics(may: Checker, request: Request[Any]) -> Plan | None
                  TOPIC_DENIED, "responses")  # fmt: skip
 
 
-_CONFIG_RESOURCES: Final = {2: ResourceType.TOPIC, 4: ResourceType.CLUSTER}
+_CONFIG_RESOURCES: Final = {
+    RESOURCE_TOPIC: ResourceType.TOPIC,
+    RESOURCE_BROKER: ResourceType.CLUSTER,
+    RESOURCE_BROKER_LOGGER: ResourceType.CLUSTER,
+}
 
 
 def _configs_rule(op: Operation, response_field: str) -> Rule:
-    """``op`` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on each resource: a topic or the cluster."""
+    """``op`` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on each resource: a topic or the cluster.
+
+    Brokers and broker loggers are the cluster's, as in Kafka.
+    """
 
     def rule(may: Checker, request: Request[Any]) -> Plan | None:
         def allowed(resource: Any) -> bool:
