@@ -302,7 +302,6 @@ class GroupMembership:
         instance_id, new_id = joining.instance_id, joining.member_id
         member = group.members.pop(old_id)
         member.fail_waiters(FencedInstanceId(f"instance {instance_id!r} rejoined"))
-        changed = member.protocols != joining.protocols
         member.member_id = new_id
         member.take_settings(joining)
         group.members[new_id] = member
@@ -310,6 +309,10 @@ class GroupMembership:
         if group.leader_id == old_id:
             group.leader_id = new_id
         log.info("group %r: static member %r came back as %s", group.group_id, instance_id, new_id)
+        # As Kafka: a returning static member rebalances the group only if the
+        # protocol the group would select changes.  Its subscription bytes may
+        # differ (they carry its last generation) without changing anything.
+        changed = group.select_protocol() != group.protocol_name
         if group.state == GroupState.STABLE and not changed:
             self._heartbeat_seen(group, member)
             return group.join_result(member)

@@ -286,6 +286,43 @@ def test_a_static_member_restarting_in_a_stable_group_causes_no_rebalance() -> N
     run(scenario())
 
 
+def test_a_static_leader_returning_with_new_subscription_bytes_causes_no_rebalance() -> None:
+    """Only a change of the group's selected protocol rebalances, as in Kafka.
+
+    Its subscription carries its last generation (cooperative-sticky's user data).
+    """
+
+    async def scenario() -> None:
+        groups, _ = await coordinator()
+        a, b = await asyncio.gather(
+            join(groups, instance_id="host-a"), join(groups, instance_id="host-b")
+        )
+        instance = {a.member_id: "host-a", b.member_id: "host-b"}
+        leader = a if a.leader_id == a.member_id else b
+        other = b if leader is a else a
+        plan = {
+            leader.member_id: assignment({"orders": [0, 1, 2]}),
+            other.member_id: assignment({"orders": [3, 4, 5]}),
+        }
+        await asyncio.gather(
+            groups.sync("g", leader.member_id, 1, plan), groups.sync("g", other.member_id, 1, {})
+        )
+        generation_1 = subscription("orders")[:-4] + struct.pack(">i", 4) + b"\x00\x00\x00\x01"
+        restarted = await join(
+            groups,
+            instance_id=instance[leader.member_id],
+            protocols=[("range", generation_1)],
+        )
+        assert restarted.generation == 1  # no rebalance
+        assert restarted.leader_id == restarted.member_id and restarted.members  # still the leader
+        synced = await groups.sync("g", restarted.member_id, 1, {})
+        assert synced.assignment == plan[leader.member_id]
+        groups.heartbeat("g", other.member_id, 1)  # the follower noticed nothing
+        await groups.close()
+
+    run(scenario())
+
+
 def test_stale_generations_are_fenced_everywhere() -> None:
     async def scenario() -> None:
         groups, _ = await coordinator()
