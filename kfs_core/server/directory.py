@@ -77,6 +77,10 @@ class TopicDirectory:
         except UnknownTopicOrPartition:
             return None
 
+    async def by_id(self, topic_id: uuid.UUID) -> LogTopicInfo | None:
+        """The live topic whose id (as `topic_uuid` puts it on the wire) is ``topic_id``."""
+        return next((t for t in await self.all() if topic_uuid(t.topic_id) == topic_id), None)
+
     async def lookup_or_create(self, name: str, partitions: int) -> LogTopicInfo:
         """The topic, created with ``partitions`` and default configs if it does not exist."""
         validate_topic_name(name)

@@ -161,7 +161,7 @@ GOLDEN_TABLE = [
     "0011 0000 0001",  # SaslHandshake    v0-v1
     "0012 0000 0004",  # ApiVersions      v0-v4
     "0013 0002 0007",  # CreateTopics     v2-v7
-    "0014 0001 0005",  # DeleteTopics     v1-v5
+    "0014 0001 0006",  # DeleteTopics     v1-v6
     "0015 0000 0002",  # DeleteRecords    v0-v2
     "0016 0000 0004",  # InitProducerId   v0-v4
     "0017 0002 0004",  # OffsetForLeaderEpoch v2-v4

@@ -142,7 +142,7 @@ def test_kafka_python_negotiates_its_highest_versions() -> None:
         ApiKey.SYNC_GROUP: 5,
         ApiKey.API_VERSIONS: 4,
         ApiKey.CREATE_TOPICS: 7,
-        ApiKey.DELETE_TOPICS: 5,
+        ApiKey.DELETE_TOPICS: 6,
         ApiKey.INIT_PRODUCER_ID: 4,
         ApiKey.ADD_PARTITIONS_TO_TXN: 3,
         ApiKey.ADD_OFFSETS_TO_TXN: 3,

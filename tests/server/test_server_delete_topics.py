@@ -10,6 +10,7 @@ the registry purges it; then the name can be used again.
 from __future__ import annotations
 
 import contextlib
+import uuid
 import warnings
 
 import pytest
@@ -106,3 +107,55 @@ def test_a_deleted_topic_is_unknown_at_once_and_its_name_stays_taken(
         assert create(client, topic) == (0, None)
         # Offsets go on above the old topic's: the WAL still has checkpoints for 0..2.
         assert produce_code(client, topic) == (0, 3)
+
+
+def test_topics_named_by_id_are_described_and_deleted(inprocess: ThreadedServer) -> None:
+    """Metadata v10+ and DeleteTopics v6 may name a topic by id alone.
+
+    As the Java AdminClient's ``TopicCollection.ofTopicIds`` does, with the name "".
+    """
+    topic = "by-id"
+    with RawClient(inprocess.bootstrap) as client:
+        assert create(client, topic)[0] == 0
+        named = client.request(
+            MetadataRequest(
+                version=12,
+                topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                allow_auto_topic_creation=False,
+            )
+        )
+        topic_id = named.topics[0].topic_id
+        assert topic_id.int != 0
+        for name in (None, ""):
+            by_id = client.request(
+                MetadataRequest(
+                    version=12,
+                    topics=[MetadataRequest.MetadataRequestTopic(name=name, topic_id=topic_id)],
+                    allow_auto_topic_creation=False,
+                )
+            ).topics[0]
+            assert (by_id.error_code, by_id.name, by_id.topic_id) == (0, topic, topic_id)
+            assert len(by_id.partitions) == 1
+        stranger = uuid.uuid4()
+        unknown = client.request(
+            MetadataRequest(
+                version=12,
+                topics=[MetadataRequest.MetadataRequestTopic(name=None, topic_id=stranger)],
+                allow_auto_topic_creation=False,
+            )
+        ).topics[0]
+        assert (unknown.error_code, unknown.topic_id) == (ErrorCode.UNKNOWN_TOPIC_ID, stranger)
+
+        state = DeleteTopicsRequest.DeleteTopicState
+        deleted = client.request(
+            DeleteTopicsRequest(
+                version=6,
+                topics=[state(name=None, topic_id=topic_id), state(name=None, topic_id=stranger)],
+                timeout_ms=10_000,
+            )
+        ).responses
+        assert [(r.name, r.topic_id, r.error_code) for r in deleted] == [
+            (topic, topic_id, 0),
+            (None, stranger, ErrorCode.UNKNOWN_TOPIC_ID),
+        ]
+        assert metadata_code(client, topic) == UNKNOWN

@@ -121,6 +121,16 @@ class RequestContext:
             for rtype, res in ((ResourceType.CLUSTER, CLUSTER_NAME), (ResourceType.TOPIC, name))
         )
 
+    def may_on_topic(self, op: Operation, name: str) -> bool:
+        """Whether this request's principal may ``op`` the topic ``name``.
+
+        For entries named by id, authorized once their names are known.
+        """
+        session, authorizer = self.session, self.authorizer
+        if authorizer is None or session is None:
+            return True
+        return authorizer.authorize(session.principal, session.host, op, ResourceType.TOPIC, name)
+
     # --- the cluster as this request sees it ------------------------------------------
 
     @property

@@ -77,14 +77,20 @@ _Topic = MetadataResponse.MetadataResponseTopic
 async def _one_topic(context: RequestContext, entry: MetadataTopic, allow_create: bool) -> _Topic:
     name = entry.name
     topic = MetadataResponse.MetadataResponseTopic
-    if name is None:  # named by id only (v10+): KFS does not look topics up by id
-        return topic(
-            error_code=ErrorCode.UNKNOWN_TOPIC_ID,
-            name=None,
-            topic_id=getattr(entry, "topic_id", None),
-            is_internal=False,
-            partitions=[],
+    if not name:  # named by id only (v10+; the Java client sends the name "")
+        topic_id = getattr(entry, "topic_id", None)
+        found = (
+            None if topic_id is None or topic_id.int == 0 else await context.topics.by_id(topic_id)
         )
+        if found is None:
+            return topic(
+                error_code=ErrorCode.UNKNOWN_TOPIC_ID,
+                name=None,
+                topic_id=topic_id,
+                is_internal=False,
+                partitions=[],
+            )
+        return await topic_metadata(context, found)
     info: LogTopicInfo | None
     try:
         if allow_create:
@@ -186,7 +192,8 @@ def _authorize(may: Checker, request: Request[Any]) -> Plan | None:
     """DESCRIBE on each topic named (a listing is filtered afterwards); CREATE to auto-create."""
     if _lists_every_topic(request):
         return None  # every topic: the listing is filtered afterwards
-    plan = split(request, "topics", lambda t: may(Operation.DESCRIBE, ResourceType.TOPIC, t.name or ""),
+    # Topics named by id are checked once their names are known (`_visible_topics`).
+    plan = split(request, "topics", lambda t: not t.name or may(Operation.DESCRIBE, ResourceType.TOPIC, t.name),
                  TOPIC_DENIED, "topics")  # fmt: skip
     if plan is not None and plan.whole is not None:
         return plan
@@ -210,13 +217,28 @@ def _authorize(may: Checker, request: Request[Any]) -> Plan | None:
 def _visible_topics(
     may: Checker, request: Request[Any], response: MetadataResponse
 ) -> MetadataResponse:
-    """A listing of every topic shows only those the principal may DESCRIBE."""
+    """A listing of every topic shows only those the principal may DESCRIBE; so does a lookup by id."""
     if _lists_every_topic(request):
         response.topics = [
             t
             for t in response.topics or []
             if may(Operation.DESCRIBE, ResourceType.TOPIC, t.name or "")
         ]
+        return response
+    by_id = {t.topic_id for t in request.body.topics if not t.name}
+    for i, t in enumerate(response.topics or []):
+        if (
+            t.topic_id in by_id
+            and t.name
+            and not may(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
+        ):
+            response.topics[i] = MetadataResponse.MetadataResponseTopic(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                name=None,
+                topic_id=t.topic_id,
+                is_internal=False,
+                partitions=[],
+            )
     return response
 
 

@@ -21,8 +21,10 @@ Kafka does while a deletion is in progress.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Final
 
 from kfs_core.catalog.config import CONFIG_KEYS, DEFAULT_CONFIGS, ConfigKey
@@ -46,7 +48,7 @@ from kfs_core.server.apis.base import (
     log_failure,
     message_of,
 )
-from kfs_core.server.apis.error_bodies import ITEM, Mirror, schema_error_body
+from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.directory import topic_uuid
 from kfs_core.server.protocol.errors import ErrorCode
 from kfs_core.server.protocol.messages import (
@@ -226,20 +228,38 @@ async def _delete_topics(
 ) -> DeleteTopicsResponse:
     result = DeleteTopicsResponse.DeletableTopicResult
     results = []
-    for name in request.body.topic_names:
+    for entry in _deletions(request.body):
+        name, topic_id = entry.name, entry.topic_id
         code, message = ErrorCode.NONE, None
         try:
+            if not name:  # v6+: named by id; authorized once the name is known
+                found = None if topic_id.int == 0 else await context.topics.by_id(topic_id)
+                if found is None:
+                    raise Refused(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}")
+                name = found.name
+                if not context.may_on_topic(Operation.DELETE, name):
+                    raise Refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"DELETE on {name!r}")
             await context.topics.delete(name)
         except Exception as exc:  # noqa: BLE001 - any failure is this topic's error code
             code, message = error_code_for(exc), message_of(exc)
-            log_failure(f"delete topic {name!r}", exc, code)
+            log_failure(f"delete topic {name or topic_id}", exc, code)
         else:
             log.info("deleted topic %r (retention removes its data)", name)
             context.notifier.notify_topic(name)
             await _forget_committed_offsets(context, name)
         context.count_error(ApiKey.DELETE_TOPICS, code)
-        results.append(result(name=name, error_code=code, error_message=message))
+        results.append(result(name=name, topic_id=topic_id, error_code=code, error_message=message))
     return DeleteTopicsResponse(version=request.api_version, throttle_time_ms=0, responses=results)
+
+
+_NO_TOPIC_ID: Final = uuid.UUID(int=0)
+
+
+def _deletions(body: Any) -> list[Any]:
+    """The topics a DeleteTopics names, each with ``name`` and ``topic_id`` (v6+ may give either)."""
+    if getattr(body, "topics", None):
+        return list(body.topics)
+    return [SimpleNamespace(name=name, topic_id=_NO_TOPIC_ID) for name in body.topic_names or []]
 
 
 async def _forget_committed_offsets(context: RequestContext, name: str) -> None:
@@ -643,7 +663,8 @@ _create_topics_error = schema_error_body(
 
 
 _delete_topics_error = schema_error_body(
-    DeleteTopicsResponse, {"responses": Mirror("topic_names", {"name": ITEM})}
+    DeleteTopicsResponse,
+    {"responses": Mirror(_deletions, {"name": "name", "topic_id": "topic_id"})},
 )
 
 
@@ -691,7 +712,10 @@ def _authorize_create_topics(may: Checker, request: Request[Any]) -> Plan | None
 def _authorize_delete_topics(may: Checker, request: Request[Any]) -> Plan | None:
     """DELETE on each topic (v6+ may name topics by id: a list of structs)."""
     attr = "topic_names" if request.api_version < 6 else "topics"
-    return split(request, attr, lambda t: may(Operation.DELETE, ResourceType.TOPIC, name_of(t)),
+    # A topic named only by id is authorized by the handler, once its name is known.
+    return split(request, attr,
+                 lambda t: (attr == "topics" and not t.name)
+                 or may(Operation.DELETE, ResourceType.TOPIC, name_of(t)),
                  TOPIC_DENIED, "responses")  # fmt: skip
 
 
@@ -734,7 +758,7 @@ DELETE_TOPICS: Final[Api[DeleteTopicsRequestBody, DeleteTopicsResponse]] = Api(
     ApiKey.DELETE_TOPICS,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
-    (1, 5),
+    (1, 6),
     _delete_topics,
     _delete_topics_error,
     authorize=_authorize_delete_topics,
