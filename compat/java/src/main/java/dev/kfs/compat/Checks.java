@@ -39,7 +39,7 @@ final class Checks {
         }
     }
 
-    /** Polls ``condition`` every 50 ms; `Failed` naming ``what`` (and ``state``) once time is up. */
+    /** Polls {@code condition} every 50 ms; `Failed` naming {@code what} (and {@code state}) once time is up. */
     static void waitUntil(String what, Duration timeout, BooleanSupplier condition, Supplier<String> state)
             throws InterruptedException {
         long deadline = System.nanoTime() + timeout.toNanos();
@@ -56,7 +56,7 @@ final class Checks {
         waitUntil(what, timeout, condition, null);
     }
 
-    /** The future's value; a failure is rethrown as `Failed` naming ``what``. */
+    /** The future's value; a failure is rethrown as `Failed` naming {@code what}. */
     static <T> T get(KafkaFuture<T> future, String what) throws InterruptedException {
         try {
             return future.get(REQUEST_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
@@ -67,7 +67,7 @@ final class Checks {
         }
     }
 
-    /** Checks that the future fails with ``expected`` (or a subclass); returns that error. */
+    /** Checks that the future fails with {@code expected} (or a subclass); returns that error. */
     static Throwable failsWith(KafkaFuture<?> future, Class<? extends Throwable> expected, String what)
             throws InterruptedException {
         try {

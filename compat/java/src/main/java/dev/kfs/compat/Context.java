@@ -125,9 +125,10 @@ final class Context {
         return props;
     }
 
-    /** Creates a topic and returns once it is created: ``configs`` are its overrides. */
+    /** Creates a topic, with {@code configs} as its overrides, and returns once it is created. */
     void createTopic(Admin admin, String topic, int partitions, Map<String, String> configs)
             throws Exception {
+        step("createTopics " + topic);
         NewTopic spec = new NewTopic(topic, partitions, (short) 1).configs(configs);
         Checks.get(admin.createTopics(List.of(spec)).all(), "createTopics " + topic);
     }

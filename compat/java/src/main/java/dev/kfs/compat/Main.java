@@ -46,9 +46,12 @@ public final class Main {
         SCENARIOS.put("consumer-group-range", ctx -> GroupScenarios.rebalance(ctx, "range"));
         SCENARIOS.put(
                 "consumer-group-cooperative-sticky", ctx -> GroupScenarios.rebalance(ctx, "cooperative-sticky"));
-        SCENARIOS.put("consumer-group-static-membership", GroupScenarios::staticMembership);
+        SCENARIOS.put("consumer-group-static-member-returns",
+                ctx -> GroupScenarios.staticMembership(ctx, "follower"));
+        SCENARIOS.put("consumer-group-static-leader-returns", ctx -> GroupScenarios.staticMembership(ctx, "leader"));
         SCENARIOS.put("transactions-read-committed", TransactionScenarios::readCommitted);
         SCENARIOS.put("admin-topics", AdminScenarios::topics);
+        SCENARIOS.put("admin-topic-ids", AdminScenarios::topicIds);
         SCENARIOS.put("admin-configs", AdminScenarios::configs);
         SCENARIOS.put("admin-offsets", AdminScenarios::offsets);
         SCENARIOS.put("admin-consumer-groups", AdminScenarios::consumerGroups);
