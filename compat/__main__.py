@@ -15,14 +15,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from compat import franz_go
+from compat import franz_go, java_client
 from compat.daemons import SaslSsl, plaintext_daemon, sasl_ssl_daemon
 from compat.kafka_tools import ToolClient, run_kafka_tools
 from compat.suites import SuiteResult, judge, load_expected, render_table
 from testkit.daemon import Daemon, DaemonFactory
 from testkit.pki import make_pki
 
-SUITES = ("kafka-tools", "franz-go")
+SUITES = ("kafka-tools", "java-client", "franz-go")
 DEFAULT_KGO_RECORDS = 50_000
 KGO_TIMEOUT_S = 1200
 
@@ -63,7 +63,27 @@ def _franz_go(plain: Daemon, _: SaslSsl, logs: Path, args: argparse.Namespace) -
     ]
 
 
-RUNNERS: dict[str, Runner] = {"kafka-tools": _kafka_tools, "franz-go": _franz_go}
+def _java_client(
+    plain: Daemon, secured: SaslSsl, logs: Path, _: argparse.Namespace
+) -> list[SuiteResult]:
+    results = []
+    for listener, bootstrap, properties in (
+        ("PLAINTEXT", plain.bootstrap, None),
+        ("SASL_SSL", secured.bootstrap, secured.properties),
+    ):
+        result = java_client.run_java_client(
+            bootstrap, properties=properties, log=logs / f"java-client-{listener}.log"
+        )
+        result.suite = f"{result.suite} {listener}"
+        results.append(result)
+    return results
+
+
+RUNNERS: dict[str, Runner] = {
+    "kafka-tools": _kafka_tools,
+    "java-client": _java_client,
+    "franz-go": _franz_go,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
