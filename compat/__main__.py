@@ -15,14 +15,15 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from compat import franz_go, java_client
+from compat import connect, franz_go, java_client
 from compat.daemons import SaslSsl, plaintext_daemon, sasl_ssl_daemon
 from compat.kafka_tools import ToolClient, run_kafka_tools
 from compat.suites import SuiteResult, judge, load_expected, render_table
 from testkit.daemon import Daemon, DaemonFactory
 from testkit.pki import make_pki
 
-SUITES = ("kafka-tools", "java-client", "franz-go")
+# Connect goes last: it restarts the PLAINTEXT daemon.
+SUITES = ("kafka-tools", "java-client", "franz-go", "connect")
 DEFAULT_KGO_RECORDS = 50_000
 KGO_TIMEOUT_S = 1200
 
@@ -79,10 +80,18 @@ def _java_client(
     return results
 
 
+def _connect(plain: Daemon, _: SaslSsl, logs: Path, __: argparse.Namespace) -> list[SuiteResult]:
+    def restart() -> None:
+        plain.restart()
+
+    return [connect.run_connect(plain.bootstrap, logs / "connect", restart)]
+
+
 RUNNERS: dict[str, Runner] = {
     "kafka-tools": _kafka_tools,
     "java-client": _java_client,
     "franz-go": _franz_go,
+    "connect": _connect,
 }
 
 
@@ -129,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             plain = plaintext_daemon(factory)
             secured = sasl_ssl_daemon(factory, make_pki(root / "pki"), root)
-            for name in chosen:
+            for name in sorted(chosen, key=SUITES.index):
                 ran = RUNNERS[name](plain, secured, args.log_dir, args)
                 print("\n".join(render_table(ran, expected).splitlines()[2:]), flush=True)
                 results += ran

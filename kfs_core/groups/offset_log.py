@@ -17,9 +17,11 @@ encoding, big-endian):
                                             int64   commit timestamp (ms)
 
 A null value (tombstone) deletes the key: expired offsets, offsets of a
-deleted group or topic, OffsetDelete.  Group membership is not stored:
-after a restart members rejoin (UNKNOWN_MEMBER_ID tells them to), as they
-do when a Kafka coordinator moves.
+deleted group or topic, OffsetDelete.  Group membership is not stored, as
+Kafka stores it (GroupMetadata records, key version 2): after a restart,
+or when the group's coordinator moves to another daemon, members learn
+from UNKNOWN_MEMBER_ID to rejoin, under new member ids, at generation 1;
+what they had not committed is read again.
 """
 
 from __future__ import annotations
