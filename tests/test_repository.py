@@ -141,6 +141,7 @@ def test_make_lint_mypy_passes() -> None:
         "soak",
         "dags",
         "testkit",
+        "compat",
     ]
     result = subprocess.run(
         [sys.executable, "-m", "mypy", *paths],
