@@ -19,10 +19,9 @@ bytes; each group of two or more becomes ``segment.bytes``-sized outputs.
 **Key compaction** (``compact`` in ``cleanup.policy``), following Kafka's log
 cleaner (``kafka.log.LogCleaner``):
 
-- The newest live segment is not cleaned (Kafka never cleans the active
-  segment) until its oldest timestamp (``min_timestamp``; ``created_ms``
-  without timestamps) is older than ``segment.ms`` or
-  ``max.compaction.lag.ms``, when Kafka would have rolled it.  With ``min.compaction.lag.ms``
+- The newest live segment is never cleaned (Kafka never cleans the active
+  segment; here it holds the record at the high watermark, which consumers
+  need to reach the end).  With ``min.compaction.lag.ms``
   > 0, cleaning also stops at the first segment whose newest timestamp
   (``max_timestamp``; ``created_ms`` without timestamps) is within the lag:
   nothing from there on is read or touched.  The rest is *cleanable*.

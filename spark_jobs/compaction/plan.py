@@ -166,11 +166,9 @@ def plan_key_compaction(
     batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> PartitionPlan:
     """The cleanable range, its clean and dirty parts, and whether to clean (see the package)."""
-    # The newest segment is Kafka's active segment, until it is older than
-    # segment.ms (or max.compaction.lag.ms): then Kafka would have rolled it.
-    roll_ms = min(config.segment_ms, config.max_compaction_lag_ms)
-    rolled = bool(segments) and segment_start_ms(segments[-1]) <= now_ms - roll_ms
-    candidates = list(segments) if rolled else list(segments[:-1])
+    # The newest segment is Kafka's active segment: it holds the record at the
+    # high watermark, which consumers need to reach the end.
+    candidates = list(segments[:-1])
     stop = len(candidates)
     lag = config.min_compaction_lag_ms
     if lag > 0:

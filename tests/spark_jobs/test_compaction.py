@@ -245,18 +245,13 @@ def test_plan_merge_takes_runs_of_small_segments() -> None:
 def test_plan_key_compaction_follows_the_cleaner() -> None:
     clean = [descriptor(0, suffix="-c1", ts=BASE + 100), descriptor(10, suffix="-c1", ts=BASE + 50)]
     dirty = [descriptor(20 + 10 * i, ts=BASE + 1000 * (i + 1)) for i in range(4)]
-    cfg = config(
-        cleanup_policy="compact",
-        delete_retention_ms=30,
-        min_cleanable_dirty_ratio=0.5,
-        segment_ms=30 * DAY,
-    )
+    cfg = config(cleanup_policy="compact", delete_retention_ms=30, min_cleanable_dirty_ratio=0.5)
     plan = plan_key_compaction("t", 0, 7, clean + dirty, cfg, NOW)
     assert plan.action == compaction.KIND_COMPACT
     assert plan.clean_keys == {clean[0].key, clean[1].key}
     assert (plan.clean_bytes, plan.dirty_bytes, plan.dirty_ratio) == (2000, 3000, 0.6)
     assert (plan.cleaning_point_ms, plan.horizon_ms) == (BASE + 100, BASE + 70)
-    # the newest segment (50), younger than segment.ms, is Kafka's active segment: not cleaned
+    # the newest segment (50) is never cleaned
     assert [d.base_offset for d in plan.inputs] == [0, 10, 20, 30, 40]
     assert plan.first_uncleanable_offset == 50
     # the lag: segment 30 (max timestamp BASE + 2000) is within it, so cleaning stops there
@@ -269,55 +264,34 @@ def test_plan_key_compaction_follows_the_cleaner() -> None:
     # the dirty ratio gate: 3000 / 5000 < 0.7
     gated = plan_key_compaction(
         "t", 0, 7, clean + dirty,
-        config(cleanup_policy="compact", min_cleanable_dirty_ratio=0.7, segment_ms=30 * DAY), NOW,
+        config(cleanup_policy="compact", min_cleanable_dirty_ratio=0.7), NOW,
     )  # fmt: skip
     assert gated.action == compaction.SKIP and "dirty ratio 0.600" in gated.reason
     nothing = plan_key_compaction("t", 0, 7, [*clean, dirty[0]], cfg, NOW)
     assert nothing.action == compaction.SKIP and nothing.reason == "nothing dirty to clean"
 
 
-def test_max_compaction_lag_and_segment_ms_bound_how_long_a_dirty_key_waits() -> None:
-    """Kafka's max.compaction.lag.ms (KIP-354) and segment.ms, as its cleaner and log roll use them."""
+def test_max_compaction_lag_cleans_a_partition_below_the_dirty_ratio() -> None:
+    """Kafka's max.compaction.lag.ms (KIP-354): a dirty key waits at most that long."""
     clean = [descriptor(0, suffix="-c1", ts=BASE), descriptor(10, suffix="-c1", ts=BASE)]
     dirty = [descriptor(20, ts=BASE + 1000), descriptor(30, ts=BASE + 2000)]
     gate = {"cleanup_policy": "compact", "min_cleanable_dirty_ratio": 0.9}
-    # Below the ratio (1000 / 3000), the newest segment (30) active: skipped.
+    # Below the ratio (1000 / 3000): skipped.
     assert plan_key_compaction("t", 0, 7, clean + dirty, config(**gate), BASE + 5000).action == (
         compaction.SKIP
     )
-    # The first dirty segment's oldest record (BASE + 990) waited longer than the lag: cleaned
-    # despite the ratio, and the newest segment is older than the lag too: Kafka would have
-    # rolled it, so it is cleanable.
+    # The first dirty segment's oldest record (BASE + 990) waited longer than the lag:
+    # cleaned despite the ratio; the newest segment (30) stays out, as always.
     overdue = plan_key_compaction(
         "t", 0, 7, clean + dirty, config(**gate, max_compaction_lag_ms=3000), BASE + 5000
     )
     assert overdue.action == compaction.KIND_COMPACT
-    assert [d.base_offset for d in overdue.inputs] == [0, 10, 20, 30]
-    assert overdue.first_uncleanable_offset is None
+    assert [d.base_offset for d in overdue.inputs] == [0, 10, 20]
     # Not yet overdue: skipped.
     waiting = plan_key_compaction(
         "t", 0, 7, clean + dirty, config(**gate, max_compaction_lag_ms=4011), BASE + 5000
     )
     assert waiting.action == compaction.SKIP
-    # segment.ms alone rolls the newest segment: it joins the cleanable range.
-    rolled = plan_key_compaction(
-        "t",
-        0,
-        7,
-        clean + dirty,
-        config(cleanup_policy="compact", segment_ms=3000, min_cleanable_dirty_ratio=0),
-        BASE + 5000,
-    )
-    assert [d.base_offset for d in rolled.inputs] == [0, 10, 20, 30]
-    kept = plan_key_compaction(
-        "t",
-        0,
-        7,
-        clean + dirty,
-        config(cleanup_policy="compact", segment_ms=3011, min_cleanable_dirty_ratio=0),
-        BASE + 5000,
-    )
-    assert [d.base_offset for d in kept.inputs] == [0, 10, 20]
 
 
 def test_key_marks_and_map_keys() -> None:
