@@ -13,6 +13,7 @@ metrics, while other clients carry on.  SIGHUP reloads the certificate.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import socket
@@ -196,7 +197,13 @@ def test_scram_and_plain_over_sasl_ssl_and_sasl_plaintext(daemons: DaemonFactory
     ):
         assert "Authentication failed" in _auth_fails(conf)
     metrics = daemon.http("/metrics")[1]
-    assert 'kfs_sasl_authentications_total{mechanism="PLAIN",result="failure"} 1.0' in metrics
+    # At least one: librdkafka may try again before its producer is gone.
+    failures = re.search(
+        r'^kfs_sasl_authentications_total\{mechanism="PLAIN",result="failure"\} (\S+)$',
+        metrics,
+        re.M,
+    )
+    assert failures is not None and float(failures.group(1)) >= 1, metrics
     # A client speaking plain Kafka to a SASL port, or TLS to a plaintext one, gets nowhere;
     # the good client carries on.
     with pytest.raises(confluent_kafka.KafkaException):
