@@ -26,12 +26,15 @@ of their own (librdkafka, C), for topics of 4 and of 64 partitions:
   from /proc) per MB, for KFS until its flushes have committed what it
   acknowledged; the MB one CPU-second of the broker carries;
 - ack latency at half the lowest saturation rate of the three brokers (the
-  same rate for all): the C rate producer (``bench/rate_producer.c``), every
-  message's produce-to-ack time, p50 / p99 / p99.9;
+  same rate for all), on a fresh broker after ``WARM_UP_S`` of the same load
+  on another topic (a JVM compiles as it goes): the C rate producer
+  (``bench/rate_producer.c``), every message's produce-to-ack time, p50 / p99
+  / p99.9;
 - consumers: ``kafka-consumer-perf-test`` reads the saturation run's records
   at once (tail) and after the broker restarted (cold: the broker's own
   caches are empty; the OS page cache is not dropped, for either);
-- the broker's peak RSS (``VmHWM``) over all of it.
+- the broker's peak RSS (``VmHWM``) over all of it; for KFS, what its caches
+  and memory pool hold (`kfs_memory_note`).
 
 The ratios KFS / Kafka, from the same run, with targets at equal durability
 (against ``flush.messages=1``): MB per broker CPU-second >= Kafka's, ack p99
@@ -81,6 +84,7 @@ PARTITION_COUNTS = (4, 64)
 DEFAULT_MEGABYTES = 512
 DEFAULT_SECONDS = 20.0
 START_TIMEOUT_S = 90.0
+WARM_UP_S = 5.0  # of the half load, unmeasured, on a topic of its own
 PRODUCER_TIMEOUT_S = 600.0
 KAFKA_HEAP = ("-Xmx1G", "-Xms1G")  # kafka-server-start.sh's default
 # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
@@ -343,6 +347,20 @@ class BrokerFigures:
     cold_mb_s: dict[int, float] = field(default_factory=dict)
     latency_ms: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     peak_rss_mb: float = 0.0
+    memory_note: str = ""
+
+
+def kfs_memory_note(daemon: Daemon, rss_mb: float) -> str:
+    """Where KFS's resident memory goes: its own caches, which Kafka leaves to the page cache."""
+    l1 = daemon.metric("kfs_log_l1_bytes") / MIB
+    l2 = daemon.metric("kfs_log_l2_bytes") / MIB
+    pool = daemon.metric("kfs_log_pool_capacity_bytes") / MIB
+    return (
+        f"KFS's peak RSS {rss_mb:.0f} MB holds, after the reads, {l1:.0f} MB of segments in its "
+        f"L1 cache (KFS_CACHE_SIZE) and {l2:.0f} MB of indexes (L2); during produce its memory "
+        f"pool holds up to {pool:.0f} MB (KFS_POOL_BYTES) of acknowledged batches until they "
+        "are sealed.  Kafka keeps the same bytes in the OS page cache, which RSS does not count."
+    )
 
 
 def run(
@@ -373,10 +391,15 @@ def run(
                     broker, root, f"sat-{partitions}", records
                 )
             figures[name].peak_rss_mb = peak_rss_mb(broker.pid)
+            if broker.kfs is not None:
+                figures[name].memory_note = kfs_memory_note(broker.kfs, figures[name].peak_rss_mb)
     for partitions in partition_counts:  # the same rate for all: half the lowest saturation
         rate = min(f.saturation[partitions].mb_s for f in figures.values()) / 2
         for name in brokers:
             with running(name, root / f"{slug(name)}-half-{partitions}") as (broker, _):
+                # A fresh broker: warm it up (a JVM compiles as it goes) before measuring.
+                create_topic(broker, f"warm-{partitions}", partitions)
+                half_load(broker.bootstrap, rate, WARM_UP_S, partitions, f"warm-{partitions}")
                 topic = f"half-{partitions}"
                 create_topic(broker, topic, partitions)
                 half = half_load(broker.bootstrap, rate, seconds, partitions, topic)
@@ -489,6 +512,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(figures_table(results))
     print()
     print(ratios_table(ratios(results)))
+    for figures in results:
+        if figures.memory_note:
+            print(f"\n{figures.memory_note}")
 
 
 if __name__ == "__main__":
