@@ -73,6 +73,7 @@ from bench.produce_cpu import (
     line_file,
     quantile,
     require_rate_producer,
+    run_kcat_producers,
 )
 from compat.kafka_tools import KAFKA_LIB, LOG4J_CONFIG, ToolClient, kafka_version
 from testkit.daemon import Daemon, DaemonFactory
@@ -85,7 +86,6 @@ DEFAULT_MEGABYTES = 512
 DEFAULT_SECONDS = 20.0
 START_TIMEOUT_S = 90.0
 WARM_UP_S = 5.0  # of the half load, unmeasured, on a topic of its own
-PRODUCER_TIMEOUT_S = 600.0
 KAFKA_HEAP = ("-Xmx1G", "-Xms1G")  # kafka-server-start.sh's default
 # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
 KAFKA_GC = (
@@ -278,34 +278,9 @@ def saturate(
     share = max(1, megabytes // PRODUCERS)
     before = CpuSample.of(broker.pid)
     started = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            [
-                "kcat",
-                "-P",
-                "-b",
-                broker.bootstrap,
-                "-t",
-                topic,
-                # 4 partitions: one producer each; 64: librdkafka's partitioner spreads them
-                *(["-p", str(i)] if partitions == PRODUCERS else []),
-                "-X",
-                "acks=all",
-                "-X",
-                "linger.ms=5",
-                "-X",
-                "batch.size=1000000",
-                "-l",
-                str(lines),
-            ],
-            stderr=subprocess.PIPE,
-        )
-        for i in range(PRODUCERS)
-    ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=PRODUCER_TIMEOUT_S)
-        if proc.returncode != 0:
-            raise RuntimeError(f"kcat exited {proc.returncode}: {err.decode(errors='replace')}")
+    # 4 partitions: one producer each; 64: librdkafka's partitioner spreads them.
+    targets = list(range(PRODUCERS)) if partitions == PRODUCERS else [None] * PRODUCERS
+    run_kcat_producers(broker.bootstrap, topic, lines, targets)
     seconds = time.perf_counter() - started
     if broker.kfs is not None:  # its cost of a megabyte includes sealing and committing it
         daemon = broker.kfs

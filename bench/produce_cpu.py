@@ -224,28 +224,24 @@ def line_file(directory: Path, megabytes: int) -> Path:
     return path
 
 
-def saturate(
-    daemon: Daemon, lines: Path, megabytes: int, producers: int, topic: str = TOPIC
-) -> SaturationResult:
-    """Each of ``producers`` kcat processes sends all of ``lines`` (``megabytes / producers``)."""
-    assert daemon.proc is not None
-    share = max(1, megabytes // producers)
-    create_topic(daemon.bootstrap, topic, producers)
-    files_before = _store_files(daemon)
-    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    before = CpuSample.of(daemon.proc.pid)
-    started = time.perf_counter()
+def run_kcat_producers(
+    bootstrap: str, topic: str, lines: Path, partitions: Sequence[int | None]
+) -> None:
+    """One ``kcat -P -l`` process per entry, each sending all of ``lines``, and wait for them.
+
+    acks=all, linger.ms 5, batch.size 1 MB, no compression; an entry is the
+    partition that process writes, or None for librdkafka's partitioner.
+    """
     procs = [
         subprocess.Popen(
             [
                 "kcat",
                 "-P",
                 "-b",
-                daemon.bootstrap,
+                bootstrap,
                 "-t",
                 topic,
-                "-p",
-                str(i),
+                *(["-p", str(partition)] if partition is not None else []),
                 "-X",
                 "acks=all",
                 "-X",
@@ -257,12 +253,26 @@ def saturate(
             ],
             stderr=subprocess.PIPE,
         )
-        for i in range(producers)
+        for partition in partitions
     ]
     for proc in procs:
         _, err = proc.communicate(timeout=PRODUCER_TIMEOUT_S)
         if proc.returncode != 0:
             raise RuntimeError(f"kcat exited {proc.returncode}: {err.decode(errors='replace')}")
+
+
+def saturate(
+    daemon: Daemon, lines: Path, megabytes: int, producers: int, topic: str = TOPIC
+) -> SaturationResult:
+    """Each of ``producers`` kcat processes sends all of ``lines`` (``megabytes / producers``)."""
+    assert daemon.proc is not None
+    share = max(1, megabytes // producers)
+    create_topic(daemon.bootstrap, topic, producers)
+    files_before = _store_files(daemon)
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = CpuSample.of(daemon.proc.pid)
+    started = time.perf_counter()
+    run_kcat_producers(daemon.bootstrap, topic, lines, list(range(producers)))
     seconds = time.perf_counter() - started
     backlog = flushed(daemon)
     after = CpuSample.of(daemon.proc.pid)

@@ -255,22 +255,30 @@ def test_leave_group_rebalances_the_rest_and_empties_the_group_at_the_end() -> N
 # --- static membership and fencing ---------------------------------------------------
 
 
+async def stable_static_pair(
+    groups: GroupCoordinator,
+) -> tuple[Any, Any, dict[str, str], dict[str, bytes]]:
+    """Two static members in a stable generation 1: leader, follower, instance ids, assignments."""
+    a, b = await asyncio.gather(
+        join(groups, instance_id="host-a"), join(groups, instance_id="host-b")
+    )
+    instance = {a.member_id: "host-a", b.member_id: "host-b"}
+    leader = a if a.leader_id == a.member_id else b
+    other = b if leader is a else a
+    plan = {
+        leader.member_id: assignment({"orders": [0, 1, 2]}),
+        other.member_id: assignment({"orders": [3, 4, 5]}),
+    }
+    await asyncio.gather(
+        groups.sync("g", leader.member_id, 1, plan), groups.sync("g", other.member_id, 1, {})
+    )
+    return leader, other, instance, plan
+
+
 def test_a_static_member_restarting_in_a_stable_group_causes_no_rebalance() -> None:
     async def scenario() -> None:
         groups, _ = await coordinator()
-        a, b = await asyncio.gather(
-            join(groups, instance_id="host-a"), join(groups, instance_id="host-b")
-        )
-        instance = {a.member_id: "host-a", b.member_id: "host-b"}
-        leader = a if a.leader_id == a.member_id else b
-        other = b if leader is a else a
-        plan = {
-            leader.member_id: assignment({"orders": [0, 1, 2]}),
-            other.member_id: assignment({"orders": [3, 4, 5]}),
-        }
-        await asyncio.gather(
-            groups.sync("g", leader.member_id, 1, plan), groups.sync("g", other.member_id, 1, {})
-        )
+        leader, other, instance, plan = await stable_static_pair(groups)
         # The follower restarts: a new member id, no LeaveGroup, the same instance id.
         restarted = await join(groups, instance_id=instance[other.member_id])
         assert restarted.member_id != other.member_id
@@ -294,19 +302,7 @@ def test_a_static_leader_returning_with_new_subscription_bytes_causes_no_rebalan
 
     async def scenario() -> None:
         groups, _ = await coordinator()
-        a, b = await asyncio.gather(
-            join(groups, instance_id="host-a"), join(groups, instance_id="host-b")
-        )
-        instance = {a.member_id: "host-a", b.member_id: "host-b"}
-        leader = a if a.leader_id == a.member_id else b
-        other = b if leader is a else a
-        plan = {
-            leader.member_id: assignment({"orders": [0, 1, 2]}),
-            other.member_id: assignment({"orders": [3, 4, 5]}),
-        }
-        await asyncio.gather(
-            groups.sync("g", leader.member_id, 1, plan), groups.sync("g", other.member_id, 1, {})
-        )
+        leader, other, instance, plan = await stable_static_pair(groups)
         generation_1 = subscription("orders")[:-4] + struct.pack(">i", 4) + b"\x00\x00\x00\x01"
         restarted = await join(
             groups,
