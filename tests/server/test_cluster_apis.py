@@ -216,6 +216,25 @@ def test_metadata_lists_the_live_brokers_of_the_clients_listener_and_their_leade
     ]
 
 
+def test_a_metadata_request_reads_the_live_nodes_once(
+    server: ThreadedServer, cluster: ThreeNodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not once per partition: the live nodes cost a lease snapshot, and topics are many."""
+    calls = []
+    live_nodes = cluster.live_nodes
+
+    def counted() -> Sequence[NodeInfo]:
+        calls.append(1)
+        return live_nodes()
+
+    with RawClient(server.bootstrap) as client:
+        assert create_topic(client, "wide", 12, 3).error_code == 0
+        monkeypatch.setattr(cluster, "live_nodes", counted)
+        response = metadata(client, "wide")
+    assert len(partitions_of(response, "wide")) == 12
+    assert len(calls) <= 2  # the broker list and the controller id
+
+
 def test_a_replication_factor_above_the_live_brokers_lists_them_all(
     server: ThreadedServer, cluster: ThreeNodes
 ) -> None:

@@ -101,6 +101,9 @@ class RequestContext:
     session: Session | None = None
     advertised: tuple[str, int] = ("", 0)
     client_host: str = ""
+    # `brokers`, worked out once per request: a Metadata of every topic asks
+    # for each partition's replicas, and the live nodes cost a lease snapshot.
+    _brokers: list[tuple[NodeInfo, tuple[str, int]]] | None = None
 
     def count_error(self, api: ApiKey, code: int) -> None:
         """Count a non-zero error code a response carries, by API and error name."""
@@ -145,13 +148,18 @@ class RequestContext:
         return node.listeners.get(self.listener_name)
 
     def brokers(self) -> list[tuple[NodeInfo, tuple[str, int]]]:
-        """Every live node a client on this listener can reach, by node id, with its address."""
-        found = []
-        for node in sorted(self.cluster.live_nodes(), key=lambda n: n.node_id):
-            address = self.endpoint(node)
-            if address is not None:
-                found.append((node, address))
-        return found
+        """Every live node a client on this listener can reach, by node id, with its address.
+
+        As the request first asked: one request sees one cluster.
+        """
+        if self._brokers is None:
+            found = []
+            for node in sorted(self.cluster.live_nodes(), key=lambda n: n.node_id):
+                address = self.endpoint(node)
+                if address is not None:
+                    found.append((node, address))
+            self._brokers = found
+        return self._brokers
 
     def controller_id(self) -> int:
         """The controller Kafka clients are told of: the lowest live node id."""
