@@ -67,7 +67,7 @@ bench: install kcat rate-producer kafka-tools ## Run the benchmarks and print th
 	$(BIN)/python -m bench.store_mode
 	$(BIN)/python -m bench.peer
 
-compat: install kafka-tools ## Kafka's tools, Java client and Connect, and other clients' suites against KFS; one table
+compat: install kafka-tools ## Kafka's tools, Java client and Connect, franz-go's and librdkafka's suites against KFS; one table
 	$(BIN)/python -m compat
 
 soak: install ## Long fault campaigns (not in make test): kill -9 cycles, store faults, WAL recovery, decoder fuzzing; one table

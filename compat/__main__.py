@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from compat import connect, franz_go, java_client
+from compat import connect, franz_go, java_client, librdkafka
 from compat.daemons import SaslSsl, plaintext_daemon, sasl_ssl_daemon
 from compat.kafka_tools import ToolClient, run_kafka_tools
 from compat.suites import SuiteResult, judge, load_expected, render_table
@@ -23,7 +23,8 @@ from testkit.daemon import Daemon, DaemonFactory
 from testkit.pki import make_pki
 
 # Connect goes last: it restarts the PLAINTEXT daemon.
-SUITES = ("kafka-tools", "java-client", "franz-go", "connect")
+SUITES = ("kafka-tools", "java-client", "franz-go", "librdkafka", "connect")
+LIBRDKAFKA_TIMEOUT_S = 1800.0
 DEFAULT_KGO_RECORDS = 50_000
 KGO_TIMEOUT_S = 1200
 
@@ -80,6 +81,16 @@ def _java_client(
     return results
 
 
+def _librdkafka(_: Daemon, __: SaslSsl, logs: Path, args: argparse.Namespace) -> list[SuiteResult]:
+    # Its tests want daemons of their own (auto-creating topics, and not).
+    factory = DaemonFactory(Path(tempfile.mkdtemp(prefix="kfs-librdkafka-")))
+    try:
+        runner = librdkafka.fetch_and_build()
+        return [librdkafka.run_scenarios(runner, factory, None, LIBRDKAFKA_TIMEOUT_S, log_dir=logs)]
+    finally:
+        factory.close()
+
+
 def _connect(plain: Daemon, _: SaslSsl, logs: Path, __: argparse.Namespace) -> list[SuiteResult]:
     def restart() -> None:
         plain.restart()
@@ -91,6 +102,7 @@ RUNNERS: dict[str, Runner] = {
     "kafka-tools": _kafka_tools,
     "java-client": _java_client,
     "franz-go": _franz_go,
+    "librdkafka": _librdkafka,
     "connect": _connect,
 }
 
