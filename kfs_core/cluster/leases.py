@@ -266,11 +266,15 @@ class LeaseKeeper:
         one's partitions at their next tick, whatever the durability mode.
         """
         self._running = False
-        for task in (self._task, self._beats):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        loops = {task for task in (self._task, self._beats) if task is not None}
+        for task in loops:
+            task.cancel()
+        if loops:
+            # Not ``await task``: that would swallow a cancellation of this stop too.
+            await asyncio.wait(loops)
+        for task in loops:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("node %d: a heartbeat loop failed: %r", self.node_id, task.exception())
         self._task = self._beats = None
         if flushed:
             self._held.clear()
@@ -294,17 +298,21 @@ class LeaseKeeper:
         lease is timed from when it was sent, so a late landing extends
         nothing) and the next one is sent on time.
         """
-        while True:
+        # Ends on ``_running`` as well as on cancellation: Python 3.11's ``wait_for``
+        # returns instead of raising when the cancel meets a finished wait.
+        while self._running:
             started = self._clock()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._heartbeat(), self._session - self._interval)
+            if not self._running:
+                break
             await asyncio.sleep(max(0.0, self._interval - (self._clock() - started)))
 
     async def _loop(self) -> None:
         # A tick begins every interval (sooner when woken), however long the last took:
         # a dead daemon is seen within an interval of its session timeout.
         last = self._clock()
-        while True:
+        while self._running:  # not only cancellation: see `_beat_loop`
             woken = False
             with contextlib.suppress(TimeoutError):
                 wait = max(0.0, self._interval - (self._clock() - last))

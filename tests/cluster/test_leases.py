@@ -807,3 +807,33 @@ def test_a_holder_whose_newest_heartbeat_is_unseen_keeps_its_partition(cluster: 
         assert await a.keeper._catalog_holder_refusal(tp, 1, b.keeper.incarnation) is None
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("turns", range(5))
+def test_stop_ends_the_loops_when_a_wake_up_meets_the_cancel(tmp_path: Path, turns: int) -> None:
+    """A stop that lands ``turns`` loop turns after the loop was woken still ends.
+
+    One of these turns lands the cancel just as the loop's wait for the
+    wake-up has finished: Python 3.11's ``wait_for`` then returns instead of
+    raising, and a loop that only stopped on cancellation would go on forever.
+    """
+
+    async def main() -> None:
+        store = LocalObjectStore(tmp_path / "store")
+        cluster = Cluster(store)
+        settings = Settings(
+            node_id=1, broker_heartbeat_interval_ms=60_000, broker_session_timeout_ms=180_000
+        )
+        keeper = LeaseKeeper(store, NS, settings, {}, _counts(PARTS), cluster.catalog_for)
+        await keeper.start()
+        await keeper.acquire("t", 4)
+        await asyncio.sleep(0.05)  # the loop's tick after the take has ended: it waits again
+        keeper.lost("t", 4)  # wakes the loop
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        stopping = asyncio.ensure_future(keeper.stop(flushed=True))
+        done, _ = await asyncio.wait({stopping}, timeout=10)
+        assert stopping in done, "stop did not end the loops"
+        store.close()
+
+    asyncio.run(main())
