@@ -216,9 +216,9 @@ def worker_properties(bootstrap: str, group_id: str, port: int) -> dict[str, str
         # Every plugin in use ships a ServiceLoader manifest: skip the classpath scan.
         "plugin.discovery": "service_load",
         # A worker whose coordinator is away for over 3 s revokes its own tasks; if it then
-        # rejoins a group the coordinator forgot (KFS after a restart: a new member id at
-        # generation 1), its connectors and tasks count as lost and wait this long before they
-        # are assigned again: 5 minutes by default, longer than a step's deadline.
+        # has to rejoin under a new member id, its connectors and tasks count as lost and wait
+        # this long before they are assigned again: 5 minutes by default, longer than a
+        # step's deadline.
         "scheduled.rebalance.max.delay.ms": str(LOST_TASKS_DELAY_MS),
     }
 

@@ -11,7 +11,8 @@ keeps its GroupCoordinator apart from its GroupMetadataManager:
   machine: join, sync, heartbeat, leave, static membership, generation
   fencing, rebalance timers;
 - `kfs_core.groups.offsets` — committed offsets: commit, fetch, the rebuild
-  from ``__consumer_offsets`` on `start`, deletes and retention.
+  of groups (offsets and stored membership) from ``__consumer_offsets`` on
+  `start`, deletes and retention.
 
 The façade owns the lifecycle: no call is answered (`CoordinatorNotAvailable`)
 before `start` has rebuilt the offsets or after `close`.
@@ -81,8 +82,10 @@ class GroupCoordinator:
     ) -> None:
         self.settings = settings or GroupSettings()
         groups: dict[str, Group] = {}
-        self._membership = GroupMembership(groups, self.settings)
-        self._offsets = CommittedOffsets(groups, offset_log, topic_partitions, self.settings)
+        self._membership = GroupMembership(groups, self.settings, offset_log.append_group)
+        self._offsets = CommittedOffsets(
+            groups, offset_log, topic_partitions, self.settings, self._membership.resume
+        )
         self._offset_log = offset_log
         self._loaded = False
         # Several daemons: the lease epoch of each offsets partition, when held here.
@@ -115,6 +118,7 @@ class GroupCoordinator:
         for task in self._loading.values():
             task.cancel()
         self._membership.close()
+        await self._membership.drain()
 
     async def ready_for(self, group_id: str) -> None:
         """Wait until this daemon has loaded the group's offsets partition, if it must load it.

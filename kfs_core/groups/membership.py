@@ -30,6 +30,14 @@
 
 The rebalance, initial-delay and session timers are ``asyncio`` timer
 handles on the group and its members.
+
+Membership is stored as Kafka stores it (``store``: a GroupMetadata record
+of ``__consumer_offsets``, `kfs_core.groups.group_record`): the leader's
+SyncGroup is answered once its generation is stored, a static member's
+return under a new member id is stored before its JoinGroup is answered,
+and a group that becomes Empty is stored in the background.  A group
+loaded back is Stable with its members (`resume` starts their session
+timers), so they go on heartbeating without a rebalance.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from kfs_core.errors import (
     CoordinatorNotAvailable,
@@ -48,6 +56,8 @@ from kfs_core.errors import (
     InconsistentGroupProtocol,
     InvalidSessionTimeout,
     MemberIdRequired,
+    NotCoordinator,
+    NotLeaderOrFollower,
     RebalanceInProgress,
     UnknownMemberId,
 )
@@ -56,6 +66,7 @@ from kfs_core.groups.consumer_protocol import (
     parse_assignment,
     parse_subscription,
 )
+from kfs_core.groups.group_record import StoredGroup
 from kfs_core.groups.model import (
     CONSUMER_PROTOCOL,
     Group,
@@ -70,6 +81,9 @@ from kfs_core.groups.model import (
 
 log = logging.getLogger(__name__)
 
+#: Stores a group's membership durably (None: its tombstone); raises what the log raises.
+StoreGroup = Callable[[str, StoredGroup | None], Awaitable[None]]
+
 
 class GroupMembership:
     """Members joining, syncing, heartbeating and leaving every group of the daemon.
@@ -79,21 +93,28 @@ class GroupMembership:
     every call).  Runs on the daemon's event loop.
     """
 
-    def __init__(self, groups: dict[str, Group], settings: GroupSettings) -> None:
+    def __init__(
+        self, groups: dict[str, Group], settings: GroupSettings, store: StoreGroup | None = None
+    ) -> None:
         self._groups = groups
         self.settings = settings
+        self._store = store
+        self._storing: set[asyncio.Task[None]] = set()  # Empty groups stored in the background
 
     def close(self) -> None:
         """Stop every timer and fail every waiting JoinGroup and SyncGroup."""
         for group in self._groups.values():
-            if group.join_timer is not None:
-                group.join_timer.cancel()
-            for handle in group.pending.values():
-                handle.cancel()
-            for member in group.members.values():
-                member.fail_waiters(CoordinatorNotAvailable("the coordinator is stopping"))
-                if member.expiry is not None:
-                    member.expiry.cancel()
+            group.stop_timers(CoordinatorNotAvailable("the coordinator is stopping"))
+
+    async def drain(self) -> None:
+        """Wait for the background stores under way."""
+        if self._storing:
+            await asyncio.wait(set(self._storing))
+
+    def resume(self, group: Group) -> None:
+        """A group just loaded: its members have a session timeout from now to heartbeat in."""
+        for member in group.members.values():
+            self._heartbeat_seen(group, member)
 
     # --- JoinGroup -------------------------------------------------------------------
 
@@ -196,20 +217,38 @@ class GroupMembership:
                         ) from exc
             for other in group.members.values():
                 other.assignment = bytes(assignments.get(other.member_id, b""))
-            group.state = GroupState.STABLE
-            log.info("group %r: generation %d is stable", group_id, group.generation)
-            for other in group.members.values():
-                follower, other.sync_waiter = other.sync_waiter, None
-                if follower is not None and not follower.done():
-                    follower.set_result(
-                        SyncResult(group.protocol_type, group.protocol_name, other.assignment)
-                    )
+            generation = group.generation
+            try:
+                await self._store_now(group)
+            except GroupError:
+                if group.generation == generation and (
+                    group.state == GroupState.COMPLETING_REBALANCE
+                ):  # as Kafka: nobody gets an assignment that was not stored; all rejoin
+                    for other in group.members.values():
+                        other.assignment = b""
+                    self._prepare_rebalance(group, "storing its assignments failed")
+                raise
+            if _moved_on(group, generation):
+                raise RebalanceInProgress(f"group {group_id!r} is rebalancing")
+            if group.state == GroupState.COMPLETING_REBALANCE:
+                self._stabilize(group)
             return SyncResult(group.protocol_type, group.protocol_name, member.assignment)
         waiter: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         if member.sync_waiter is not None and not member.sync_waiter.done():
             member.sync_waiter.set_exception(RebalanceInProgress("a newer SyncGroup replaced this"))
         member.sync_waiter = waiter
         return await waiter
+
+    def _stabilize(self, group: Group) -> None:
+        """The leader's assignments are stored: the generation is Stable; followers get theirs."""
+        group.state = GroupState.STABLE
+        log.info("group %r: generation %d is stable", group.group_id, group.generation)
+        for other in group.members.values():
+            follower, other.sync_waiter = other.sync_waiter, None
+            if follower is not None and not follower.done():
+                follower.set_result(
+                    SyncResult(group.protocol_type, group.protocol_name, other.assignment)
+                )
 
     def heartbeat(
         self, group_id: str, member_id: str, generation: int, *, instance_id: str | None = None
@@ -315,6 +354,8 @@ class GroupMembership:
         changed = group.select_protocol() != group.protocol_name
         if group.state == GroupState.STABLE and not changed:
             self._heartbeat_seen(group, member)
+            # Stored before the answer: after a restart the new id is the one known.
+            await self._store_now(group)
             return group.join_result(member)
         if group.state != GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, f"static member {instance_id} rejoined")
@@ -433,6 +474,43 @@ class GroupMembership:
         group.protocol_name = None
         group.empty_since_ms = int(time.time() * 1000)
         log.info("group %r is empty (generation %d)", group.group_id, group.generation)
+        self._store_later(group)
+
+    # --- storing membership ---------------------------------------------------------------
+
+    async def _store_now(self, group: Group) -> None:
+        """Store the group's membership; a failure is the coordinator's error to the caller."""
+        if self._store is None:
+            return
+        try:
+            await self._store(group.group_id, group.stored())
+        except NotLeaderOrFollower as exc:
+            raise NotCoordinator(f"group {group.group_id!r} moved to another daemon") from exc
+        except Exception as exc:
+            log.warning("group %r: storing its membership failed: %s", group.group_id, exc)
+            raise CoordinatorNotAvailable(
+                f"storing group {group.group_id!r} failed: {exc}"
+            ) from exc
+        group.membership_stored = True
+
+    def _store_later(self, group: Group) -> None:
+        """Store the group's membership as it is now, in the background."""
+        if self._store is None:
+            return
+        task = asyncio.ensure_future(self._store(group.group_id, group.stored()))
+        self._storing.add(task)
+        task.add_done_callback(lambda done: self._stored(group, done))
+
+    def _stored(self, group: Group, task: asyncio.Task[None]) -> None:
+        self._storing.discard(task)
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            log.warning(
+                "group %r: storing it as Empty failed: %s", group.group_id, task.exception()
+            )
+        else:
+            group.membership_stored = True
 
     # --- members leaving ------------------------------------------------------------------
 
@@ -553,3 +631,8 @@ class GroupMembership:
         if group is None:
             return GroupDescription(group_id, GroupState.DEAD, "", "", -1, ())
         return group.describe()
+
+
+def _moved_on(group: Group, generation: int) -> bool:
+    """Whether the group left ``generation`` or began a rebalance (while a store was under way)."""
+    return group.generation != generation or group.state == GroupState.PREPARING_REBALANCE

@@ -29,7 +29,8 @@ from kfs_core.groups.consumer_protocol import (
     parse_assignment,
     parse_subscription,
 )
-from kfs_core.groups.offset_log import CommittedOffset, PartitionKey
+from kfs_core.groups.group_record import StoredGroup, StoredMember
+from kfs_core.groups.offset_log import CommittedOffset, LoadedGroup, PartitionKey
 
 # Kafka sets no limit below the protocol's; KFS keys offsets by group id and
 # shows it on the KFS page, so it keeps ids to the topic-name limit.
@@ -165,6 +166,79 @@ class Group:
     join_deadline: float = 0.0  # loop time the initial delay may not pass
     empty_since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     commit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    membership_stored: bool = False  # ``__consumer_offsets`` holds a membership record of it
+
+    @classmethod
+    def restored(cls, group_id: str, loaded: LoadedGroup) -> Group:
+        """The group as ``__consumer_offsets`` holds it: Stable with its members, or Empty.
+
+        The members' session timers are not running yet
+        (`kfs_core.groups.membership.GroupMembership.resume` starts them).
+        """
+        group = cls(group_id, offsets=loaded.offsets)
+        stored = loaded.membership
+        if stored is None:
+            return group
+        group.membership_stored = True
+        group.generation = stored.generation
+        group.protocol_type = stored.protocol_type or None
+        if not stored.members:
+            if stored.state_timestamp_ms > 0:
+                group.empty_since_ms = stored.state_timestamp_ms
+            return group
+        group.state = GroupState.STABLE
+        group.protocol_name, group.leader_id = stored.protocol, stored.leader
+        for m in stored.members:
+            group.members[m.member_id] = Member(
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                session_timeout_ms=m.session_timeout_ms,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                protocol_type=stored.protocol_type,
+                protocols=[(stored.protocol or "", m.subscription)],
+                assignment=m.assignment,
+            )
+            if m.instance_id is not None:
+                group.static[m.instance_id] = m.member_id
+        return group
+
+    def stored(self) -> StoredGroup:
+        """The group's membership as ``__consumer_offsets`` keeps it (Stable or Empty)."""
+        return StoredGroup(
+            protocol_type=self.protocol_type or "",
+            generation=self.generation,
+            protocol=self.protocol_name,
+            leader=self.leader_id,
+            state_timestamp_ms=int(time.time() * 1000),
+            members=tuple(
+                StoredMember(
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    m.metadata_for(self.protocol_name),
+                    m.assignment,
+                )
+                for m in self.members.values()
+            ),
+        )
+
+    def stop_timers(self, error: GroupError) -> None:
+        """Cancel every timer of the group; its waiting JoinGroup and SyncGroup answer ``error``."""
+        if self.join_timer is not None:
+            self.join_timer.cancel()
+            self.join_timer = None
+        for handle in self.pending.values():
+            handle.cancel()
+        for member in self.members.values():
+            member.fail_waiters(error)
+            if member.expiry is not None:
+                member.expiry.cancel()
+                member.expiry = None
 
     def subscribed_topics(self) -> set[str]:
         topics: set[str] = set()

@@ -17,11 +17,10 @@ encoding, big-endian):
                                             int64   commit timestamp (ms)
 
 A null value (tombstone) deletes the key: expired offsets, offsets of a
-deleted group or topic, OffsetDelete.  Group membership is not stored, as
-Kafka stores it (GroupMetadata records, key version 2): after a restart,
-or when the group's coordinator moves to another daemon, members learn
-from UNKNOWN_MEMBER_ID to rejoin, under new member ids, at generation 1;
-what they had not committed is read again.
+deleted group or topic, OffsetDelete.  The same partition holds each
+group's membership (`kfs_core.groups.group_record`, key version 2), so a
+daemon that comes to coordinate a group reads its members and offsets back
+together (`load_partition`).
 """
 
 from __future__ import annotations
@@ -29,10 +28,16 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Final
 
+from kfs_core.groups.group_record import (
+    StoredGroup,
+    decode_group_record,
+    encode_group_key,
+    encode_group_value,
+)
 from kfs_core.groups.internal_topic import InternalTopic, read_string, write_string
 from kfs_core.log.log_manager import LogManager
 from kfs_core.records.batch import (
@@ -45,6 +50,7 @@ from kfs_core.records.batch import (
 __all__ = [
     "OFFSETS_TOPIC",
     "CommittedOffset",
+    "LoadedGroup",
     "OffsetLog",
     "decode_offset_record",
     "encode_offset_key",
@@ -76,6 +82,14 @@ class CommittedOffset:
     commit_timestamp: int = 0
 
 
+@dataclass(slots=True)
+class LoadedGroup:
+    """What ``__consumer_offsets`` holds of one group: its live offsets and its membership."""
+
+    offsets: dict[PartitionKey, CommittedOffset] = field(default_factory=dict)
+    membership: StoredGroup | None = None
+
+
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
     """OffsetCommitKey v1 for (group, topic, partition)."""
     return (
@@ -97,7 +111,7 @@ def decode_offset_record(
 ) -> tuple[str, PartitionKey, CommittedOffset | None] | None:
     """(group, (topic, partition), offset or None for a tombstone); None for other key kinds."""
     (version,) = _I16.unpack_from(key, 0)
-    if version not in (0, 1):  # 2 is group metadata, which KFS does not store
+    if version not in (0, 1):  # 2 is a group's membership (`group_record`)
         return None
     group, pos = read_string(key, _I16.size)
     topic, pos = read_string(key, pos)
@@ -164,28 +178,41 @@ class OffsetLog(InternalTopic):
         append = self._log.append_internal if producer_id >= 0 else self._log.append
         await append(OFFSETS_TOPIC, self.partition_for(group), batch, timeout_s=self._timeout_s)
 
-    async def load(self) -> dict[str, dict[PartitionKey, CommittedOffset]]:
-        """Every group's live offsets, replayed from the log start of every partition.
+    async def append_group(self, group: str, stored: StoredGroup | None) -> None:
+        """Store the group's membership durably (None: its tombstone); raises what the log raises."""
+        await self.ensure_topic()
+        record = Record(
+            offset=0,
+            timestamp=int(time.time() * 1000),
+            key=encode_group_key(group),
+            value=None if stored is None else encode_group_value(stored),
+        )
+        await self._log.append(
+            OFFSETS_TOPIC,
+            self.partition_for(group),
+            encode_batch([record], base_offset=0),
+            timeout_s=self._timeout_s,
+        )
+
+    async def load(self) -> dict[str, LoadedGroup]:
+        """Every group's live offsets and membership, replayed from the log start of every partition.
 
         Replay keeps the newest raw value per raw key (what compaction would
         keep) and decodes only those at the end: most records of a busy log
         are superseded, and decoding is most of the cost.
         """
-        groups: dict[str, dict[PartitionKey, CommittedOffset]] = {}
+        groups: dict[str, LoadedGroup] = {}
         for partition in range(await self.existing_partitions()):
-            for group, offsets in (await self.load_partition(partition)).items():
-                groups.setdefault(group, {}).update(offsets)
+            groups.update(await self.load_partition(partition))
         return groups
 
-    async def load_partition(
-        self, partition: int
-    ) -> dict[str, dict[PartitionKey, CommittedOffset]]:
-        """The live offsets of the groups whose commits go to ``partition``.
+    async def load_partition(self, partition: int) -> dict[str, LoadedGroup]:
+        """The live offsets and membership of the groups whose records go to ``partition``.
 
         Raises what the log raises (`NotLeaderOrFollower` when another
-        daemon leads the partition).  No topic yet: no offsets.
+        daemon leads the partition).  No topic yet: no groups.
         """
-        groups: dict[str, dict[PartitionKey, CommittedOffset]] = {}
+        groups: dict[str, LoadedGroup] = {}
         if not await self.existing_partitions():
             return groups
         for key, value in (await self._replay_partition(partition)).items():
@@ -220,26 +247,20 @@ class OffsetLog(InternalTopic):
         return latest
 
 
-def _apply(
-    groups: dict[str, dict[PartitionKey, CommittedOffset]], key: bytes, value: bytes
-) -> None:
+def _apply(groups: dict[str, LoadedGroup], key: bytes, value: bytes) -> None:
     try:
-        decoded = decode_offset_record(key, value)
+        offset = decode_offset_record(key, value)
+        membership = decode_group_record(key, value) if offset is None else None
     except (ValueError, struct.error, UnicodeDecodeError) as exc:
         log.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, exc)
         return
-    if decoded is None:
-        return
-    group, where, committed = decoded
-    if committed is not None:
-        groups.setdefault(group, {})[where] = committed
-
-
-def live_offsets(
-    groups: Mapping[str, Mapping[PartitionKey, CommittedOffset]],
-) -> int:
-    """How many offsets ``groups`` hold (for logs and metrics)."""
-    return sum(len(offsets) for offsets in groups.values())
+    if offset is not None:
+        group, where, committed = offset
+        if committed is not None:
+            groups.setdefault(group, LoadedGroup()).offsets[where] = committed
+    elif membership is not None:
+        group, stored = membership
+        groups.setdefault(group, LoadedGroup()).membership = stored
 
 
 def _decoded_offsets(

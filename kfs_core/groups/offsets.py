@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kfs_core.errors import (
@@ -27,6 +27,7 @@ from kfs_core.errors import (
     GroupIdNotFound,
     GroupSubscribedToTopic,
     NonEmptyGroup,
+    NotCoordinator,
     OffsetMetadataTooLarge,
     UnknownTopicOrPartition,
 )
@@ -37,7 +38,7 @@ from kfs_core.groups.model import (
     TopicPartitions,
     validate_group_id,
 )
-from kfs_core.groups.offset_log import CommittedOffset, OffsetLog, PartitionKey
+from kfs_core.groups.offset_log import CommittedOffset, LoadedGroup, OffsetLog, PartitionKey
 
 log = logging.getLogger(__name__)
 
@@ -67,30 +68,31 @@ class CommittedOffsets:
         offset_log: OffsetLog,
         topic_partitions: TopicPartitions,
         settings: GroupSettings,
+        on_load: Callable[[Group], None] = lambda group: None,
     ) -> None:
         self._groups = groups
         self._offset_log = offset_log
         self._topic_partitions = topic_partitions
         self.settings = settings
+        self._on_load = on_load
         self._sweeper: asyncio.Task[None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------
 
     async def load(self) -> tuple[int, float]:
-        """Rebuild committed offsets from ``__consumer_offsets``: how many, and the seconds it took."""
+        """Rebuild groups from ``__consumer_offsets``: how many offsets, and the seconds it took."""
         started = time.perf_counter()
         loaded = await self._offset_log.load()
-        for group_id, offsets in loaded.items():
-            self._groups[group_id] = Group(group_id, offsets=offsets)
+        self._restore(loaded)
         for partition in list(self._offset_log.open_transactions):
             self._load_open_transactions(partition)
         took = time.perf_counter() - started
-        count = sum(len(o) for o in loaded.values())
+        count = sum(len(g.offsets) for g in loaded.values())
         log.info("loaded %d committed offset(s) of %d group(s) in %.3fs", count, len(loaded), took)
         return count, took
 
     async def load_partition(self, partition: int) -> int:
-        """Rebuild the offsets of the groups whose commits go to ``partition``; how many.
+        """Rebuild the groups whose records go to ``partition``; how many offsets they have.
 
         The groups of that partition known before are dropped first: this
         daemon has just (again) become their coordinator, and the log is the
@@ -98,10 +100,9 @@ class CommittedOffsets:
         """
         loaded = await self._offset_log.load_partition(partition)
         self.unload_partition(partition)
-        for group_id, offsets in loaded.items():
-            self._groups[group_id] = Group(group_id, offsets=offsets)
+        self._restore(loaded)
         self._load_open_transactions(partition)
-        count = sum(len(o) for o in loaded.values())
+        count = sum(len(g.offsets) for g in loaded.values())
         log.info(
             "loaded %d committed offset(s) of %d group(s) from partition %d",
             count,
@@ -109,6 +110,18 @@ class CommittedOffsets:
             partition,
         )
         return count
+
+    def _restore(self, loaded: Mapping[str, LoadedGroup]) -> None:
+        for group_id, found in loaded.items():
+            group = self._groups[group_id] = Group.restored(group_id, found)
+            if group.members:
+                log.info(
+                    "group %r: generation %d with %d member(s) loaded",
+                    group_id,
+                    group.generation,
+                    len(group.members),
+                )
+            self._on_load(group)
 
     def _load_open_transactions(self, partition: int) -> None:
         """The transactional commits a load found without their marker yet: pending."""
@@ -123,7 +136,9 @@ class CommittedOffsets:
     def unload_partition(self, partition: int) -> None:
         """Forget the groups whose commits go to ``partition`` (another daemon coordinates them)."""
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
-            del self._groups[group_id]
+            self._groups.pop(group_id).stop_timers(
+                NotCoordinator(f"another daemon coordinates group {group_id!r}")
+            )
 
     def partition_for(self, group_id: str) -> int:
         """The ``__consumer_offsets`` partition the group's commits go to."""
@@ -288,8 +303,15 @@ class CommittedOffsets:
         if group.state != GroupState.EMPTY:
             raise NonEmptyGroup(f"group {group_id!r} has {len(group.members)} member(s)")
         await self._drop(group, [(key, None) for key in group.offsets])
+        await self._forget_membership(group)
         group.state = GroupState.DEAD
         del self._groups[group_id]
+
+    async def _forget_membership(self, group: Group) -> None:
+        """A tombstone for the group's stored membership, if it has one."""
+        if group.membership_stored:
+            await self._offset_log.append_group(group.group_id, None)
+            group.membership_stored = False
 
     async def forget_topic(self, topic: str) -> int:
         """Drop every group's committed offsets of a deleted topic; returns how many."""
@@ -327,6 +349,7 @@ class CommittedOffsets:
                 and not group.members
                 and not group.pending_txn
             ):
+                await self._forget_membership(group)
                 del self._groups[group.group_id]
         if total:
             log.info("dropped %d expired or orphaned committed offset(s)", total)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from kfs_core.errors import (
+    CoordinatorNotAvailable,
     FencedInstanceId,
     GroupIdNotFound,
     GroupSubscribedToTopic,
@@ -40,8 +41,10 @@ from kfs_core.groups.coordinator import (
     GroupSettings,
     GroupState,
 )
+from kfs_core.groups.group_record import StoredGroup
 from kfs_core.groups.offset_log import (
     CommittedOffset,
+    LoadedGroup,
     decode_offset_record,
     encode_offset_key,
     encode_offset_value,
@@ -82,6 +85,7 @@ class MemoryOffsetLog:
         self.appends: list[tuple[str, list[tuple[tuple[str, int], CommittedOffset | None]]]] = []
         self.fail: Exception | None = None
         self.open_transactions: dict[int, dict[int, dict[object, CommittedOffset | None]]] = {}
+        self.memberships: list[tuple[str, StoredGroup | None]] = []
 
     async def append(
         self, group: str, entries: Iterable[tuple[tuple[str, int], CommittedOffset | None]]
@@ -90,15 +94,22 @@ class MemoryOffsetLog:
             raise self.fail
         self.appends.append((group, list(entries)))
 
-    async def load(self) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
-        groups: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+    async def append_group(self, group: str, stored: StoredGroup | None) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.memberships.append((group, stored))
+
+    async def load(self) -> dict[str, LoadedGroup]:
+        groups: dict[str, LoadedGroup] = {}
         for group, entries in self.appends:
             for key, committed in entries:
                 if committed is None:
-                    groups.get(group, {}).pop(key, None)
+                    groups.get(group, LoadedGroup()).offsets.pop(key, None)
                 else:
-                    groups.setdefault(group, {})[key] = committed
-        return {g: o for g, o in groups.items() if o}
+                    groups.setdefault(group, LoadedGroup()).offsets[key] = committed
+        for group, stored in self.memberships:
+            groups.setdefault(group, LoadedGroup()).membership = stored
+        return {g: loaded for g, loaded in groups.items() if loaded.offsets or loaded.membership}
 
 
 async def topic_partitions(name: str) -> int | None:
@@ -499,3 +510,114 @@ def test_offset_records_use_kafkas_layouts() -> None:
         CommittedOffset(42, 5, "m", 1700000000000),
     )
     assert decode_offset_record(key, None) == ("g", ("orders", 3), None)
+
+
+# --- membership kept in __consumer_offsets ------------------------------------------------
+
+
+async def restarted(offsets: MemoryOffsetLog, settings: GroupSettings = FAST) -> GroupCoordinator:
+    """A new coordinator over what ``offsets`` holds: a daemon after a restart."""
+    groups = GroupCoordinator(offsets, topic_partitions, settings)  # type: ignore[arg-type]
+    await groups.start()
+    return groups
+
+
+def test_a_stable_generation_is_stored_and_its_members_go_on_after_a_restart() -> None:
+    async def scenario() -> None:
+        groups, offsets = await coordinator()
+        leader, other, instance, plan = await stable_static_pair(groups)
+        group, stored = offsets.memberships[-1]
+        assert group == "g" and stored is not None
+        assert (stored.generation, stored.protocol, stored.leader) == (1, "range", leader.member_id)
+        assert {m.member_id: m.assignment for m in stored.members} == plan
+        assert {m.member_id: m.instance_id for m in stored.members} == instance
+        await groups.close()
+
+        again = await restarted(offsets)
+        described = again.describe("g")
+        assert (described.state, described.generation) == (GroupState.STABLE, 1)
+        assert {m.member_id: m.assignment for m in described.members} == plan
+        again.heartbeat("g", leader.member_id, 1)  # no rebalance: both keep going
+        again.heartbeat("g", other.member_id, 1, instance_id=instance[other.member_id])
+        rejoined = await join(again, other.member_id, instance_id=instance[other.member_id])
+        assert rejoined.generation == 1
+        await again.close()
+
+    run(scenario())
+
+
+def test_a_static_member_back_under_a_new_id_is_stored_before_its_answer() -> None:
+    async def scenario() -> None:
+        groups, offsets = await coordinator()
+        _, other, instance, _ = await stable_static_pair(groups)
+        back = await join(groups, instance_id=instance[other.member_id])
+        _, stored = offsets.memberships[-1]
+        assert stored is not None and back.member_id in {m.member_id for m in stored.members}
+        await groups.close()
+        again = await restarted(offsets)
+        again.heartbeat("g", back.member_id, 1, instance_id=instance[other.member_id])
+        with pytest.raises(FencedInstanceId):
+            again.heartbeat("g", other.member_id, 1, instance_id=instance[other.member_id])
+        await again.close()
+
+    run(scenario())
+
+
+def test_members_loaded_but_silent_expire_and_the_empty_group_is_stored() -> None:
+    async def scenario() -> None:
+        groups, offsets = await coordinator()
+        joined = await join(groups, session_timeout_ms=150)
+        await groups.sync("g", joined.member_id, 1, {})
+        await groups.close()
+        again = await restarted(offsets)
+        deadline = asyncio.get_running_loop().time() + 5
+        while again.describe("g").state != GroupState.EMPTY:
+            assert asyncio.get_running_loop().time() < deadline, "member never expired"
+            await asyncio.sleep(0.02)
+        await again.close()  # waits for the background store
+        _, stored = offsets.memberships[-1]
+        assert stored is not None and not stored.members and stored.generation == 2
+        assert stored.protocol is None and stored.leader is None
+        third = await restarted(offsets)
+        assert third.describe("g").state == GroupState.EMPTY
+        assert third.list_groups() == [("g", "consumer", "Empty")]
+        await third.close()
+
+    run(scenario())
+
+
+def test_a_failed_store_answers_the_leader_and_rebalances_the_group() -> None:
+    async def scenario() -> None:
+        groups, offsets = await coordinator()
+        a, b = await asyncio.gather(join(groups), join(groups))
+        leader = a if a.leader_id == a.member_id else b
+        other = b if leader is a else a
+        offsets.fail = OSError("store unreachable")
+        follower = asyncio.ensure_future(groups.sync("g", other.member_id, 1, {}))
+        with pytest.raises(CoordinatorNotAvailable):
+            await groups.sync("g", leader.member_id, 1, {other.member_id: assignment({})})
+        with pytest.raises(RebalanceInProgress):
+            await follower
+        assert groups.describe("g").state == GroupState.PREPARING_REBALANCE
+        offsets.fail = None
+        await groups.close()
+
+    run(scenario())
+
+
+def test_deleting_a_group_writes_the_tombstone_of_its_membership() -> None:
+    async def scenario() -> None:
+        groups, offsets = await coordinator()
+        joined = await join(groups)
+        await groups.sync("g", joined.member_id, 1, {})
+        groups.leave("g", [(joined.member_id, None)])
+        await groups.close()
+        again = await restarted(offsets)
+        await again.delete_group("g")
+        assert offsets.memberships[-1] == ("g", None)
+        await again.close()
+        third = await restarted(offsets)
+        assert third.describe("g").state == GroupState.DEAD
+        await third.close()
+
+    run(scenario())
