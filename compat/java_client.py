@@ -51,6 +51,14 @@ fails and the next runs.  What each asserts (`SCENARIOS`):
   ``read_uncommitted`` reads the aborted records too; the group offset is
   the committed transaction's.  After the last commit ``read_committed``
   reads that transaction's records as well.
+- ``streams-word-count-exactly-once``: a Kafka Streams word count with
+  ``processing.guarantee=exactly_once_v2`` (a repartition topic, an
+  in-memory store with a compacted changelog topic, a transaction per
+  commit).  One instance counts half the sentences and closes; a second
+  instance of the application, with an empty state directory, restores the
+  counts from the changelog and counts the rest.  A ``read_committed`` read
+  of the output ends, for each word, at exactly the number of times it was
+  sent.
 - ``admin-topics``: createTopics with configs (its result's partitions,
   replication factor, topic id and configs; again: TopicExistsException),
   listTopics, describeTopics (leaders, replicas, the topic id),
@@ -133,6 +141,7 @@ SCENARIOS: dict[str, str] = {
     "consumer-group-static-member-returns": "a static follower back in time: no rebalance",
     "consumer-group-static-leader-returns": "the static leader back in time: no rebalance",
     "transactions-read-committed": "committed records only, up to the last stable offset",
+    "streams-word-count-exactly-once": "Kafka Streams, exactly_once_v2, restored: exact counts",
     "admin-topics": "createTopics, listTopics, describeTopics, createPartitions, deleteTopics",
     "admin-topic-ids": "describeTopics and deleteTopics by topic id",
     "admin-configs": "describeConfigs, incrementalAlterConfigs SET/DELETE/APPEND, invalid ones",

@@ -45,6 +45,13 @@ final class Context {
         this.scenario = scenario;
     }
 
+    /** The properties every client of the run shares ({@code --command-config}: SASL_SSL, say). */
+    Properties commonConfig() {
+        Properties props = new Properties();
+        props.putAll(common);
+        return props;
+    }
+
     /** A topic, group or transactional id of this scenario in this run. */
     String name(String what) {
         return "jc-" + RUN_ID + "-" + scenario + (what.isEmpty() ? "" : "-" + what);

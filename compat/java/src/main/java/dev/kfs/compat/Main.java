@@ -50,6 +50,7 @@ public final class Main {
                 ctx -> GroupScenarios.staticMembership(ctx, "follower"));
         SCENARIOS.put("consumer-group-static-leader-returns", ctx -> GroupScenarios.staticMembership(ctx, "leader"));
         SCENARIOS.put("transactions-read-committed", TransactionScenarios::readCommitted);
+        SCENARIOS.put("streams-word-count-exactly-once", StreamsScenarios::wordCountExactlyOnce);
         SCENARIOS.put("admin-topics", AdminScenarios::topics);
         SCENARIOS.put("admin-topic-ids", AdminScenarios::topicIds);
         SCENARIOS.put("admin-configs", AdminScenarios::configs);
