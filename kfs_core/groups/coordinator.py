@@ -306,7 +306,9 @@ class GroupCoordinator:
     ) -> list[GroupError | Exception | None]:
         """TxnOffsetCommit: offsets that count once the producer's transaction commits."""
         await self._ensure_loaded(group_id)
-        group = self._membership.fence_commit(group_id, member_id, generation, instance_id)
+        group = self._membership.fence_commit(
+            group_id, member_id, generation, instance_id, transactional=True
+        )
         return await self._offsets.commit_transactional(group, producer_id, producer_epoch, offsets)
 
     def pending_transactional(self, group_id: str) -> set[PartitionKey]:

@@ -591,13 +591,21 @@ class GroupMembership:
         return member
 
     def fence_commit(
-        self, group_id: str, member_id: str, generation: int, instance_id: str | None
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        *,
+        transactional: bool = False,
     ) -> Group:
         """The group an OffsetCommit goes to, once the committing member passes fencing.
 
         A group not using group management (generation < 0, no member id)
         may commit while it is Empty, as Kafka allows for assigned consumers;
-        such a commit to a group that does not exist creates it.
+        such a commit to a group that does not exist creates it.  A
+        TxnOffsetCommit without a member id and generation (versions 0-2,
+        which carry none) is accepted in any state, as Kafka accepts it.
         """
         validate_group_id(group_id, allow_empty=True)
         group = self._groups.get(group_id)
@@ -605,11 +613,18 @@ class GroupMembership:
             if generation >= 0 or member_id:
                 raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}")
             group = self._groups[group_id] = Group(group_id)
-        if not (generation < 0 and group.state == GroupState.EMPTY):
+        if generation < 0 and group.state == GroupState.EMPTY:
+            return group
+        if generation >= 0 or member_id or instance_id is not None:
             member = self._member_of(group, member_id, instance_id, generation)
-            if group.state == GroupState.COMPLETING_REBALANCE:
+            if not transactional and group.state == GroupState.COMPLETING_REBALANCE:
                 raise RebalanceInProgress(f"group {group_id!r} is rebalancing")
             self._heartbeat_seen(group, member)
+        elif not transactional:
+            raise UnknownMemberId(
+                f"group {group_id!r} has members: a commit without a member id and "
+                f"generation is accepted only while it is Empty"
+            )
         return group
 
     # --- admin -----------------------------------------------------------------------------

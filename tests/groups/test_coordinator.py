@@ -88,7 +88,12 @@ class MemoryOffsetLog:
         self.memberships: list[tuple[str, StoredGroup | None]] = []
 
     async def append(
-        self, group: str, entries: Iterable[tuple[tuple[str, int], CommittedOffset | None]]
+        self,
+        group: str,
+        entries: Iterable[tuple[tuple[str, int], CommittedOffset | None]],
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> None:
         if self.fail is not None:
             raise self.fail
@@ -619,5 +624,28 @@ def test_deleting_a_group_writes_the_tombstone_of_its_membership() -> None:
         third = await restarted(offsets)
         assert third.describe("g").state == GroupState.DEAD
         await third.close()
+
+    run(scenario())
+
+
+def test_a_txn_offset_commit_without_member_or_generation_passes_in_a_live_group() -> None:
+    """TxnOffsetCommit v0-v2 carry no member id or generation: Kafka accepts them in any state."""
+
+    async def scenario() -> None:
+        groups, _ = await coordinator()
+        joined = await join(groups)
+        await groups.sync("g", joined.member_id, 1, {})
+        request = [CommitRequest("orders", 0, 7)]
+        assert await groups.commit_transactional("g", request, producer_id=5, producer_epoch=0) == [
+            None
+        ]
+        assert groups.pending_transactional("g") == {("orders", 0)}
+        with pytest.raises(UnknownMemberId):  # a plain commit must come from a member
+            await groups.commit("g", request)
+        with pytest.raises(IllegalGeneration):  # a member id given is checked, generation too
+            await groups.commit_transactional(
+                "g", request, producer_id=5, producer_epoch=0, member_id=joined.member_id
+            )
+        await groups.close()
 
     run(scenario())
