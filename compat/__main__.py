@@ -15,15 +15,15 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from compat import connect, franz_go, java_client, librdkafka
+from compat import connect, franz_go, java_client, librdkafka, stream_apps
 from compat.daemons import SaslSsl, plaintext_daemon, sasl_ssl_daemon
 from compat.kafka_tools import ToolClient, run_kafka_tools
 from compat.suites import SuiteResult, judge, load_expected, render_table
 from testkit.daemon import Daemon, DaemonFactory
 from testkit.pki import make_pki
 
-# Connect goes last: it restarts the PLAINTEXT daemon.
-SUITES = ("kafka-tools", "java-client", "franz-go", "librdkafka", "connect")
+# The last two restart the PLAINTEXT daemon (stream-apps with kill -9).
+SUITES = ("kafka-tools", "java-client", "franz-go", "librdkafka", "stream-apps", "connect")
 LIBRDKAFKA_TIMEOUT_S = 1800.0
 DEFAULT_KGO_RECORDS = 50_000
 KGO_TIMEOUT_S = 1200
@@ -98,11 +98,22 @@ def _connect(plain: Daemon, _: SaslSsl, logs: Path, __: argparse.Namespace) -> l
     return [connect.run_connect(plain.bootstrap, logs / "connect", restart)]
 
 
+def _stream_apps(
+    plain: Daemon, _: SaslSsl, logs: Path, __: argparse.Namespace
+) -> list[SuiteResult]:
+    def kill_and_start() -> None:
+        plain.kill()
+        plain.start()
+
+    return [stream_apps.run_stream_apps(plain.bootstrap, logs / "stream-apps", kill_and_start)]
+
+
 RUNNERS: dict[str, Runner] = {
     "kafka-tools": _kafka_tools,
     "java-client": _java_client,
     "franz-go": _franz_go,
     "librdkafka": _librdkafka,
+    "stream-apps": _stream_apps,
     "connect": _connect,
 }
 
