@@ -37,6 +37,14 @@ Options (names as in Spark's Kafka source where one exists):
     ``earliest`` / ``latest`` or Kafka's JSON form (-2 earliest, -1 latest);
     the start is inclusive, the end exclusive.  A partition missing from the
     JSON starts at the earliest and ends at the latest offset.
+``startingTimestamp``, ``endingTimestamp``
+    Milliseconds since the epoch, for every partition: the start (or end) is
+    the first offset whose record timestamp is at or after it, as Kafka's
+    ListOffsets finds it; a partition with no such record starts (or ends)
+    at its latest offset.  They win over ``startingOffsets`` / ``endingOffsets``.
+``maxBytesPerPartition``
+    A segment larger than this (default 128 MiB) is read by several Spark
+    partitions, split at its index entries.
 ``isolationLevel``
     ``read_committed`` (default): aborted transactions' records and records
     of transactions still open are left out.  ``read_uncommitted`` keeps them.
@@ -51,8 +59,9 @@ Options (names as in Spark's Kafka source where one exists):
     offset and timestamp ranges leave out the segments no row of which can
     match (Spark still applies the filters to the rows).
 
-One Spark partition reads one segment.  A start inside a segment is found
-through the segment's index, and only the bytes from there are read.
+One Spark partition reads one segment, or one stretch of a large one.  A
+start inside a segment is found through the segment's index, and only the
+bytes from there are read.
 
 Only what the catalog lists is read: records acknowledged by the daemon
 but still in its write-ahead log, not yet sealed into a segment (up to the
@@ -94,7 +103,7 @@ from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.errors import CorruptIndex, ObjectNotFound
 from kfs_core.formats.index import IndexReader
 from kfs_core.formats.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE
-from kfs_core.records.batch import iter_batches
+from kfs_core.records.batch import decode_batch, iter_batch_headers, iter_batches
 from kfs_core.records.header import TIMESTAMP_TYPE_BIT
 from kfs_core.storage import open_store
 from kfs_core.storage.base import ByteRange, ObjectStore
@@ -112,6 +121,7 @@ LATEST: Final = -1
 ISOLATION_LEVELS: Final = ("read_committed", "read_uncommitted")
 #: Rows per Arrow record batch handed to Spark.
 ROWS_PER_BATCH: Final = 8192
+DEFAULT_MAX_BYTES_PER_PARTITION: Final = 128 << 20
 _KNOWN_OPTIONS: Final = frozenset(
     {
         "storeurl",
@@ -125,6 +135,9 @@ _KNOWN_OPTIONS: Final = frozenset(
         "isolationlevel",
         "includeheaders",
         "filterpushdown",
+        "startingtimestamp",
+        "endingtimestamp",
+        "maxbytesperpartition",
         "path",
     }
 )
@@ -154,6 +167,9 @@ class SourceOptions:
     read_committed: bool = True
     include_headers: bool = False
     filter_pushdown: bool = False
+    starting_timestamp: int | None = None
+    ending_timestamp: int | None = None
+    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -164,7 +180,8 @@ class SourceOptions:
             raise KfsSourceError(
                 f"unknown option(s) {', '.join(unknown)} for format {SOURCE_NAME!r}; known: "
                 "storeUrl, namespace, s3EndpointUrl, topic, subscribe, partitions, "
-                "startingOffsets, endingOffsets, isolationLevel, includeHeaders, filterPushdown"
+                "startingOffsets, endingOffsets, startingTimestamp, endingTimestamp, "
+                "maxBytesPerPartition, isolationLevel, includeHeaders, filterPushdown"
             )
         store_url = given.get("storeurl") or os.environ.get("KFS_STORE_URL", "")
         if not store_url:
@@ -194,6 +211,12 @@ class SourceOptions:
             read_committed=isolation == "read_committed",
             include_headers=_boolean("includeHeaders", given.get("includeheaders", "false")),
             filter_pushdown=_boolean("filterPushdown", given.get("filterpushdown", "false")),
+            starting_timestamp=_milliseconds("startingTimestamp", given.get("startingtimestamp")),
+            ending_timestamp=_milliseconds("endingTimestamp", given.get("endingtimestamp")),
+            max_bytes_per_partition=_positive(
+                "maxBytesPerPartition",
+                given.get("maxbytesperpartition", str(DEFAULT_MAX_BYTES_PER_PARTITION)),
+            ),
         )
 
     def open_store(self) -> ObjectStore:
@@ -244,6 +267,30 @@ def _offset_spec(name: str, value: str) -> OffsetSpec:
     return spec
 
 
+def _milliseconds(name: str, value: str | None) -> int | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        ms = int(value)
+    except ValueError:
+        raise KfsSourceError(
+            f"{name} must be milliseconds since the epoch, got {value!r}"
+        ) from None
+    if ms < 0:
+        raise KfsSourceError(f"{name} must not be negative, got {value!r}")
+    return ms
+
+
+def _positive(name: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise KfsSourceError(f"{name} must be a positive number of bytes, got {value!r}")
+    return number
+
+
 def _boolean(name: str, value: str) -> bool:
     lowered = value.strip().lower()
     if lowered not in ("true", "false"):
@@ -282,6 +329,7 @@ class SegmentSlice(InputPartition):
     start: int
     end: int
     aborted: tuple[tuple[int, int, int], ...] = ()
+    stop_position: int | None = None  # where the slice's bytes end (None: the segment's body end)
 
 
 @dataclass
@@ -402,6 +450,82 @@ def plan_slices(
     return slices
 
 
+def offset_for_timestamp(
+    store: ObjectStore, namespace: str, plan: _PartitionPlan, timestamp_ms: int
+) -> int:
+    """The first offset whose record timestamp is at or after ``timestamp_ms``; else the end.
+
+    As Kafka's ListOffsets answers it, from the segments alone: the first
+    segment whose newest timestamp reaches it is read, batch headers first.
+    """
+    for segment in plan.segments:
+        if segment.max_timestamp < timestamp_ms:
+            continue
+        key = layout.join(namespace, segment.key)
+        data = store.get(key)
+        body = memoryview(data)[: segment.size_bytes - SEGMENT_FOOTER_SIZE]
+        for position, header in iter_batch_headers(body, SEGMENT_HEADER_SIZE, object_name=key):
+            if header.max_timestamp < timestamp_ms or header.is_control:
+                continue
+            batch = decode_batch(body, position, object_name=key)
+            for record in batch.records:
+                if batch.effective_timestamp(record) >= timestamp_ms:
+                    return record.offset
+    return plan.high_watermark
+
+
+def _split_large(
+    store: ObjectStore, options: SourceOptions, slices: list[SegmentSlice]
+) -> list[SegmentSlice]:
+    """Slices of segments over ``maxBytesPerPartition`` cut at index entries; the rest as they are."""
+    out: list[SegmentSlice] = []
+    for piece in slices:
+        if piece.size_bytes <= options.max_bytes_per_partition:
+            out.append(piece)
+            continue
+        try:
+            index = IndexReader(
+                store.get(layout.join(options.namespace, piece.index_key)), piece.index_key
+            )
+        except (ObjectNotFound, CorruptIndex):
+            out.append(piece)  # read whole: the index rebuild job will mend it
+            continue
+        out.extend(
+            split_slice(piece, index.offsets, index.positions, options.max_bytes_per_partition)
+        )
+    return out
+
+
+def split_slice(
+    piece: SegmentSlice,
+    offsets: Sequence[int],
+    positions: Sequence[int],
+    max_bytes: int,
+) -> list[SegmentSlice]:
+    """``piece`` cut at index entries into stretches of about ``max_bytes`` each.
+
+    ``offsets`` and ``positions`` are the index's entries (a batch's base
+    offset and byte position).  A cut at entry ``i`` ends one stretch at
+    ``positions[i]``, before the batch holding ``offsets[i]``, and starts
+    the next there.
+    """
+    cuts: list[tuple[int, int]] = []  # (offset, position)
+    last = positions[0]
+    for offset, position in zip(offsets, positions, strict=True):
+        if piece.start < offset < piece.end and position - last >= max_bytes:
+            cuts.append((offset, position))
+            last = position
+    if not cuts:
+        return [piece]
+    pieces = []
+    lo = piece.start
+    for offset, position in cuts:
+        pieces.append(dataclasses.replace(piece, start=lo, end=offset, stop_position=position))
+        lo = offset
+    pieces.append(dataclasses.replace(piece, start=lo))
+    return pieces
+
+
 # --- reading on the executors -------------------------------------------------------------
 
 
@@ -416,7 +540,7 @@ def read_slice(
     when its index is missing or damaged).
     """
     key = layout.join(namespace, piece.object_key)
-    body_end = piece.size_bytes - SEGMENT_FOOTER_SIZE
+    body_end = piece.stop_position or piece.size_bytes - SEGMENT_FOOTER_SIZE
     position = SEGMENT_HEADER_SIZE
     if piece.start > piece.base_offset:
         try:
@@ -534,21 +658,28 @@ class KfsTopicReader(DataSourceReader):
         self.bounds = Bounds()
 
     def partitions(self) -> Sequence[SegmentSlice]:
-        store = self.options.open_store()
+        options = self.options
+        store = options.open_store()
         try:
-            plans = _partition_plans(store, self.options, self.bounds)
+            plans = _partition_plans(store, options, self.bounds)
+            starts = {
+                (p.topic, p.partition): _resolve(options.starting, p, default=EARLIEST)
+                if options.starting_timestamp is None
+                else offset_for_timestamp(store, options.namespace, p, options.starting_timestamp)
+                for p in plans
+            }
+            ends = {
+                (p.topic, p.partition): _resolve(options.ending, p, default=LATEST)
+                if options.ending_timestamp is None
+                else offset_for_timestamp(store, options.namespace, p, options.ending_timestamp)
+                for p in plans
+            }
+            slices = plan_slices(
+                plans, starts, ends, read_committed=options.read_committed, bounds=self.bounds
+            )
+            return _split_large(store, options, slices)
         finally:
             store.close()
-        starts = {
-            (p.topic, p.partition): _resolve(self.options.starting, p, default=EARLIEST)
-            for p in plans
-        }
-        ends = {
-            (p.topic, p.partition): _resolve(self.options.ending, p, default=LATEST) for p in plans
-        }
-        return plan_slices(
-            plans, starts, ends, read_committed=self.options.read_committed, bounds=self.bounds
-        )
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_arrow(self.options, partition)
@@ -603,7 +734,12 @@ class KfsTopicStreamReader(DataSourceStreamReader):
         plans = self._plans()
         starts = {(p.topic, p.partition): start.get(_offset_key(p), p.log_start) for p in plans}
         ends = {(p.topic, p.partition): end.get(_offset_key(p), p.log_start) for p in plans}
-        return plan_slices(plans, starts, ends, read_committed=self.options.read_committed)
+        slices = plan_slices(plans, starts, ends, read_committed=self.options.read_committed)
+        store = self.options.open_store()
+        try:
+            return _split_large(store, self.options, slices)
+        finally:
+            store.close()
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_arrow(self.options, partition)

@@ -89,6 +89,11 @@ def _transactions(bootstrap: str, topic: str) -> None:
 
 def _consume(bootstrap: str, topics: list[str]) -> set[Row]:
     """Every record a read_committed consumer reads, up to the end offsets."""
+    return _consume_partitions(bootstrap, topics, PARTITIONS)
+
+
+def _consume_partitions(bootstrap: str, topics: list[str], partitions: int) -> set[Row]:
+    """`_consume` of topics with ``partitions`` partitions each."""
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -98,7 +103,7 @@ def _consume(bootstrap: str, topics: list[str]) -> set[Row]:
             "enable.auto.commit": False,
         }
     )
-    parts = [confluent_kafka.TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+    parts = [confluent_kafka.TopicPartition(t, p) for t in topics for p in range(partitions)]
     ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp)[1] for tp in parts}
     consumer.assign([confluent_kafka.TopicPartition(t, p, 0) for t, p in ends])
     rows: set[Row] = set()
@@ -348,4 +353,75 @@ def test_read_committed_stops_at_a_transaction_still_open(daemon: Daemon, spark:
     values = sorted(bytes(r["value"]) for r in everything.collect())
     assert values == sorted(
         [b"open-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(7)]
+    )
+
+
+def test_timestamps_bound_the_read_and_large_segments_split(daemon: Daemon, spark: Any) -> None:
+    topic = f"times-{uuid.uuid4().hex[:6]}"
+    _create(daemon.bootstrap, topic, 1)
+    base = 1_700_000_000_000
+    producer = confluent_kafka.Producer({"bootstrap.servers": daemon.bootstrap, "linger.ms": 0})
+    for i in range(2000):
+        producer.produce(topic, b"%04d" % i + b"." * 300, partition=0, timestamp=base + i * 10)
+        if i % 50 == 0:
+            producer.flush(30)  # many small batches, so the index has entries to cut at
+    assert producer.flush(30) == 0
+    assert daemon.stop() == 0
+
+    between = _reader(
+        spark,
+        daemon,
+        topic=topic,
+        startingTimestamp=str(base + 1005),  # offsets 101.. (timestamps 1010 ms on)
+        endingTimestamp=str(base + 15_000),  # ..1499
+    ).load()
+    assert sorted(r["offset"] for r in between.collect()) == list(range(101, 1500))
+    past = _reader(spark, daemon, topic=topic, startingTimestamp=str(base + 10**9)).load()
+    assert past.count() == 0  # no record that late: the start is the end
+
+    options = SourceOptions.parse(
+        {
+            "storeUrl": daemon.store_url,
+            "namespace": NS,
+            "topic": topic,
+            "maxBytesPerPartition": "65536",
+        }
+    )
+    slices = KfsTopicReader(options).partitions()
+    assert len(slices) > 5 and len({s.object_key for s in slices}) == 1
+    assert [s.start for s in slices[1:]] == [s.end for s in slices[:-1]]  # no gap, no overlap
+    split = _reader(spark, daemon, topic=topic, maxBytesPerPartition="65536").load()
+    assert sorted(r["offset"] for r in split.collect()) == list(range(2000))
+
+
+def test_a_compacted_topic_reads_as_its_consumers_read_it(daemon: Daemon, spark: Any) -> None:
+    from spark_jobs import compaction
+
+    topic = f"kv-{uuid.uuid4().hex[:6]}"
+    _create(
+        daemon.bootstrap,
+        topic,
+        1,
+        **{"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"},
+    )
+    producer = confluent_kafka.Producer({"bootstrap.servers": daemon.bootstrap})
+    for round_ in range(4):  # each round its own segment; the newest is never compacted
+        for k in range(20):
+            value = None if (round_ == 2 and k % 4 == 0) else b"r%d-k%d" % (round_, k)
+            if round_ < 3 or k < 5:
+                producer.produce(topic, value, b"k%d" % k, partition=0)
+        assert producer.flush(30) == 0
+        daemon.restart()
+    summary = compaction.run(
+        ["--store-url", daemon.store_url, "--namespace", NS, "--topics", topic,
+         "--max-read-mb-per-s", "0"],
+        spark,
+    )  # fmt: skip
+    assert summary["status"] == "ok", summary["message"]
+    assert summary["counts"]["partitions_compacted"] == 1
+    daemon.restart()
+    consumed = _consume_partitions(daemon.bootstrap, [topic], 1)
+    assert len(consumed) < 3 * 20 + 5  # superseded records are gone
+    assert (
+        _spark_rows(_reader(spark, daemon, topic=topic, includeHeaders="true").load()) == consumed
     )
