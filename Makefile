@@ -45,7 +45,7 @@ kafka-tools: ## Install Apache Kafka's tools and Java client (the pinned 4.x rel
 	@bash .ci/install-kafka-tools
 
 test: install browser kcat kafkajs rate-producer kafka-tools ## Run the whole test suite
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=30
 
 # bench.produce_cpu goes first: on ext4 without a journal (this machine's root
 # filesystem) creating a file scans past every inode deleted in the last one to
