@@ -48,6 +48,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import (
@@ -336,18 +337,25 @@ class Commit(_Model):
 
 
 def carry_transactions(
-    inputs: Sequence[SegmentEntry], outputs: Sequence[SegmentEntry]
+    inputs: Sequence[SegmentEntry],
+    outputs: Sequence[SegmentEntry],
+    removed_markers: AbstractSet[int] = frozenset(),
 ) -> list[SegmentEntry]:
     """``outputs`` that replace ``inputs`` (in offset order), with their transaction fields.
 
-    A rewrite keeps every control batch, so each input's aborted transaction
-    goes to the output that holds its abort marker; the last output takes
+    A rewrite keeps every control batch it does not remove with its whole
+    transaction (``removed_markers``: the offsets of those abort markers,
+    whose transactions are forgotten), so each other input's aborted
+    transaction goes to the output that holds its abort marker; the last output takes
     the transactions open at the last input's end (only a partition's newest
     segment is read for those).  Without this, a merged or compacted segment
     would forget its aborted transactions and ``read_committed`` readers
     would get their records.
     """
-    aborted = sorted((a for entry in inputs for a in entry.aborted), key=lambda a: a.last_offset)
+    aborted = sorted(
+        (a for entry in inputs for a in entry.aborted if a.last_offset not in removed_markers),
+        key=lambda a: a.last_offset,
+    )
     last_open = inputs[-1].open_txns if inputs else ()
     carried: list[SegmentEntry] = []
     for i, out in enumerate(outputs):

@@ -20,7 +20,18 @@ offsets to leave out, and emits the batches that replace them:
 
 A batch whose records are all left out disappears, unless the caller marks
 it its producer's last (``keep_header``): then it stays, empty, with its
-header; offsets are never renumbered.  Records without a key are never left out.  The compaction job
+header; offsets are never renumbered.
+
+Transaction markers go too, as Kafka's cleaner removes them, once they are
+no newer than ``marker_horizon_ms`` (the cleaning point less
+``delete.retention.ms``, as for tombstones) and no batch of their
+transaction is left: an abort marker whose transaction began within this
+rewrite (the aborted batches are all gone, unless one stayed as its
+producer's last), a commit marker whose transaction lay wholly within it
+(after an earlier marker of the same producer) and kept no record.  A marker
+that is its producer's last batch stays (``keep_header``).  Markers whose
+transaction began before this rewrite's first batch stay: another rewrite
+may keep that transaction's records.  Records without a key are never left out.  The compaction job
 (``spark_jobs.compaction``) reads the segments and writes what is emitted.
 """
 
@@ -29,7 +40,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 
-from kfs_core.records.batch import CREATE_TIME, decode_batch, reencode_batch
+from kfs_core.records.batch import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    CREATE_TIME,
+    decode_batch,
+    parse_control_key,
+    reencode_batch,
+)
 from kfs_core.records.header import BatchHeader
 from kfs_core.records.merge import BatchMerger
 
@@ -54,6 +72,13 @@ class AbortedTransactions:
         """Whether the transactional batch ``header`` is one of an aborted transaction."""
         spans = self._by_producer.get(header.producer_id, ())
         return any(first <= header.base_offset <= last for first, last in spans)
+
+    def first_offset(self, producer_id: int, marker_offset: int) -> int | None:
+        """The first offset of the aborted transaction whose marker is at ``marker_offset``."""
+        for first, last in self._by_producer.get(producer_id, ()):
+            if last == marker_offset:
+                return first
+        return None
 
 
 def key_compactable(header: BatchHeader, aborted: AbortedTransactions | None = None) -> bool:
@@ -142,13 +167,26 @@ class BatchRewriter:
         emit: Callable[[bytes], None],
         compression_level: int | None = None,
         aborted: AbortedTransactions | None = None,
+        marker_horizon_ms: int | None = None,
     ) -> None:
         self._codec = codec
         self._level = compression_level
-        self._emit = emit
-        self._rebatcher = _Rebatcher(codec, target_bytes, emit, compression_level)
+        self._sink = emit
+        self._emits = 0
+        self._rebatcher = _Rebatcher(codec, target_bytes, self._emit, compression_level)
         self._aborted = aborted
         self.aborted_batches = 0  # left out: their transaction was aborted
+        # Markers (only where the aborted transactions are known: below the last stable offset).
+        self._horizon = marker_horizon_ms if aborted is not None else None
+        self._start: int | None = None  # the first offset handed in
+        self._bounded: set[int] = set()  # producers with a marker earlier in this rewrite
+        self._retained: set[int] = set()  # producers whose open transaction kept a batch
+        self.removed_markers: list[int] = []  # offsets of the markers left out
+        self.removed_abort_markers: list[int] = []  # of them, the abort markers
+
+    def _emit(self, batch: bytes) -> None:
+        self._emits += 1
+        self._sink(batch)
 
     def add(
         self,
@@ -168,16 +206,31 @@ class BatchRewriter:
         keeps it, empty if it must, so that the producer's last sequence and
         epoch survive): it keeps its own header and boundaries, whatever it loses.
         """
+        if self._start is None:
+            self._start = header.base_offset
         aborted = self._aborted
         data_batch = header.producer_id >= 0 and not header.is_control
-        if data_batch and header.is_transactional and aborted is not None:
-            if aborted.holds(header):
-                self.aborted_batches += 1
-                if keep_header:
-                    self._filter_whole(buf, position, header, None, object_name, keep_empty=True)
+        if header.is_control and self._horizon is not None:
+            if self._marker_goes(buf, position, header, object_name, keep_header):
                 return False
-            # A committed transaction's batch keeps its header, whatever it loses.
-            return self._filter_whole(buf, position, header, drop, object_name)
+            self._rebatcher.flush()
+            self._emit(bytes(buf[position : position + header.total_size]))
+            return True
+        if data_batch and header.is_transactional and aborted is not None:
+            emits = self._emits
+            try:
+                if aborted.holds(header):
+                    self.aborted_batches += 1
+                    if keep_header:
+                        self._filter_whole(
+                            buf, position, header, None, object_name, keep_empty=True
+                        )
+                    return False
+                # A committed transaction's batch keeps its header, whatever it loses.
+                return self._filter_whole(buf, position, header, drop, object_name)
+            finally:
+                if self._emits != emits:
+                    self._retained.add(header.producer_id)
         if keep_header and data_batch and key_compactable(header):
             return self._filter_whole(buf, position, header, drop, object_name, keep_empty=True)
         if not key_compactable(header) or header.record_count == 0:
@@ -199,6 +252,33 @@ class BatchRewriter:
                 reencode_batch(batch, self._codec, records=kept, compression_level=self._level)
             )
         return False
+
+    def _marker_goes(
+        self, buf: memoryview, position: int, header: BatchHeader, object_name: str, keep: bool
+    ) -> bool:
+        """Whether the marker at ``position`` is left out (see the module's docstring)."""
+        producer_id = header.producer_id
+        bounded = producer_id in self._bounded
+        retained = producer_id in self._retained
+        self._bounded.add(producer_id)
+        self._retained.discard(producer_id)
+        assert self._horizon is not None and self._aborted is not None
+        if keep or retained or header.max_timestamp > self._horizon:
+            return False
+        batch = decode_batch(buf, position, verify_crc=False, object_name=object_name)
+        if len(batch.records) != 1:
+            return False
+        _, kind = parse_control_key(batch.records[0].key)
+        if kind == CONTROL_ABORT:
+            first = self._aborted.first_offset(producer_id, header.base_offset)
+            assert self._start is not None
+            if first is None or first < self._start:
+                return False
+            self.removed_abort_markers.append(header.base_offset)
+        elif kind != CONTROL_COMMIT or not bounded:
+            return False
+        self.removed_markers.append(header.base_offset)
+        return True
 
     def _filter_whole(
         self,

@@ -58,8 +58,10 @@ cleaner (``kafka.log.LogCleaner``):
   aborted transaction's batches (the catalog's ``aborted`` entries name
   them) are removed; a committed one's records enter the key map like any
   others, their batch keeping its header (producer id, epoch, sequence,
-  transactional flag).  Control batches (the markers) are always kept, and
-  each output carries the ``aborted`` entries whose marker it holds
+  transactional flag).  A marker is kept until it is past the delete horizon
+  (as tombstones are) and nothing of its transaction is left
+  (`kfs_core.records.rewrite` says exactly when); each output carries the
+  ``aborted`` entries whose marker it holds, less those of removed markers
   (`kfs_core.catalog.carry_transactions`), so ``read_committed`` reads stay
   right after a merge or a compaction.
 - Offsets are never renumbered: survivors keep offset, timestamp, key, value

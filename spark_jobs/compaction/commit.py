@@ -73,7 +73,8 @@ def commit_partition(
     catalog = PartitionCatalog(store, namespace, plan.topic, plan.partition)
     inputs = [d.entry for d in plan.inputs]
     try:
-        commit = catalog.replace(inputs, carry_transactions(inputs, outputs))
+        removed = frozenset(o for r in results for o in r.removed_abort_markers)
+        commit = catalog.replace(inputs, carry_transactions(inputs, outputs, removed))
     except (ReplaceConflict, CatalogCommitConflict) as exc:
         outcome.status = CONFLICT
         outcome.message = (

@@ -64,6 +64,8 @@ def outcome_report(outcome: PartitionOutcome) -> dict[str, Any]:
         )
         if outcome.total("aborted_batches"):
             doc["aborted_batches_removed"] = outcome.total("aborted_batches")
+        if outcome.total("removed_markers"):
+            doc["transaction_markers_removed"] = outcome.total("removed_markers")
     if outcome.orphans:
         doc["orphans"] = outcome.orphans
     return doc

@@ -58,6 +58,8 @@ class RewriteTask:
     compression_level: int | None = None  # None: the codec's default
     # Key compaction: the partition's aborted transactions (`PartitionPlan.aborted`).
     aborted: tuple[tuple[int, int, int], ...] | None = None
+    # Key compaction: markers no newer than this may go (the tombstones' delete horizon).
+    marker_horizon_ms: int | None = None
 
     @property
     def created_ms(self) -> int:
@@ -103,6 +105,8 @@ class RewriteResult:
     batches_out: int = 0
     batches_copied: int = 0
     aborted_batches: int = 0  # left out: their transaction was aborted
+    removed_markers: int = 0  # transaction markers left out, past the delete horizon
+    removed_abort_markers: tuple[int, ...] = ()  # their offsets, for the catalog's aborted lists
     paused: bool = False
     error: str = ""
 
@@ -226,7 +230,12 @@ def _rewrite(
     outputs = _Outputs(store, task, result)
     aborted = None if task.aborted is None else AbortedTransactions(task.aborted)
     rewriter = BatchRewriter(
-        task.codec, task.batch_bytes, outputs.append, task.compression_level, aborted
+        task.codec,
+        task.batch_bytes,
+        outputs.append,
+        task.compression_level,
+        aborted,
+        marker_horizon_ms=task.marker_horizon_ms,
     )
     for d in task.inputs:
         reader = read_segment(store, d, bucket)
@@ -235,7 +244,9 @@ def _rewrite(
         result.index_bytes_in += d.index_size_bytes
         name = d.segment_object_key
         batches = list(reader.iter_batches())
-        last_batches = _last_batch_of_each_producer(batches)
+        last_batches = _last_batch_of_each_producer(batches) | _last_marker_of_each_producer(
+            batches
+        )
         for position, header in batches:
             result.batches_in += 1
             result.records_in += header.record_count
@@ -245,6 +256,8 @@ def _rewrite(
     rewriter.flush()
     outputs.finish()
     result.aborted_batches = rewriter.aborted_batches
+    result.removed_markers = len(rewriter.removed_markers)
+    result.removed_abort_markers = tuple(rewriter.removed_abort_markers)
 
 
 def _last_batch_of_each_producer(batches: Sequence[tuple[int, BatchHeader]]) -> set[int]:
@@ -261,6 +274,19 @@ def _last_batch_of_each_producer(batches: Sequence[tuple[int, BatchHeader]]) -> 
         if header.producer_id >= 0 and not header.is_control:
             last[header.producer_id] = position
     return set(last.values())
+
+
+def _last_marker_of_each_producer(batches: Sequence[tuple[int, BatchHeader]]) -> set[int]:
+    """The positions of the markers that are their producer's last batch in a segment.
+
+    Such a marker stays past the delete horizon, as Kafka's cleaner keeps a
+    producer's last batch when it is a marker: it holds the producer's epoch.
+    """
+    last: dict[int, tuple[int, bool]] = {}
+    for position, header in batches:
+        if header.producer_id >= 0:
+            last[header.producer_id] = (position, header.is_control)
+    return {position for position, control in last.values() if control}
 
 
 def read_segment(
@@ -336,6 +362,7 @@ def build_tasks(
                     read_bytes_per_s=read_bytes_per_s,
                     compression_level=output_level(plan.codec, compression_level),
                     aborted=plan.aborted if plan.action == KIND_COMPACT else None,
+                    marker_horizon_ms=plan.horizon_ms if plan.action == KIND_COMPACT else None,
                 )
             )
             if plan.action == KIND_COMPACT:

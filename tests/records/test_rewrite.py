@@ -7,6 +7,7 @@ import struct
 import pytest
 
 from kfs_core.records.batch import (
+    CONTROL_ABORT,
     CONTROL_COMMIT,
     LOG_APPEND_TIME,
     Record,
@@ -107,3 +108,51 @@ def test_log_append_time_batches_keep_their_boundaries_and_lose_dropped_records(
     out, copied = rewrite(batches, drop={1, 3, 4}, codec=CODEC_NONE)
     assert copied == [False, False]
     assert [offsets(b) for b in out] == [[0, 2]]  # the second batch lost every record
+
+
+def _marker(offset: int, kind: int, timestamp: int = TS) -> bytes:
+    record = Record(offset, timestamp, encode_control_key(kind), struct.pack(">hi", 0, 1))
+    return encode_batch([record], base_offset=offset, is_control=True, **TXN)
+
+
+def test_markers_past_the_horizon_go_with_their_whole_transaction() -> None:
+    """Which markers a rewrite may leave out, as Kafka's cleaner decides, and which stay."""
+    batches = [
+        _marker(0, CONTROL_COMMIT),  # ends a transaction begun before this rewrite: stays
+        encode_batch(records(1, 2), base_offset=1, **TXN),  # A: every record superseded
+        _marker(3, CONTROL_COMMIT),  # A's marker: A lay wholly here and left nothing: goes
+        encode_batch(records(4, 2), base_offset=4, **TXN),  # B: aborted
+        _marker(6, CONTROL_ABORT),  # B's marker: B began here and is gone: goes
+        encode_batch(records(7, 2), base_offset=7, **TXN),  # C: one record survives
+        _marker(9, CONTROL_COMMIT),  # C's marker: C kept a record: stays
+        encode_batch(records(10, 1), base_offset=10, **TXN),  # D: superseded
+        _marker(11, CONTROL_COMMIT),  # D's marker: the producer's last batch: stays
+    ]
+    out: list[bytes] = []
+    aborted = AbortedTransactions([(7, 4, 6)])
+    rewriter = BatchRewriter(CODEC_NONE, 1 << 20, out.append, aborted=aborted, marker_horizon_ms=TS)
+    for batch in batches:
+        view = memoryview(batch)
+        header = read_batch_header(view)
+        rewriter.add(view, 0, header, {1, 2, 7, 10}, "<test>", keep_header=header.base_offset == 11)
+    rewriter.flush()
+    kept = [read_batch_header(memoryview(b)) for b in out]
+    assert [(h.base_offset, h.is_control) for h in kept] == [
+        (0, True),
+        (7, False),  # C's batch keeps its header, with offset 8 alone
+        (9, True),
+        (11, True),
+    ]
+    assert rewriter.removed_markers == [3, 6] and rewriter.removed_abort_markers == [6]
+
+    # Newer than the horizon, every marker stays.
+    out.clear()
+    young = BatchRewriter(
+        CODEC_NONE, 1 << 20, out.append, aborted=aborted, marker_horizon_ms=TS - 1
+    )
+    for batch in batches:
+        view = memoryview(batch)
+        young.add(view, 0, read_batch_header(view), {1, 2, 7, 10}, "<test>")
+    young.flush()
+    assert young.removed_markers == []
+    assert sum(read_batch_header(memoryview(b)).is_control for b in out) == 5

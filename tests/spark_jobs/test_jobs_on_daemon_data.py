@@ -262,3 +262,97 @@ def test_compaction_of_committed_and_aborted_transactions_keeps_read_committed(
         assert summary["status"] == "ok", summary["message"]
     finally:
         factory.close()
+
+
+def _control_batches(store: ObjectStore, topic: str) -> list[int]:
+    """Offsets of the transaction markers in partition 0's live segments."""
+    found = []
+    for entry in _segments(store, topic):
+        name = layout.join(NS, entry.key)
+        reader = SegmentReader(store.get(name), name)
+        found += [h.base_offset for _, h in reader.iter_batches() if h.is_control]
+    return found
+
+
+def test_markers_past_delete_retention_go_with_their_transactions(
+    tmp_path: Path, spark: Any
+) -> None:
+    """Kafka's cleaner removes a marker once its transaction's records are gone: so does compaction."""
+    import confluent_kafka
+    import confluent_kafka.admin
+
+    factory = DaemonFactory(tmp_path)
+    try:
+        daemon = factory.start()
+        store = open_store(daemon.store_url)
+        topic = "txn-markers"
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": daemon.bootstrap})
+        config = {
+            "cleanup.policy": "compact",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "0",
+        }
+        admin.create_topics([confluent_kafka.admin.NewTopic(topic, 1, config=config)])[
+            topic
+        ].result(30)
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": daemon.bootstrap, "transactional.id": "marker-writer"}
+        )
+        producer.init_transactions(30)
+
+        def transaction(value: bytes, keys: range, commit: bool = True) -> None:
+            producer.begin_transaction()
+            for k in keys:
+                producer.produce(topic, key=b"k%d" % k, value=value, partition=0)
+            producer.flush(30)
+            if commit:
+                producer.commit_transaction(30)
+            else:
+                producer.abort_transaction(30)
+
+        def sealed() -> None:  # each round its own segment
+            end = _read_daemon(daemon.bootstrap, topic, committed=False)[-1][0] + 1
+            wait_for(
+                lambda: PartitionCatalog(store, NS, topic, 0).load().high_watermark >= end,
+                timeout=60,
+                what="the round sealed",
+            )
+
+        def compact() -> None:
+            summary = compaction.run(
+                ["--store-url", store.url, "--namespace", NS, "--topics", topic,
+                 "--max-read-mb-per-s", "0"],
+                spark,
+            )  # fmt: skip
+            assert summary["status"] == "ok", summary["message"]
+
+        transaction(b"a", range(5))  # A: the producer's first marker here: it stays
+        transaction(b"b", range(5, 10), commit=False)  # B: aborted
+        transaction(b"c", range(5))  # C: every record superseded below
+        sealed()
+        transaction(b"d", range(5))
+        sealed()
+        transaction(b"newest", range(1))
+        sealed()
+        compact()  # no clean part yet, so no delete horizon: every marker stays
+        markers = _control_batches(store, topic)
+        assert len(markers) == 5
+        transaction(b"e", range(1))
+        sealed()
+        transaction(b"newest", range(1))
+        sealed()
+        before = _read_daemon(daemon.bootstrap, topic, committed=True)
+        compact()
+        after_markers = _control_batches(store, topic)
+        assert sorted(set(markers) - set(after_markers)) == [markers[1], markers[2]]  # B's, C's
+        daemon.stop()
+        daemon.start()  # its view of the transactions comes from the rewritten catalog
+        after = _read_daemon(daemon.bootstrap, topic, committed=True)
+        assert set(after) < set(before)  # superseded records went; nothing new appeared
+        assert {key: value for _, key, value in after} == {key: value for _, key, value in before}
+        everything = _read_daemon(daemon.bootstrap, topic, committed=False)
+        assert not [r for r in everything if r[2] == b"b"]
+        summary = validation.run(["--store-url", store.url, "--namespace", NS], spark)
+        assert summary["status"] == "ok", summary["message"]
+    finally:
+        factory.close()
