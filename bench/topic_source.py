@@ -122,6 +122,7 @@ def _source_read(store_url: str, topic: str, expected: int) -> float:
         SparkSession.builder.master("local[2]")
         .appName("kfs-bench-topic-source")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
