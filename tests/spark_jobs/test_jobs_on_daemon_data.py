@@ -183,36 +183,67 @@ def _read_daemon(bootstrap: str, topic: str, *, committed: bool) -> list[tuple[i
     raise TimeoutError(f"{topic}: no end of partition 0 within 60 s; read {len(out)}")
 
 
+class _TransactionalTopic:
+    """A one-partition compacted topic and a transactional producer writing it, round by round."""
+
+    def __init__(
+        self, daemon: Any, store: ObjectStore, topic: str, writer: str, **configs: str
+    ) -> None:
+        import confluent_kafka
+        import confluent_kafka.admin
+
+        self.daemon, self.store, self.topic = daemon, store, topic
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": daemon.bootstrap})
+        config = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", **configs}
+        admin.create_topics([confluent_kafka.admin.NewTopic(topic, 1, config=config)])[
+            topic
+        ].result(30)
+        self.producer = confluent_kafka.Producer(
+            {"bootstrap.servers": daemon.bootstrap, "transactional.id": writer}
+        )
+        self.producer.init_transactions(30)
+
+    def transaction(self, value: bytes, keys: range, commit: bool = True) -> None:
+        """One transaction writing ``value`` under keys ``k<i>``, committed or aborted."""
+        producer = self.producer
+        producer.begin_transaction()
+        for k in keys:
+            producer.produce(self.topic, key=b"k%d" % k, value=value, partition=0)
+        producer.flush(30)  # on the broker first: an abort purges what is still queued
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+    def sealed(self) -> None:
+        """Wait until everything written is in segments: each round its own, to clean."""
+        end = _read_daemon(self.daemon.bootstrap, self.topic, committed=False)[-1][0] + 1
+        wait_for(
+            lambda: PartitionCatalog(self.store, NS, self.topic, 0).load().high_watermark >= end,
+            timeout=60,
+            what="the round sealed",
+        )
+
+    def compact(self, spark: Any) -> dict[str, Any]:
+        summary = compaction.run(
+            ["--store-url", self.store.url, "--namespace", NS, "--topics", self.topic,
+             "--max-read-mb-per-s", "0"],
+            spark,
+        )  # fmt: skip
+        assert summary["status"] == "ok", summary["message"]
+        return summary
+
+
 def test_compaction_of_committed_and_aborted_transactions_keeps_read_committed(
     tmp_path: Path, spark: Any
 ) -> None:
     """A compacted topic written by a transactional producer, compacted: the same committed view."""
-    import confluent_kafka
-    import confluent_kafka.admin
-
     factory = DaemonFactory(tmp_path)
     try:
         daemon = factory.start()
         store = open_store(daemon.store_url)
         topic = "txn-kv"
-        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": daemon.bootstrap})
-        config = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
-        admin.create_topics([confluent_kafka.admin.NewTopic(topic, 1, config=config)])[
-            topic
-        ].result(30)
-        producer = confluent_kafka.Producer(
-            {"bootstrap.servers": daemon.bootstrap, "transactional.id": "kv-writer"}
-        )
-        producer.init_transactions(30)
-
-        def sealed() -> None:  # each round its own segment, so there is something to clean
-            end = _read_daemon(daemon.bootstrap, topic, committed=False)[-1][0] + 1
-            wait_for(
-                lambda: PartitionCatalog(store, NS, topic, 0).load().high_watermark >= end,
-                timeout=60,
-                what="the round sealed",
-            )
-
+        writer = _TransactionalTopic(daemon, store, topic, "kv-writer")
         rounds = [
             (b"v0", range(10), True),
             (b"t1", range(5), True),
@@ -220,34 +251,14 @@ def test_compaction_of_committed_and_aborted_transactions_keeps_read_committed(
         ]
         rounds += [(b"v3", range(3), True), (b"newest", range(1), True)]
         for value, keys, commit in rounds:
-            producer.begin_transaction()
-            for k in keys:
-                producer.produce(topic, key=b"k%d" % k, value=value, partition=0)
-            producer.flush(30)
-            if commit:
-                producer.commit_transaction(30)
-            else:
-                producer.abort_transaction(30)
-            sealed()
+            writer.transaction(value, keys, commit)
+            writer.sealed()
         before = _read_daemon(daemon.bootstrap, topic, committed=True)
         assert not [r for r in before if r[2] == b"aborted"]
         in_log = _read_daemon(daemon.bootstrap, topic, committed=False)
         assert len([r for r in in_log if r[2] == b"aborted"]) == 5
 
-        summary = compaction.run(
-            [
-                "--store-url",
-                store.url,
-                "--namespace",
-                NS,
-                "--topics",
-                topic,
-                "--max-read-mb-per-s",
-                "0",
-            ],
-            spark,
-        )
-        assert summary["status"] == "ok", summary["message"]
+        summary = writer.compact(spark)
         assert summary["counts"]["partitions_compacted"] == 1
         daemon.stop()
         daemon.start()  # what it knows of the transactions comes from the rewritten catalog
@@ -278,53 +289,15 @@ def test_markers_past_delete_retention_go_with_their_transactions(
     tmp_path: Path, spark: Any
 ) -> None:
     """Kafka's cleaner removes a marker once its transaction's records are gone: so does compaction."""
-    import confluent_kafka
-    import confluent_kafka.admin
-
     factory = DaemonFactory(tmp_path)
     try:
         daemon = factory.start()
         store = open_store(daemon.store_url)
         topic = "txn-markers"
-        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": daemon.bootstrap})
-        config = {
-            "cleanup.policy": "compact",
-            "min.cleanable.dirty.ratio": "0.01",
-            "delete.retention.ms": "0",
-        }
-        admin.create_topics([confluent_kafka.admin.NewTopic(topic, 1, config=config)])[
-            topic
-        ].result(30)
-        producer = confluent_kafka.Producer(
-            {"bootstrap.servers": daemon.bootstrap, "transactional.id": "marker-writer"}
+        writer = _TransactionalTopic(
+            daemon, store, topic, "marker-writer", **{"delete.retention.ms": "0"}
         )
-        producer.init_transactions(30)
-
-        def transaction(value: bytes, keys: range, commit: bool = True) -> None:
-            producer.begin_transaction()
-            for k in keys:
-                producer.produce(topic, key=b"k%d" % k, value=value, partition=0)
-            producer.flush(30)
-            if commit:
-                producer.commit_transaction(30)
-            else:
-                producer.abort_transaction(30)
-
-        def sealed() -> None:  # each round its own segment
-            end = _read_daemon(daemon.bootstrap, topic, committed=False)[-1][0] + 1
-            wait_for(
-                lambda: PartitionCatalog(store, NS, topic, 0).load().high_watermark >= end,
-                timeout=60,
-                what="the round sealed",
-            )
-
-        def compact() -> None:
-            summary = compaction.run(
-                ["--store-url", store.url, "--namespace", NS, "--topics", topic,
-                 "--max-read-mb-per-s", "0"],
-                spark,
-            )  # fmt: skip
-            assert summary["status"] == "ok", summary["message"]
+        transaction, sealed = writer.transaction, writer.sealed
 
         transaction(b"a", range(5))  # A: the producer's first marker here: it stays
         transaction(b"b", range(5, 10), commit=False)  # B: aborted
@@ -334,7 +307,7 @@ def test_markers_past_delete_retention_go_with_their_transactions(
         sealed()
         transaction(b"newest", range(1))
         sealed()
-        compact()  # no clean part yet, so no delete horizon: every marker stays
+        writer.compact(spark)  # no clean part yet, so no delete horizon: every marker stays
         markers = _control_batches(store, topic)
         assert len(markers) == 5
         transaction(b"e", range(1))
@@ -342,7 +315,7 @@ def test_markers_past_delete_retention_go_with_their_transactions(
         transaction(b"newest", range(1))
         sealed()
         before = _read_daemon(daemon.bootstrap, topic, committed=True)
-        compact()
+        writer.compact(spark)
         after_markers = _control_batches(store, topic)
         assert sorted(set(markers) - set(after_markers)) == [markers[1], markers[2]]  # B's, C's
         daemon.stop()
