@@ -11,6 +11,7 @@ these, whose names start with ``_`` so they sort apart from the topics::
     {ns}/_page/...        the KFS page's last overview (`kfs_airflow.overview_cache`)
     {ns}/_cluster/...     the daemons' heartbeats, the pinned placements (`kfs_core.cluster`)
     {ns}/_wal/...         the ``store`` durability mode's WAL objects (`kfs_core.log.wal.store`)
+    {ns}/_tables/...      Iceberg tables of topics, and their embedded catalog (`kfs_core.tables`)
 
 A topic named like one of them would share its objects, so every name here is
 a reserved topic name (`RESERVED_NAMES`, checked by
@@ -32,6 +33,7 @@ __all__ = [
     "RESERVED_NAMES",
     "SECURITY_DIR",
     "SNAPSHOTS_DIR",
+    "TABLES_DIR",
     "TOPICS_DIR",
     "WAL_DIR",
 ]
@@ -44,6 +46,7 @@ SECURITY_DIR = "_security"
 PAGE_DIR = "_page"
 CLUSTER_DIR = "_cluster"
 WAL_DIR = "_wal"
+TABLES_DIR = "_tables"
 
 #: Every directory KFS writes directly under a namespace, other than the topics'.
 DIRECTORIES = (
@@ -55,6 +58,7 @@ DIRECTORIES = (
     PAGE_DIR,
     CLUSTER_DIR,
     WAL_DIR,
+    TABLES_DIR,
 )
 
 #: Topic names that would collide with `DIRECTORIES`.

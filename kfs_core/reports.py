@@ -57,6 +57,7 @@ __all__ = [
     "STATUS_FAILED",
     "STATUS_OK",
     "STATUS_PAUSED",
+    "TABLES_JOB",
     "VALIDATION_JOB",
     "ExpectationOutcome",
     "RunSummary",
@@ -84,9 +85,17 @@ CHECKPOINT_JOB = "checkpoint"
 COMPACTION_JOB = "compaction"
 INDEX_REBUILD_JOB = "index_rebuild"
 RETENTION_JOB = "retention"
+TABLES_JOB = "tables"
 VALIDATION_JOB = "validation"
 #: The maintenance jobs, as named in ``spark_jobs/<job>.py`` and in report keys.
-JOBS = (CHECKPOINT_JOB, COMPACTION_JOB, INDEX_REBUILD_JOB, RETENTION_JOB, VALIDATION_JOB)
+JOBS = (
+    CHECKPOINT_JOB,
+    COMPACTION_JOB,
+    INDEX_REBUILD_JOB,
+    RETENTION_JOB,
+    TABLES_JOB,
+    VALIDATION_JOB,
+)
 
 
 def job_application(job: str) -> Path:

@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = "127.0.0.1:7079"
 #: The jobs the server runs (each module's ``run`` and ``build_parser``).
-JOBS = ("checkpoint", "compaction", "index_rebuild", "retention", "validation")
+JOBS = ("checkpoint", "compaction", "index_rebuild", "retention", "tables", "validation")
 MAX_BODY_BYTES = 1 << 20
 #: How often a cancelled run's Spark job group is cancelled again, until the run ends.
 CANCEL_EVERY_S = 0.2

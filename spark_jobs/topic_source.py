@@ -108,7 +108,15 @@ from kfs_core.records.header import TIMESTAMP_TYPE_BIT
 from kfs_core.storage import open_store
 from kfs_core.storage.base import ByteRange, ObjectStore
 
-__all__ = ["SOURCE_NAME", "KfsTopicSource", "SegmentSlice", "SourceOptions", "plan_slices"]
+__all__ = [
+    "SOURCE_NAME",
+    "KfsTopicSource",
+    "PartitionPlan",
+    "SegmentSlice",
+    "SourceOptions",
+    "partition_plans",
+    "plan_slices",
+]
 
 SOURCE_NAME: Final = "kfs"
 SCHEMA: Final = (
@@ -333,7 +341,9 @@ class SegmentSlice(InputPartition):
 
 
 @dataclass
-class _PartitionPlan:
+class PartitionPlan:
+    """One partition of a topic as its catalog stands: segments, log start, ends, aborted txns."""
+
     topic: str
     partition: int
     segments: tuple[SegmentEntry, ...]
@@ -343,9 +353,9 @@ class _PartitionPlan:
     aborted: tuple[tuple[int, int, int], ...] = field(default=())
 
 
-def _partition_plans(
+def partition_plans(
     store: ObjectStore, options: SourceOptions, bounds: Bounds
-) -> list[_PartitionPlan]:
+) -> list[PartitionPlan]:
     registry = TopicRegistry(store, options.namespace)
     plans = []
     for topic in options.topics:
@@ -379,7 +389,7 @@ def _partition_plans(
                 )
             )
             plans.append(
-                _PartitionPlan(
+                PartitionPlan(
                     topic,
                     partition,
                     segments,
@@ -392,7 +402,7 @@ def _partition_plans(
     return plans
 
 
-def _resolve(spec: OffsetSpec, plan: _PartitionPlan, *, default: int) -> int:
+def _resolve(spec: OffsetSpec, plan: PartitionPlan, *, default: int) -> int:
     """The offset ``spec`` names for the partition (-2: its log start, -1: its end)."""
     if isinstance(spec, str):
         offset = EARLIEST if spec == "earliest" else LATEST
@@ -406,7 +416,7 @@ def _resolve(spec: OffsetSpec, plan: _PartitionPlan, *, default: int) -> int:
 
 
 def plan_slices(
-    plans: Sequence[_PartitionPlan],
+    plans: Sequence[PartitionPlan],
     starts: Mapping[tuple[str, int], int],
     ends: Mapping[tuple[str, int], int],
     *,
@@ -451,7 +461,7 @@ def plan_slices(
 
 
 def offset_for_timestamp(
-    store: ObjectStore, namespace: str, plan: _PartitionPlan, timestamp_ms: int
+    store: ObjectStore, namespace: str, plan: PartitionPlan, timestamp_ms: int
 ) -> int:
     """The first offset whose record timestamp is at or after ``timestamp_ms``; else the end.
 
@@ -661,7 +671,7 @@ class KfsTopicReader(DataSourceReader):
         options = self.options
         store = options.open_store()
         try:
-            plans = _partition_plans(store, options, self.bounds)
+            plans = partition_plans(store, options, self.bounds)
             starts = {
                 (p.topic, p.partition): _resolve(options.starting, p, default=EARLIEST)
                 if options.starting_timestamp is None
@@ -710,10 +720,10 @@ class KfsTopicStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
-    def _plans(self) -> list[_PartitionPlan]:
+    def _plans(self) -> list[PartitionPlan]:
         store = self.options.open_store()
         try:
-            return _partition_plans(store, self.options, Bounds())
+            return partition_plans(store, self.options, Bounds())
         finally:
             store.close()
 
@@ -748,7 +758,7 @@ class KfsTopicStreamReader(DataSourceStreamReader):
         """Nothing to acknowledge: the topic is read, never consumed."""
 
 
-def _offset_key(plan: _PartitionPlan) -> str:
+def _offset_key(plan: PartitionPlan) -> str:
     return f"{plan.topic}/{plan.partition}"
 
 

@@ -102,8 +102,6 @@ MAX_REPORTED_ROWS = 1000
 MAX_ROWS_PER_EXPECTATION = 100
 #: Bytes of segments one scan task reads at most (when slots do not split them finer).
 SCAN_CHUNK_BYTES = 1 << 30
-#: Driver threads uploading Data Docs files.
-UPLOAD_THREADS = 8
 #: Driver threads listing partition prefixes (I/O bound: one request per 1000 keys).
 LISTING_THREADS = 8
 
@@ -805,7 +803,15 @@ def _validate_job(ctx: JobContext, options: ValidationOptions) -> JobResult:
         with ctx.phase("expectations"):
             outcomes = prepared.result().run(rows_pandas(rows))
         with ctx.phase("data_docs_upload"):
-            docs_index = _upload_docs(ctx, Path(docs_dir)) if write_docs else None
+            from spark_jobs import validation_docs  # GX: imported on the driver only
+
+            docs_index = (
+                validation_docs.upload_site(
+                    ctx.store, ctx.report_prefix + "data_docs/", Path(docs_dir)
+                )
+                if write_docs
+                else None
+            )
     failed = [o for o in outcomes if not o["success"]]
     critical = [o["id"] for o in failed if o["critical"]]
     index_only = bool(critical) and all(o["index"] for o in failed if o["critical"])
@@ -858,28 +864,6 @@ def _validate_job(ctx: JobContext, options: ValidationOptions) -> JobResult:
         "report": report.model_dump(),
     }
     return JobResult(status, message, counts, details)
-
-
-def _upload_docs(ctx: JobContext, docs_dir: Path) -> str | None:
-    """Put every Data Docs file under ``<report prefix>data_docs/``; the index.html key.
-
-    The pages and assets go up on a few threads (each put is a round trip,
-    and fsyncs on a local store); ``index.html`` goes last, once everything
-    it links to is there.
-    """
-    prefix = ctx.report_prefix + "data_docs/"
-    files = {p.relative_to(docs_dir).as_posix(): p for p in docs_dir.rglob("*") if p.is_file()}
-    index_page = files.pop("index.html", None)
-
-    def put(relative: str) -> None:
-        ctx.store.put(prefix + relative, files[relative].read_bytes())
-
-    with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kfs-docs") as pool:
-        list(pool.map(put, sorted(files)))
-    if index_page is None:
-        return None
-    ctx.store.put(prefix + "index.html", index_page.read_bytes())
-    return prefix + "index.html"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,11 +15,15 @@ the driver only: it imports Great Expectations, which executors never need.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import jinja2
 from great_expectations.data_context.store.store import DataDocsSiteConfigTypedDict
 from great_expectations.render.view.view import DefaultJinjaIndexPageView, DefaultJinjaPageView
+
+from kfs_core.storage import ObjectStore
 
 __all__ = [
     "CachedIndexPageView",
@@ -27,7 +31,11 @@ __all__ = [
     "SiteConfig",
     "compile_templates",
     "site_config",
+    "upload_site",
 ]
+
+#: Driver threads uploading Data Docs files.
+UPLOAD_THREADS = 8
 
 
 class SiteConfig(DataDocsSiteConfigTypedDict):
@@ -96,3 +104,24 @@ def compile_templates() -> None:
     env = CachedPageView().env
     for name in env.list_templates(filter_func=lambda n: n.endswith(".j2")):
         env.get_template(name)
+
+
+def upload_site(store: ObjectStore, prefix: str, docs_dir: Path) -> str | None:
+    """Put every Data Docs file of ``docs_dir`` under ``prefix``; the index.html key.
+
+    The pages and assets go up on a few threads (each put is a round trip,
+    and fsyncs on a local store); ``index.html`` goes last, once everything
+    it links to is there.
+    """
+    files = {p.relative_to(docs_dir).as_posix(): p for p in docs_dir.rglob("*") if p.is_file()}
+    index_page = files.pop("index.html", None)
+
+    def put(relative: str) -> None:
+        store.put(prefix + relative, files[relative].read_bytes())
+
+    with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kfs-docs") as pool:
+        list(pool.map(put, sorted(files)))
+    if index_page is None:
+        return None
+    store.put(prefix + "index.html", index_page.read_bytes())
+    return prefix + "index.html"

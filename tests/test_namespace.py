@@ -19,6 +19,7 @@ from kfs_core.reports import report_key
 from kfs_core.security.scram import make_credential
 from kfs_core.security.users import UserStore
 from kfs_core.storage.local import LocalObjectStore
+from kfs_core.tables import open_catalog
 
 NS = "ns"
 
@@ -46,6 +47,7 @@ def test_every_directory_written_under_a_namespace_is_reserved(tmp_path: Path) -
     store.put(f"{NS}/{PAGE_DIR}/overview.json", b"{}")  # the KFS page's copy
     NodeRegistry(store, NS).write(NodeInfo(1, "i", {}, "store"))  # _cluster/
     store.put(wal_object_key(NS, 1, "i", 0), b"")  # _wal/
+    open_catalog(store.url, NS).create_namespace(NS)  # _tables/: the embedded table catalog
     written = {info.key.split("/")[1] for info in store.list(f"{NS}/")}
     assert written == set(DIRECTORIES)  # this test writes under every one of them
     for name in written:

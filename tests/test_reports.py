@@ -51,7 +51,9 @@ def test_statuses_map_to_exit_codes() -> None:
     assert reports.exit_code_for(reports.STATUS_ERROR) == reports.EXIT_ERROR == 3
     assert reports.exit_code_for("anything else") == reports.EXIT_ERROR
     assert reports.EXIT_USAGE == 2
-    assert reports.JOBS == ("checkpoint", "compaction", "index_rebuild", "retention", "validation")
+    assert reports.JOBS == (
+        "checkpoint", "compaction", "index_rebuild", "retention", "tables", "validation",
+    )  # fmt: skip
 
 
 def test_redact_url() -> None:

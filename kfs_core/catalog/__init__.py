@@ -39,6 +39,8 @@ from kfs_core.catalog.commit import CommitResult, RetryPolicy
 from kfs_core.catalog.config import (
     CONFIG_KEYS,
     DEFAULT_CONFIGS,
+    KFS_CONFIG_KEYS,
+    PartitionField,
     TopicConfig,
     validate_config,
     validate_configs,
@@ -53,6 +55,7 @@ from kfs_core.catalog.topics import TopicDescription, TopicRecord, TopicRegistry
 __all__ = [
     "CONFIG_KEYS",
     "DEFAULT_CONFIGS",
+    "KFS_CONFIG_KEYS",
     "TOMBSTONE_RETENTION_MS",
     "Action",
     "AddSegment",
@@ -62,6 +65,7 @@ __all__ = [
     "ExpireResult",
     "IoStats",
     "PartitionCatalog",
+    "PartitionField",
     "PartitionState",
     "RemoveSegment",
     "ReplaceSegments",

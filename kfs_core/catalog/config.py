@@ -18,6 +18,10 @@ size, compression type and timestamp type configs; the others are validated
 and shown but change nothing, each `ConfigKey.effect` saying why
 (docs/architecture.md, "Topic configs", lists them).
 
+Three configs are KFS's own, all ``kfs.table.*``: they ask the ``tables``
+job for an Iceberg table of the topic (`kfs_core.tables`).  DescribeConfigs
+lists them beside Kafka's, as other Kafka-compatible brokers list theirs.
+
 Every error is an `InvalidConfig` with a one-line message naming the key and
 what it allows.  Topic names follow Kafka: ``[a-zA-Z0-9._-]+``, at most 249
 characters, not ``.`` or ``..``; KFS also reserves the names of its own
@@ -157,6 +161,53 @@ def _format_version(text: str) -> str:
     if not _FORMAT_VERSION.match(text):
         raise ValueError(text)
     return text
+
+
+TABLE_FORMATS = ("iceberg",)
+TABLE_TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")
+_OUTER_COMMA = re.compile(r",(?![^()]*\))")  # not the one inside "bucket(16, id)"
+_PARTITION_FIELD = re.compile(
+    r"^(?:(?P<transform>[a-z]+)\((?:(?P<width>[0-9]+)\s*,\s*)?(?P<inner>[A-Za-z_][A-Za-z0-9_]*)\)"
+    r"|(?P<column>[A-Za-z_][A-Za-z0-9_]*))$"
+)
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    """One field of ``kfs.table.partition.by``: an Iceberg transform of a column."""
+
+    transform: str  # one of TABLE_TRANSFORMS
+    column: str
+    width: int | None = None  # bucket's count or truncate's width
+
+    def __str__(self) -> str:
+        if self.transform == "identity":
+            return self.column
+        if self.width is not None:
+            return f"{self.transform}({self.width}, {self.column})"
+        return f"{self.transform}({self.column})"
+
+
+def _partition_by(text: str) -> tuple[PartitionField, ...]:
+    """``col, day(_timestamp), bucket(16, id), truncate(4, name)``: Iceberg's transforms."""
+    fields = []
+    for item in (part.strip() for part in _OUTER_COMMA.split(text) if part.strip()):
+        match = _PARTITION_FIELD.match(item)
+        if match is None:
+            raise ValueError(text)
+        if match["column"]:
+            fields.append(PartitionField("identity", match["column"]))
+            continue
+        transform, width = match["transform"], match["width"]
+        needs_width = transform in ("bucket", "truncate")
+        if transform not in TABLE_TRANSFORMS or needs_width != (width is not None):
+            raise ValueError(text)
+        if width is not None and int(width) < 1:
+            raise ValueError(text)
+        fields.append(PartitionField(transform, match["inner"], int(width) if width else None))
+    if len({f.column for f in fields}) != len(fields):
+        raise ValueError(text)
+    return tuple(fields)
 
 
 def _cleanup_policy(text: str) -> frozenset[str]:
@@ -438,8 +489,34 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
             _integer(0, _LONG_MAX),
             effect=_KAFKA_3,
         ),
+        ConfigKey(
+            "kfs.table.enabled",
+            "false",
+            "true or false",
+            _boolean,
+            kind="boolean",
+        ),
+        ConfigKey(
+            "kfs.table.format",
+            "iceberg",
+            "[" + ", ".join(TABLE_FORMATS) + "]",
+            _one_of(TABLE_FORMATS),
+            kind="string",
+        ),
+        ConfigKey(
+            "kfs.table.partition.by",
+            "",
+            "a comma-separated list of columns and Iceberg transforms of a column: "
+            + ", ".join(f"{t}(col)" for t in TABLE_TRANSFORMS if t not in ("bucket", "truncate"))
+            + ", bucket(N, col), truncate(N, col), each column once",
+            _partition_by,
+            kind="string",  # not a list: "bucket(16, id)" holds a comma
+        ),
     )
 }
+
+#: KFS's own topic configs (the rest are Kafka's).
+KFS_CONFIG_KEYS = frozenset(name for name in CONFIG_KEYS if name.startswith("kfs."))
 
 DEFAULT_CONFIGS: Mapping[str, str] = {name: key.default for name, key in CONFIG_KEYS.items()}
 
@@ -498,6 +575,9 @@ class TopicConfig:
     max_compaction_lag_ms: int
     min_cleanable_dirty_ratio: float
     message_timestamp_type: str
+    kfs_table_enabled: bool
+    kfs_table_format: str
+    kfs_table_partition_by: tuple[PartitionField, ...]
 
     @classmethod
     def from_configs(cls, overrides: Mapping[str, ConfigValue] | None = None) -> TopicConfig:

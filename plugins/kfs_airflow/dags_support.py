@@ -46,6 +46,7 @@ from kfs_core.reports import (
     COMPACTION_JOB,
     INDEX_REBUILD_JOB,
     RETENTION_JOB,
+    TABLES_JOB,
     VALIDATION_JOB,
 )
 
@@ -62,6 +63,7 @@ __all__ = [
     "OWNER",
     "RETENTION_JOB",
     "SPARK_POOL",
+    "TABLES_JOB",
     "VALIDATION_JOB",
     "SparkPoolListener",
     "announce_compaction",
@@ -89,6 +91,7 @@ DEFAULT_SCHEDULES: Mapping[str, str] = {
     CHECKPOINT_JOB: "50 */6 * * *",  # every 6 hours
     INDEX_REBUILD_JOB: "20 3 * * *",  # daily
     VALIDATION_JOB: "40 4 * * *",  # daily, and after every compaction that changed data
+    TABLES_JOB: "*/5 * * * *",  # every 5 minutes: tables a few minutes behind their topics
 }
 
 #: The jobs' own flags unless ``KFS_JOB_ARGS_<JOB>`` says otherwise.
@@ -98,6 +101,7 @@ DEFAULT_JOB_ARGS: Mapping[str, Sequence[str]] = {
     CHECKPOINT_JOB: ("--snapshot-every", "1d", "--keep-auto-snapshots", "14"),
     INDEX_REBUILD_JOB: (),
     VALIDATION_JOB: ("--fail-on", "critical"),
+    TABLES_JOB: (),
 }
 
 #: How long one Spark task may run before Airflow kills it (and retries).
@@ -107,6 +111,7 @@ EXECUTION_TIMEOUTS: Mapping[str, _dt.timedelta] = {
     CHECKPOINT_JOB: _dt.timedelta(hours=1),
     INDEX_REBUILD_JOB: _dt.timedelta(hours=1),
     VALIDATION_JOB: _dt.timedelta(hours=2),
+    TABLES_JOB: _dt.timedelta(hours=1),
 }
 
 SPARK_POOL = os.environ.get("KFS_SPARK_POOL", "").strip() or "kfs_spark"

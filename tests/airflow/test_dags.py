@@ -1,4 +1,4 @@
-"""DAG integrity: the five maintenance DAGs parse, cheaply, with owners, retries, docs and wiring."""
+"""DAG integrity: the six maintenance DAGs parse, cheaply, with owners, retries, docs and wiring."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ DAG_IDS = {
     "kfs_retention",
     "kfs_checkpoint",
     "kfs_validation",
+    "kfs_tables",
 }
 #: Examples to copy, not maintenance (params, tags and operator of their own): their own
 #: tests are elsewhere (kfs_stream_to_parquet: tests/compat/test_spark_kafka.py).

@@ -7,6 +7,8 @@ import pytest
 from kfs_core.catalog import (
     CONFIG_KEYS,
     DEFAULT_CONFIGS,
+    KFS_CONFIG_KEYS,
+    PartitionField,
     TopicConfig,
     validate_config,
     validate_topic_name,
@@ -106,7 +108,24 @@ KAFKA_DEFAULTS = {
 
 
 def test_defaults_are_kafkas() -> None:
-    assert dict(DEFAULT_CONFIGS) == KAFKA_DEFAULTS
+    kafkas = {k: v for k, v in DEFAULT_CONFIGS.items() if k not in KFS_CONFIG_KEYS}
+    assert kafkas == KAFKA_DEFAULTS
+    assert {k: DEFAULT_CONFIGS[k] for k in KFS_CONFIG_KEYS} == {
+        "kfs.table.enabled": "false",
+        "kfs.table.format": "iceberg",
+        "kfs.table.partition.by": "",
+    }
+
+
+def test_table_partitioning_reads_iceberg_transforms() -> None:
+    config = TopicConfig.from_configs(
+        {"kfs.table.enabled": "TRUE", "kfs.table.partition.by": "day(_timestamp), bucket(16, id),c"}
+    )
+    assert config.kfs_table_enabled
+    fields = config.kfs_table_partition_by
+    assert [str(f) for f in fields] == ["day(_timestamp)", "bucket(16, id)", "c"]
+    assert fields[1] == PartitionField("bucket", "id", 16)
+    assert TopicConfig.from_configs({}).kfs_table_partition_by == ()
 
 
 def test_typed_defaults() -> None:
@@ -213,6 +232,13 @@ BAD = [
     ("message.format.version", "latest", "a Kafka version"),
     ("message.downconversion.enable", "maybe", "true or false"),
     ("message.timestamp.difference.max.ms", "-1", "an integer >= 0"),
+    ("kfs.table.enabled", "yes", "true or false"),
+    ("kfs.table.format", "delta", "[iceberg]"),
+    ("kfs.table.partition.by", "day(", "a comma-separated list of columns"),
+    ("kfs.table.partition.by", "week(_timestamp)", "a comma-separated list of columns"),
+    ("kfs.table.partition.by", "bucket(id)", "a comma-separated list of columns"),
+    ("kfs.table.partition.by", "day(_timestamp), _timestamp", "a comma-separated list of columns"),
+    ("kfs.table.partition.by", "a.b", "a comma-separated list of columns"),
 ]
 
 
@@ -254,7 +280,7 @@ def test_min_compaction_lag_above_max_is_refused_as_kafka_does() -> None:
 
 def test_every_config_kafka_documents_is_known() -> None:
     """Kafka 4's topic configs (its LogConfig) and Kafka 3.x's three removed ones."""
-    assert set(CONFIG_KEYS) == set(KAFKA_DEFAULTS)
+    assert set(CONFIG_KEYS) - KFS_CONFIG_KEYS == set(KAFKA_DEFAULTS)
 
 
 def test_typed_view_with_overrides() -> None:

@@ -35,6 +35,7 @@ KFS_DAGS = {
     "kfs_retention",
     "kfs_checkpoint",
     "kfs_validation",
+    "kfs_tables",
 }
 BANNER_READY = re.compile(r"^KFS \S+ is ready on the embedded default")
 LOGIN = re.compile(r"^\s+login\s+admin / (\S+)$")
