@@ -76,6 +76,8 @@ __all__ = [
     "reports_prefix",
     "run_files_prefix",
     "run_id_of",
+    "table_docs_key",
+    "table_report_prefix",
     "validation_report_key",
 ]
 
@@ -203,14 +205,34 @@ def data_docs_key(namespace: str, run_id: str, path: str) -> str | None:
     segments, backslashes, NULs and absolute paths are refused, so a request
     can only ever name an object under ``{ns}/_reports/validation/<run-id>/data_docs/``.
     """
-    if not is_run_id(run_id) or ".." in run_id:
-        return None
-    segments = path.split("/")
-    if not path or any(s in ("", ".", "..") for s in segments):
-        return None
-    if any(c in path for c in ("\\", "\0")):
+    if not is_run_id(run_id) or ".." in run_id or not _inside(path):
         return None
     return data_docs_prefix(namespace, run_id) + path
+
+
+def table_report_prefix(namespace: str, run_id: str, table: str, commit: int) -> str:
+    """``{ns}/_reports/tables/{run_id}/{table}/{commit}/``: one table snapshot's report files."""
+    return f"{run_files_prefix(namespace, TABLES_JOB, run_id)}{table}/{commit}/"
+
+
+def table_docs_key(namespace: str, run_id: str, table: str, commit: str, path: str) -> str | None:
+    """The key of a file of a table snapshot's Data Docs; None if the request tries to leave them."""
+    if not is_run_id(run_id) or ".." in run_id or not commit.isdigit():
+        return None
+    if not _TABLE_NAME.fullmatch(table) or table in (".", "..") or not _inside(path):
+        return None
+    return table_report_prefix(namespace, run_id, table, int(commit)) + "data_docs/" + path
+
+
+_TABLE_NAME = re.compile(r"[a-zA-Z0-9_-]+")  # a topic name with its dots made underscores
+
+
+def _inside(path: str) -> bool:
+    """A relative path with no empty, ``.`` or ``..`` segment, backslash or NUL."""
+    segments = path.split("/")
+    if not path or any(s in ("", ".", "..") for s in segments):
+        return False
+    return not any(c in path for c in ("\\", "\0"))
 
 
 def redact_url(url: str) -> str:

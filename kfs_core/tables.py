@@ -88,10 +88,20 @@ def table_location(store_url: str, namespace: str, topic: str) -> str:
     return Path(root, namespace, TABLES_DIR, name).as_uri()
 
 
+S3Credentials = tuple[str | None, str | None, str | None]  # key id, secret, session token
+
+
 def catalog_properties(
-    store_url: str, namespace: str, *, s3_endpoint_url: str | None = None
+    store_url: str,
+    namespace: str,
+    *,
+    s3_endpoint_url: str | None = None,
+    s3_credentials: S3Credentials = (None, None, None),
 ) -> dict[str, str]:
-    """The embedded default catalog's pyiceberg properties for a store and namespace."""
+    """The embedded default catalog's pyiceberg properties for a store and namespace.
+
+    S3 credentials not given come from the standard AWS chain, as boto3 finds them.
+    """
     scheme, root = _store_root(store_url)
     if scheme == "s3":
         home = Path(os.environ.get("KFS_HOME") or ".kfs").absolute()
@@ -108,6 +118,8 @@ def catalog_properties(
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region:
             properties["s3.region"] = region
+        names = ("s3.access-key-id", "s3.secret-access-key", "s3.session-token")
+        properties.update({n: v for n, v in zip(names, s3_credentials, strict=True) if v})
     return properties
 
 
@@ -117,16 +129,18 @@ def open_catalog(
     *,
     name: str = DEFAULT_CATALOG,
     s3_endpoint_url: str | None = None,
+    s3_credentials: S3Credentials = (None, None, None),
 ) -> Catalog:
-    """Pyiceberg's catalog ``name`` when its configuration defines one, else the embedded default."""
+    """The catalog ``name`` of pyiceberg's configuration when it has one, else the embedded default."""
     from pyiceberg.catalog import load_catalog
     from pyiceberg.utils.config import Config
 
     if Config().get_catalog_config(name) is not None:
         return load_catalog(name)
-    return load_catalog(
-        name, **catalog_properties(store_url, namespace, s3_endpoint_url=s3_endpoint_url)
+    properties = catalog_properties(
+        store_url, namespace, s3_endpoint_url=s3_endpoint_url, s3_credentials=s3_credentials
     )
+    return load_catalog(name, **properties)
 
 
 def _partition_offsets(text: str | None) -> dict[int, int]:

@@ -115,3 +115,20 @@ def test_a_partial_summary_reads_with_defaults_and_keeps_unknown_fields() -> Non
 def test_bad_field_types_are_refused() -> None:
     with pytest.raises(ValueError, match="counts"):
         RunSummary.model_validate({"counts": {"segments": "many"}})
+
+
+def test_table_docs_keys_stay_inside_the_snapshots_data_docs() -> None:
+    run = "20240101T000000Z-aaaaaa"
+    assert reports.table_docs_key("ns", run, "orders_eu", "3", "index.html") == (
+        f"ns/_reports/tables/{run}/orders_eu/3/data_docs/index.html"
+    )
+    for table, commit, path in [
+        ("..", "3", "index.html"),
+        ("orders", "x", "index.html"),
+        ("orders/x", "3", "index.html"),
+        ("orders", "3", "../../report.json"),
+        ("orders", "3", ""),
+        ("orders", "3", "a\\b"),
+    ]:
+        assert reports.table_docs_key("ns", run, table, commit, path) is None
+    assert reports.table_docs_key("ns", "../x", "orders", "3", "index.html") is None

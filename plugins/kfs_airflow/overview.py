@@ -86,6 +86,7 @@ __all__ = [
     "Overview",
     "PartitionSummary",
     "ReadPartition",
+    "TableSummary",
     "TopicSummary",
     "ValidationRun",
     "data_docs_key",
@@ -93,6 +94,7 @@ __all__ = [
     "partition_summary",
     "read_cluster",
     "read_overview",
+    "read_tables",
     "unavailable",
     "unreadable_partition",
 ]
@@ -124,6 +126,7 @@ class TopicSummary(BaseModel):
     name: str
     partition_count: int = 0
     cleanup_policy: str = ""
+    table_enabled: bool = False  # kfs.table.enabled
     partitions: list[PartitionSummary] = Field(default_factory=list)
     error: str | None = None
 
@@ -203,6 +206,24 @@ class ValidationRun(BaseModel):
     @property
     def unsuccessful(self) -> int:
         return self.evaluated - self.successful
+
+
+class TableSummary(BaseModel):
+    """A topic's Iceberg table as its newest KFS snapshot describes it (`kfs_core.tables`)."""
+
+    topic: str
+    table: str = ""  # "namespace.table"
+    format: str = "iceberg"
+    snapshot_id: int | None = None  # None: no snapshot yet
+    committed_at: str | None = None
+    offsets: str = ""  # what the snapshot added: "0: 10-19, 1: 12-20"
+    rows: int = 0
+    lag: int = 0  # records of the topic's segments not yet in the table
+    report_success: bool | None = None  # None: no report (or unreadable)
+    report_run_id: str | None = None
+    report_commit: str | None = None
+    data_docs_index: str | None = None  # path inside the report's data_docs/
+    error: str | None = None
 
 
 class HeldPartition(BaseModel):
@@ -310,6 +331,8 @@ class Overview(BaseModel):
     transactions: list[OpenTransaction] = Field(default_factory=list)
     #: Why the transactions could not be read.
     transactions_problem: str | None = None
+    #: The Iceberg tables of topics with ``kfs.table.enabled=true``.
+    tables: list[TableSummary] = Field(default_factory=list)
     #: The daemons' heartbeats and the partitions' leases.
     cluster: ClusterSummary = Field(default_factory=ClusterSummary)
     #: When the store state shown was read, if this answer is a copy the page's cache
@@ -375,6 +398,7 @@ def read_overview(
     except Exception as exc:  # noqa: BLE001 - the page shows it instead of failing
         overview.problems.append(f"cannot list the topics: {describe_error(exc)}")
     overview.cluster = read_cluster(hook, overview.topics, wal_headers=wal_headers)
+    overview.tables = read_tables(hook, overview.topics)
     overview.compaction = read_compaction(hook, max_runs=max_runs)
     try:
         overview.validation = read_validation(hook, max_runs=max_runs)
@@ -387,6 +411,67 @@ def read_overview(
         except Exception as exc:  # noqa: BLE001
             overview.problems.append(f"cannot list the Data Docs: {describe_error(exc)}")
     return overview
+
+
+# --- tables of topics -------------------------------------------------------------
+
+
+def read_tables(hook: KfsHook, topics: Iterable[TopicSummary]) -> list[TableSummary]:
+    """The table of every table-enabled topic: snapshot, offsets, lag, last report."""
+    wanted = [t for t in topics if t.table_enabled]
+    if not wanted:
+        return []
+    try:
+        catalog = hook.table_catalog()
+    except Exception as exc:  # noqa: BLE001 - the page shows it instead of failing
+        return [TableSummary(topic=t.name, error=describe_error(exc)) for t in wanted]
+    return [_read_table(hook, catalog, topic) for topic in wanted]
+
+
+def _read_table(hook: KfsHook, catalog: Any, topic: TopicSummary) -> TableSummary:
+    from kfs_core.tables import table_identifier, table_state
+
+    summary = TableSummary(
+        topic=topic.name, table=".".join(table_identifier(hook.namespace, topic.name))
+    )
+    try:
+        state = table_state(catalog, hook.namespace, topic.name)
+    except Exception as exc:  # noqa: BLE001
+        summary.error = describe_error(exc)
+        return summary
+    ends = {p.partition: p.high_watermark for p in topic.partitions if p.error is None}
+    if state is None:
+        summary.lag = sum(ends.values())
+        return summary
+    summary.snapshot_id = state.snapshot_id
+    if state.committed_ms is not None:
+        committed = _dt.datetime.fromtimestamp(state.committed_ms / 1000, _dt.UTC)
+        summary.committed_at = committed.isoformat(timespec="seconds")
+    summary.offsets = ", ".join(f"{p}: {s}-{e - 1}" for p, (s, e) in state.offsets.items() if s < e)
+    summary.rows = state.rows
+    summary.lag = state.lag(ends)
+    if state.report:
+        _read_table_report(hook, state.report, summary)
+    return summary
+
+
+def _read_table_report(hook: KfsHook, key: str, summary: TableSummary) -> None:
+    """The report's verdict and where its Data Docs are (a missing report leaves them None)."""
+    parts = key.split("/")  # {ns}/_reports/tables/<run-id>/<table>/<commit>/report.json
+    if len(parts) < 5:
+        return
+    summary.report_run_id, summary.report_commit = parts[-4], parts[-2]
+    try:
+        report = hook.table_report(key)
+    except ObjectNotFound:
+        return
+    except Exception as exc:  # noqa: BLE001
+        summary.error = f"report unreadable: {describe_error(exc)}"
+        return
+    summary.report_success = bool(report.get("success"))
+    index = report.get("data_docs_index")
+    if isinstance(index, str) and "/data_docs/" in index:
+        summary.data_docs_index = index.split("/data_docs/", 1)[1]
 
 
 # --- catalog ------------------------------------------------------------------------
@@ -416,6 +501,7 @@ def read_topics(
             continue
         topic.partition_count = description.partitions
         topic.cleanup_policy = description.effective_configs.get("cleanup.policy", "")
+        topic.table_enabled = description.config.kfs_table_enabled
         pairs.extend((topic, p) for p in range(description.partitions))
     if planned is not None:
         planned(len(pairs))

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from kfs_core.reports import table_report_prefix
+
 if TYPE_CHECKING:
     import pandas as pd
     from pyiceberg.table import Table
@@ -53,7 +55,7 @@ class SnapshotReport:
 
 def report_prefix(ctx: JobContext, table: str, commit: int) -> str:
     """``{ns}/_reports/tables/<run-id>/<table>/<commit>/``: one snapshot's report files."""
-    return f"{ctx.report_prefix}{table}/{commit}/"
+    return table_report_prefix(ctx.namespace, ctx.run_id, table, commit)
 
 
 def _snapshot_rows(table: Table, plan: CommitPlan) -> pd.DataFrame:

@@ -2,9 +2,10 @@
 
 One test, in this order:
 
-1. a store with two topics, a real compaction run and two real validation runs
-   (the second after a bit flip, so it fails), written by ``spark_jobs`` in a
-   subprocess on ``local[1]`` while the api-server starts;
+1. a store with three topics, a real compaction run, two real validation runs
+   (the second after a bit flip, so it fails) and a tables run (the payments
+   topic's Iceberg table), written by ``spark_jobs`` in a subprocess on
+   ``local[1]`` while the api-server starts;
 2. ``airflow api-server`` on a free loopback port with the simple auth
    manager, one admin user and a known password, ``kfs_default`` pointing at
    that store;
@@ -13,8 +14,9 @@ One test, in this order:
 4. chromium opens ``/kfs/``, is sent to Airflow's login page, logs in through
    the form, lands on the KFS page and the test reads what it renders: topic
    names, a partition's high watermark, expectation rows, the trend chart, the
-   Data Docs link; the Data Docs page renders styled (bootstrap's and Font
-   Awesome's computed styles, their scripts loaded) although the browser
+   Data Docs link, the payments table with its report's Data Docs; the Data
+   Docs page renders styled (bootstrap's and Font Awesome's computed styles,
+   their scripts loaded) although the browser
    resolves no name but 127.0.0.1, so every asset came from ``/kfs``; then the
    same page framed in the Airflow UI at ``/plugin/kfs``;
 5. the cluster view, with two real ``kfs serve`` daemons (``durability=store``,
@@ -103,7 +105,7 @@ _SEED_STORE = textwrap.dedent(
     from pyspark.sql import SparkSession
     from kfs_core.catalog import PartitionCatalog
     from kfs_core.storage import open_store
-    from spark_jobs import compaction, validation
+    from spark_jobs import compaction, tables, validation
     from tests.spark_jobs.data import batch_byte, flip_bit, write_topic
 
     url, ns = sys.argv[1], sys.argv[2]
@@ -112,6 +114,10 @@ _SEED_STORE = textwrap.dedent(
     write_topic(store, ns, "orders", partitions=2, segments=6, records_per_segment=100,
                 configs={"compression.type": "zstd"})
     write_topic(store, ns, "clicks", partitions=1, segments=2, records_per_segment=50)
+    # payments: JSON values, with an Iceberg table kept by the tables job
+    write_topic(store, ns, "payments", partitions=2, segments=1, records_per_segment=30,
+                configs={"kfs.table.enabled": "true"},
+                value_of=lambda o: json.dumps({"amount": o, "currency": "EUR"}).encode())
     spark = (SparkSession.builder.master("local[1]").appName("kfs-page-e2e")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
@@ -120,6 +126,7 @@ _SEED_STORE = textwrap.dedent(
     options = dict(store_url=url, namespace=ns)
     summaries = [compaction.run(compaction.CompactionOptions(**options), spark)]
     summaries.append(validation.run(validation.ValidationOptions(**options), spark))
+    summaries.append(tables.run(tables.TablesOptions(**options), spark))
     # Damage one batch of clicks/0: the next validation must fail body_crc and batch_crc.
     segment = PartitionCatalog(store, ns, "clicks", 0).load().segments[0]
     key = f"{ns}/{segment.key}"
@@ -405,7 +412,8 @@ def test_kfs_page_in_a_real_api_server_with_chromium(
     jobs_log = (artifacts / "spark-jobs.log").read_text()
     assert seeding.returncode == 0, jobs_log[-4000:]
     summaries = json.loads(jobs_log.split("SUMMARIES ", 1)[1].splitlines()[0])
-    compacted, clean, damaged = summaries
+    compacted, clean, table_run, damaged = summaries
+    assert table_run["status"] == "ok" and table_run["counts"]["rows"] == 60, table_run
     assert compacted["status"] == "ok" and compacted["counts"]["bytes_saved"] > 0, compacted
     assert clean["status"] == "ok", clean
     assert damaged["status"] == "failed", damaged
@@ -441,7 +449,7 @@ def test_kfs_page_in_a_real_api_server_with_chromium(
     assert status == 200 and json.loads(body)["total_entries"] == 0, body
     status, _, body = _http("GET", f"{base}/kfs/api/overview", bearer)
     assert status == 200, body
-    assert [t["name"] for t in json.loads(body)["topics"]] == ["clicks", "orders"]
+    assert [t["name"] for t in json.loads(body)["topics"]] == ["clicks", "orders", "payments"]
     assert json.loads(body)["cluster"]["daemons"] == []  # no daemon has served it yet
 
     # --- two daemons serve the namespace; their heartbeats list every partition of events ---
@@ -498,6 +506,20 @@ def test_kfs_page_in_a_real_api_server_with_chromium(
         )
         assert groups and "Consumer groups" in groups, groups
         assert "daemon address not configured" in groups, groups
+        # The payments table: its snapshot, rows, no lag, its report's Data Docs.
+        table = browser.evaluate(
+            "(r => ({lag: r.dataset.lag, rows: r.querySelector('.rows').textContent.trim(),"
+            " report: r.dataset.report, docs: r.querySelector('a.table-docs').href}))"
+            "(document.querySelector('#tables tr.table-row[data-topic=payments]'))"
+        )
+        assert table["lag"] == "0" and table["rows"] == "60", table
+        assert table["report"] == "fail", table  # written long ago: the freshness check fails
+        fetched = browser.evaluate(
+            f"fetch({json.dumps(table['docs'])})"
+            ".then(async r => [r.status, r.headers.get('content-type'), await r.text()])"
+        )
+        assert fetched[0] == 200 and fetched[1].startswith("text/html"), fetched[:2]
+        assert "kfs_table_payments" in fetched[2]
         # The Data Docs link works for the logged-in browser (the cookie is its login).
         fetched = browser.evaluate(
             "fetch(document.querySelector('#data-docs-link').href)"

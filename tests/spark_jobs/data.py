@@ -13,7 +13,7 @@ checkpoint, compaction): import from ``tests.spark_jobs.data``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kfs_core.catalog import PartitionCatalog, SegmentEntry, TopicRegistry, layout
@@ -54,8 +54,12 @@ def make_batches(
     codec: int = 0,
     timestamp_ms: int = BASE_TIMESTAMP_MS,
     keys: Sequence[bytes | None] | None = None,
+    value_of: Callable[[int], bytes | None] | None = None,
 ) -> bytes:
-    """``record_count`` records from ``base_offset`` in batches of ``batch_size``, concatenated."""
+    """``record_count`` records from ``base_offset`` in batches of ``batch_size``, concatenated.
+
+    ``value_of(offset)`` gives each record's value (default ``value-<offset>`` three times).
+    """
     chunks: list[bytes] = []
     for start in range(0, record_count, batch_size):
         records = [
@@ -63,7 +67,11 @@ def make_batches(
                 offset=base_offset + i,
                 timestamp=timestamp_ms + base_offset + i,
                 key=keys[i] if keys is not None else f"k{(base_offset + i) % 7}".encode(),
-                value=f"value-{base_offset + i}".encode() * 3,
+                value=(
+                    value_of(base_offset + i)
+                    if value_of is not None
+                    else f"value-{base_offset + i}".encode() * 3
+                ),
             )
             for i in range(start, min(start + batch_size, record_count))
         ]
@@ -83,10 +91,15 @@ def write_segment(
     codec: int = 0,
     index_interval: int = 100,
     created_ms: int = BASE_TIMESTAMP_MS,
+    value_of: Callable[[int], bytes | None] | None = None,
 ) -> SegmentEntry:
     """Seal one segment and put it and its index (segment first); not committed."""
     writer = SegmentWriter(base_offset, created_ms=created_ms, index_interval=index_interval)
-    writer.append(make_batches(base_offset, record_count, batch_size=batch_size, codec=codec))
+    writer.append(
+        make_batches(
+            base_offset, record_count, batch_size=batch_size, codec=codec, value_of=value_of
+        )
+    )
     sealed = writer.finish()
     entry = SegmentEntry.for_sealed(topic, partition, sealed)
     store.put(layout.join(namespace, entry.key), sealed.data)
@@ -107,6 +120,7 @@ def write_topic(
     gap: int = 0,
     index_interval: int = 100,
     configs: dict[str, str] | None = None,
+    value_of: Callable[[int], bytes | None] | None = None,
 ) -> list[WrittenPartition]:
     """Create ``topic`` and commit ``segments`` segments to each partition.
 
@@ -130,6 +144,7 @@ def write_topic(
                     batch_size=batch_size,
                     codec=codec,
                     index_interval=index_interval,
+                    value_of=value_of,
                 )
             )
             offset += records_per_segment + gap

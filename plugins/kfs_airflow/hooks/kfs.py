@@ -57,6 +57,8 @@ from kfs_airflow.hooks.base import KfsBaseHook
 if TYPE_CHECKING:
     # kfs_core is imported where it is used: DAG files import this module through the
     # operators, and parsing a DAG must stay cheap.
+    from pyiceberg.catalog import Catalog
+
     from kfs_core.catalog import PartitionCatalog, PartitionState, TopicRegistry
     from kfs_core.cluster.view import NodeInfo
     from kfs_core.log.wal.store import WalObjectHeader
@@ -466,6 +468,39 @@ class KfsHook(KfsBaseHook):
 
         key = data_docs_key(self.namespace, run_id, path)
         return None if key is None else self.get_conn().get(key)
+
+    def table_docs_file(self, run_id: str, table: str, commit: str, path: str) -> bytes | None:
+        """A file of a table snapshot's Data Docs; None if the request names anything else.
+
+        (`kfs_core.reports.table_docs_key`); a missing file raises
+        `kfs_core.errors.ObjectNotFound`.
+        """
+        from kfs_core.reports import table_docs_key
+
+        key = table_docs_key(self.namespace, run_id, table, commit, path)
+        return None if key is None else self.get_conn().get(key)
+
+    # --- tables of topics -----------------------------------------------------------
+
+    def table_catalog(self) -> Catalog:
+        """The namespace's Iceberg table catalog (`kfs_core.tables.open_catalog`)."""
+        from kfs_core.tables import open_catalog
+
+        settings = self._settings
+        return open_catalog(
+            self.store_url,
+            self.namespace,
+            s3_endpoint_url=settings["s3_endpoint_url"] or None,
+            s3_credentials=(
+                settings["aws_access_key_id"] or None,
+                settings["aws_secret_access_key"] or None,
+                settings["aws_session_token"] or None,
+            ),
+        )
+
+    def table_report(self, key: str) -> dict[str, Any]:
+        """A table snapshot's data-quality report (``report.json``)."""
+        return self._read_json(key)
 
     # --- the KFS page's copy --------------------------------------------------------
 

@@ -5,6 +5,7 @@ Routes, relative to the mount point::
     GET /                                              the page (HTML, no JavaScript needed)
     GET /api/overview                                  the same data as JSON (`Overview`)
     GET /reports/validation/<run-id>/data_docs/<path>  a Great Expectations Data Docs file
+    GET /reports/tables/<run-id>/<table>/<n>/data_docs/<path>  a table snapshot's Data Docs file
     GET /static/<file>                                 stylesheet and nav icon (public)
     GET /static/datadocs/<package>@<version>/<file>    the Data Docs' CSS, JS and fonts (public)
 
@@ -204,16 +205,50 @@ TEMPLATES.env.filters["number"] = _number
 TEMPLATES.env.filters["percent"] = _percent
 
 
-def _localize_data_docs(body: bytes, path: str) -> bytes:
-    """A Data Docs page (at ``data_docs/<path>``) with its CDN assets served by this app."""
-    # The page's folder is reports/validation/<run-id>/data_docs/<path's folders>/.
+def _localize_data_docs(body: bytes, path: str, *, levels: int = 4) -> bytes:
+    """A Data Docs page (at ``data_docs/<path>``) with its CDN assets served by this app.
+
+    ``levels``: the folders from the app's root to ``data_docs/`` included
+    (4 for reports/validation/<run-id>/data_docs/).
+    """
     depth = path.count("/")
     html = datadocs_assets.localize_html(
         body.decode("utf-8", "surrogateescape"),
-        assets_url="../" * (4 + depth) + datadocs_assets.URL_PATH,
+        assets_url="../" * (levels + depth) + datadocs_assets.URL_PATH,
         docs_root_url="../" * depth,
     )
     return html.encode("utf-8", "surrogateescape")
+
+
+def _docs_response(
+    opener: OpenNamespace,
+    path: str,
+    read: Callable[[KfsHook], bytes | None],
+    *,
+    levels: int = 4,
+) -> Response:
+    """A Data Docs file from the store: 404 when missing or outside the docs, 503 without a store."""
+    try:
+        hook = opener()
+    except Exception as exc:  # noqa: BLE001
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot open the KFS store: {exc}"
+        ) from None
+    try:
+        try:
+            body = read(hook)
+        except (ObjectNotFound, ValueError):
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such Data Docs file") from None
+        if body is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such Data Docs file")
+    finally:
+        hook.close()
+    media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
+    if media_type == "text/html":
+        body = _localize_data_docs(body, path, levels=levels)
+    if media_type.startswith("text/") or media_type in ("application/javascript",):
+        media_type += "; charset=utf-8"
+    return Response(body, media_type=media_type, headers=_DOCS_HEADERS)
 
 
 def create_app(
@@ -288,26 +323,15 @@ def create_app(
 
     @app.get("/reports/validation/{run_id}/data_docs/{path:path}")
     def data_docs(run_id: str, path: str, user: _User) -> Response:
-        try:
-            hook = opener()
-        except Exception as exc:  # noqa: BLE001
-            raise HTTPException(
-                status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot open the KFS store: {exc}"
-            ) from None
-        try:
-            try:
-                body = hook.data_docs_file(run_id, path)
-            except (ObjectNotFound, ValueError):
-                raise HTTPException(status.HTTP_404_NOT_FOUND, "no such Data Docs file") from None
-            if body is None:
-                raise HTTPException(status.HTTP_404_NOT_FOUND, "no such Data Docs file")
-        finally:
-            hook.close()
-        media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
-        if media_type == "text/html":
-            body = _localize_data_docs(body, path)
-        if media_type.startswith("text/") or media_type in ("application/javascript",):
-            media_type += "; charset=utf-8"
-        return Response(body, media_type=media_type, headers=_DOCS_HEADERS)
+        return _docs_response(opener, path, lambda hook: hook.data_docs_file(run_id, path))
+
+    @app.get("/reports/tables/{run_id}/{table}/{commit}/data_docs/{path:path}")
+    def table_docs(run_id: str, table: str, commit: str, path: str, user: _User) -> Response:
+        return _docs_response(
+            opener,
+            path,
+            lambda hook: hook.table_docs_file(run_id, table, commit, path),
+            levels=6,
+        )
 
     return app
