@@ -66,6 +66,7 @@ bench: install kcat rate-producer kafka-tools ## Run the benchmarks and print th
 	$(BIN)/python -m bench.security
 	$(BIN)/python -m bench.store_mode
 	$(BIN)/python -m bench.topic_source
+	$(BIN)/python -m bench.table_freshness
 	$(BIN)/python -m bench.peer
 
 compat: install kafka-tools ## Kafka's tools, Java client and Connect, franz-go's and librdkafka's suites against KFS; one table

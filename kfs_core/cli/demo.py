@@ -4,7 +4,9 @@ It is an ordinary Kafka client (confluent-kafka) talking to the daemon over
 its socket, so what a new user sees in the store, the Airflow DAGs and the KFS
 page is exactly what their own producers would make.  The topic is created
 once, with a few partitions and a day's retention, so the maintenance DAGs
-have small segments to compact and old ones to expire.
+have small segments to compact and old ones to expire, and with an Iceberg
+table (``kfs.table.enabled``, partitioned by day) that the ``kfs_tables`` DAG
+keeps: its ``amount`` column appears with the first purchase.
 
 Run on its own::
 
@@ -28,7 +30,11 @@ from typing import Any, Final
 
 DEMO_TOPIC: Final = "demo-events"
 DEMO_PARTITIONS: Final = 3
-DEMO_CONFIGS: Final = {"retention.ms": str(24 * 3600 * 1000)}
+DEMO_CONFIGS: Final = {
+    "retention.ms": str(24 * 3600 * 1000),
+    "kfs.table.enabled": "true",
+    "kfs.table.partition.by": "day(_timestamp)",
+}
 
 _ACTIONS: Final = ("view", "click", "add_to_cart", "purchase", "logout")
 _PAGES: Final = ("/", "/search", "/product/17", "/product/42", "/cart", "/checkout")

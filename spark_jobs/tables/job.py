@@ -202,14 +202,16 @@ def _result(outcomes: Sequence[TopicOutcome], options: TablesOptions) -> JobResu
         "failed_reports": sum(o.failed_reports for o in outcomes),
     }
     details = {"tables": [o.as_dict() for o in outcomes]}
-    verb = "would append" if options.dry_run else "appended"
-    message = (
-        f"{verb} {counts['records']} records to {len(outcomes)} table(s) "
-        f"in {counts['commits']} commit(s)"
-    )
+    if options.dry_run:
+        message = f"would append {counts['lag']} records to {len(outcomes)} table(s) (dry run)"
+    else:
+        message = (
+            f"appended {counts['records']} records to {len(outcomes)} table(s) "
+            f"in {counts['commits']} commit(s)"
+        )
     if counts["dead_letters"]:
         message += f"; {counts['dead_letters']} dead letters (_error column)"
-    if counts["lag"]:
+    if counts["lag"] and not options.dry_run:
         message += f"; {counts['lag']} records still to go"
     failed = [o for o in outcomes if o.error]
     if failed:

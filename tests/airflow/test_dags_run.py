@@ -1,4 +1,4 @@
-"""Every maintenance DAG end to end with ``dag.test()``: real daemon data, real spark-submit.
+"""Every KFS DAG end to end with ``dag.test()``: real daemon data, real spark-submit.
 
 One module-scoped dataset is written by a real ``kfs serve`` through
 confluent-kafka and flushed by a graceful stop:
@@ -390,3 +390,35 @@ def test_a_damaged_segment_fails_validation_without_triggering_a_rebuild(
     (summary,) = _xcom(run, "validate")
     assert summary["details"]["index_only_failure"] is False
     assert "body_crc" in summary["details"]["critical_failures"]
+
+
+# --- tables ------------------------------------------------------------------------------
+
+
+def test_the_tables_dag_appends_a_table_enabled_topic_once(
+    dags: dict[str, Any], dataset: Dataset, store_url: str
+) -> None:
+    from kfs_core.catalog import TopicRegistry
+    from kfs_core.tables import covered_offsets, open_catalog
+
+    store = open_store(store_url)
+    try:
+        TopicRegistry(store, NS).alter_configs("orders", {"kfs.table.enabled": "true"})
+    finally:
+        store.close()
+    run = _run(dags["kfs_tables"])
+    states = _task_states(run)
+    assert str(run.state) == "success", states
+    (summary,) = _xcom(run, "append")
+    counts = summary["counts"]
+    assert counts["records"] == counts["rows"] == len(dataset.orders)
+    assert counts["dead_letters"] == len(dataset.orders)  # "orders-0-1" is not JSON
+    table = open_catalog(store_url, NS).load_table((NS, "orders"))
+    rows = table.scan(selected_fields=("_offset", "_value")).to_arrow().to_pylist()
+    assert sorted((r["_offset"], r["_value"]) for r in rows) == sorted(
+        (offset, value) for _, offset, value in dataset.orders
+    )
+    assert covered_offsets(table) == {0: ORDERS_ROUNDS * RECORDS_PER_ROUND}
+    again = _run(dags["kfs_tables"])
+    (summary,) = _xcom(again, "append")
+    assert summary["counts"]["commits"] == 0 and summary["counts"]["lag"] == 0

@@ -13,6 +13,8 @@ runs fail or race.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -27,6 +29,8 @@ from spark_jobs.tables import job as tables_job
 from spark_jobs.tables import run
 from spark_jobs.tables.schema import Rows, shape_of
 from testkit.daemon import Daemon, DaemonFactory
+from testkit.waiting import wait_for
+from tests.conftest import REPO
 from tests.spark_jobs.test_topic_source import _consume_partitions
 
 with warnings.catch_warnings():
@@ -277,6 +281,55 @@ def test_a_failed_commit_and_a_racing_run_leave_each_offset_once(
     assert len(offsets) == 40 and len(set(offsets)) == 40
     assert covered_offsets(_table(daemon, topic)) == {0: 20, 1: 20}
     assert sorted(r["n"] for r in _rows(daemon, topic)) == list(range(40))
+
+
+def test_a_job_killed_mid_run_and_run_again_leaves_each_offset_once(
+    factory: DaemonFactory, spark: Any
+) -> None:
+    daemon = factory.start(name="tables")
+    topic = f"killed-{uuid.uuid4().hex[:6]}"
+    _create(daemon.bootstrap, topic)
+    _produce(daemon.bootstrap, topic, [(b"k%d" % i, b'{"n": %d}' % i) for i in range(60)])
+    assert daemon.stop() == 0
+    command = [
+        sys.executable, "-m", "spark_jobs.tables", "--store-url", daemon.store_url,
+        "--namespace", NS, "--max-records", "2", "--master", "local[1]",
+    ]  # fmt: skip
+    job = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = open_store(daemon.store_url)
+    try:
+        # Killed once a first snapshot's report is written: the next commit is under way.
+        wait_for(
+            lambda: any(
+                info.key.endswith("/report.json") for info in store.list(f"{NS}/_reports/tables/")
+            ),
+            timeout=120,
+            what="the first snapshot's report",
+        )
+    finally:
+        store.close()
+        job.kill()
+        job.wait(30)
+    partial = _rows(daemon, topic)
+    assert 0 < len(partial) < 60  # 15 commits of 4 records: the kill came before the last
+    assert _run(daemon, spark)["status"] == "ok"
+    offsets = [(r["_partition"], r["_offset"]) for r in _rows(daemon, topic)]
+    assert len(offsets) == 60 and len(set(offsets)) == 60
+    assert sorted(r["n"] for r in _rows(daemon, topic)) == list(range(60))
+
+
+def test_a_dry_run_says_how_far_behind_and_writes_nothing(
+    factory: DaemonFactory, spark: Any
+) -> None:
+    daemon = factory.start(name="tables")
+    topic = f"dry-{uuid.uuid4().hex[:6]}"
+    _create(daemon.bootstrap, topic)
+    _produce(daemon.bootstrap, topic, [(None, b'{"n": %d}' % i) for i in range(10)])
+    assert daemon.stop() == 0
+    dry = _run(daemon, spark, "--dry-run")
+    assert dry["status"] == "ok" and dry["counts"]["lag"] == 10 and dry["counts"]["commits"] == 0
+    assert dry["message"] == "would append 10 records to 1 table(s) (dry run)"
+    assert _rows(daemon, topic) == []
 
 
 def _topic(name: str) -> tables_job.TableTopic:
