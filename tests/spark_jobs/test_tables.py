@@ -89,6 +89,24 @@ def _aborted(bootstrap: str, topic: str) -> None:
     producer.abort_transaction(30)
 
 
+def _sealed(
+    factory: DaemonFactory, prefix: str, records: list[tuple[bytes | None, bytes | None]]
+) -> tuple[Daemon, str]:
+    """A table-enabled topic holding ``records``, the daemon stopped so all are in segments."""
+    daemon = factory.start(name="tables")
+    topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    _create(daemon.bootstrap, topic)
+    _produce(daemon.bootstrap, topic, records)
+    assert daemon.stop() == 0
+    return daemon, topic
+
+
+def _check_each_offset_once(daemon: Daemon, topic: str, count: int) -> None:
+    rows = _rows(daemon, topic)
+    assert len({(r["_partition"], r["_offset"]) for r in rows}) == len(rows) == count
+    assert sorted(r["n"] for r in rows) == list(range(count))
+
+
 def _run(daemon: Daemon, spark: Any, *args: str) -> dict[str, Any]:
     return run(["--store-url", daemon.store_url, "--namespace", NS, *args], spark)
 
@@ -246,11 +264,7 @@ def test_a_compacted_topics_table_holds_each_keys_latest_value(
 def test_a_failed_commit_and_a_racing_run_leave_each_offset_once(
     factory: DaemonFactory, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    daemon = factory.start(name="tables")
-    topic = f"events-{uuid.uuid4().hex[:6]}"
-    _create(daemon.bootstrap, topic)
-    _produce(daemon.bootstrap, topic, [(None, b'{"n": %d}' % i) for i in range(40)])
-    assert daemon.stop() == 0
+    daemon, topic = _sealed(factory, "events", [(None, b'{"n": %d}' % i) for i in range(40)])
 
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -277,20 +291,14 @@ def test_a_failed_commit_and_a_racing_run_leave_each_offset_once(
 
     finished = _run(daemon, spark, "--max-records", "10")
     assert finished["status"] == "ok"
-    offsets = [(r["_partition"], r["_offset"]) for r in _rows(daemon, topic)]
-    assert len(offsets) == 40 and len(set(offsets)) == 40
+    _check_each_offset_once(daemon, topic, 40)
     assert covered_offsets(_table(daemon, topic)) == {0: 20, 1: 20}
-    assert sorted(r["n"] for r in _rows(daemon, topic)) == list(range(40))
 
 
 def test_a_job_killed_mid_run_and_run_again_leaves_each_offset_once(
     factory: DaemonFactory, spark: Any
 ) -> None:
-    daemon = factory.start(name="tables")
-    topic = f"killed-{uuid.uuid4().hex[:6]}"
-    _create(daemon.bootstrap, topic)
-    _produce(daemon.bootstrap, topic, [(b"k%d" % i, b'{"n": %d}' % i) for i in range(60)])
-    assert daemon.stop() == 0
+    daemon, topic = _sealed(factory, "killed", [(b"k%d" % i, b'{"n": %d}' % i) for i in range(60)])
     command = [
         sys.executable, "-m", "spark_jobs.tables", "--store-url", daemon.store_url,
         "--namespace", NS, "--max-records", "2", "--master", "local[1]",
@@ -313,19 +321,13 @@ def test_a_job_killed_mid_run_and_run_again_leaves_each_offset_once(
     partial = _rows(daemon, topic)
     assert 0 < len(partial) < 60  # 15 commits of 4 records: the kill came before the last
     assert _run(daemon, spark)["status"] == "ok"
-    offsets = [(r["_partition"], r["_offset"]) for r in _rows(daemon, topic)]
-    assert len(offsets) == 60 and len(set(offsets)) == 60
-    assert sorted(r["n"] for r in _rows(daemon, topic)) == list(range(60))
+    _check_each_offset_once(daemon, topic, 60)
 
 
 def test_a_dry_run_says_how_far_behind_and_writes_nothing(
     factory: DaemonFactory, spark: Any
 ) -> None:
-    daemon = factory.start(name="tables")
-    topic = f"dry-{uuid.uuid4().hex[:6]}"
-    _create(daemon.bootstrap, topic)
-    _produce(daemon.bootstrap, topic, [(None, b'{"n": %d}' % i) for i in range(10)])
-    assert daemon.stop() == 0
+    daemon, topic = _sealed(factory, "dry", [(None, b'{"n": %d}' % i) for i in range(10)])
     dry = _run(daemon, spark, "--dry-run")
     assert dry["status"] == "ok" and dry["counts"]["lag"] == 10 and dry["counts"]["commits"] == 0
     assert dry["message"] == "would append 10 records to 1 table(s) (dry run)"
