@@ -350,3 +350,28 @@ def test_bad_requests_get_one_line(factory: DaemonFactory, spark: Any) -> None:
         tables_job.main(["--store-url", daemon.store_url, "--namespace", NS, "--topics", "nope"])
         == 2
     )
+
+
+def test_a_table_of_a_topic_on_s3(
+    factory: DaemonFactory,
+    spark: Any,
+    moto_server: str,
+    s3_bucket: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Data and metadata in the bucket, the embedded catalog under $KFS_HOME."""
+    monkeypatch.setenv("KFS_HOME", str(tmp_path / "home"))
+    url = f"s3://{s3_bucket}/tables-{uuid.uuid4().hex[:8]}"
+    daemon = factory.start(name="tables", store_url=url, s3_endpoint_url=moto_server)
+    topic = f"s3-{uuid.uuid4().hex[:6]}"
+    _create(daemon.bootstrap, topic)
+    _produce(daemon.bootstrap, topic, [(None, b'{"n": %d}' % i) for i in range(20)])
+    assert daemon.stop() == 0
+    summary = _run(daemon, spark, "--s3-endpoint-url", moto_server)
+    assert summary["status"] == "ok", summary["message"]
+    catalog = open_catalog(url, NS, s3_endpoint_url=moto_server)
+    table = catalog.load_table((NS, topic))
+    assert table.location().startswith(f"{url}/{NS}/_tables/")
+    assert sorted(r["n"] for r in table.scan().to_arrow().to_pylist()) == list(range(20))
+    assert (tmp_path / "home" / "tables" / f"{NS}.db").is_file()
