@@ -88,7 +88,9 @@ API_SERVER_START_S: Final = 240.0
 JOBS_SERVER_START_S: Final = 240.0
 JOBS_SERVER_STOP_S: Final = 20.0  # the JVM stops its SparkContext on TERM
 # On first start, once the demo stream has sealed a segment, `kfs run` triggers
-# kfs_validation so a new user has a data-quality report within minutes.
+# kfs_tables and kfs_validation so a new user has the demo topic's table and a
+# data-quality report within minutes.
+FIRST_TABLE_DAG: Final = "kfs_tables"
 FIRST_REPORT_DAG: Final = "kfs_validation"
 FIRST_REPORT_MARKER: Final = "first-report-triggered"
 FIRST_REPORT_CHECK_S: Final = 10.0
@@ -138,6 +140,7 @@ class Supervisor:
         self.setup_step: Child | None = None  # `airflow db migrate` and the like, while they run
         self.airflow_env: dict[str, str] = {}
         self._subreaper = False
+        self._table_triggered = False  # the first start's kfs_tables run (`_first_report`)
 
     # --- public ---------------------------------------------------------------------
 
@@ -340,7 +343,7 @@ class Supervisor:
             time.sleep(TICK_S)
 
     def _first_report(self) -> None:
-        """On first start: trigger kfs_validation once the demo topic has a segment.
+        """On first start: trigger kfs_tables and kfs_validation once the demo topic has a segment.
 
         Tried every few seconds until it succeeds (the DAG may not be parsed
         yet); a marker in Airflow's home makes it happen once per home.
@@ -351,11 +354,21 @@ class Supervisor:
             return
         if not self._demo_has_segments():
             return
+        password = admin_password(o.airflow_home)
         try:
+            if not self._table_triggered:
+                trigger_dag(
+                    o.airflow_url,
+                    ADMIN_USER,
+                    password,
+                    FIRST_TABLE_DAG,
+                    note="Triggered by kfs run on first start: the demo topic's Iceberg table.",
+                )
+                self._table_triggered = True
             run_id = trigger_dag(
                 o.airflow_url,
                 ADMIN_USER,
-                admin_password(o.airflow_home),
+                password,
                 FIRST_REPORT_DAG,
                 note="Triggered by kfs run on first start: the demo's first data-quality report.",
             )
@@ -363,8 +376,8 @@ class Supervisor:
             return  # not parsed yet, or the api-server is busy: next time
         marker.write_text(run_id + "\n")
         self.out.say(
-            f"kfs run: triggered {FIRST_REPORT_DAG} ({run_id}); "
-            "its report shows on the KFS page in a few minutes"
+            f"kfs run: triggered {FIRST_TABLE_DAG} and {FIRST_REPORT_DAG} ({run_id}); "
+            "the demo's table and report show on the KFS page in a few minutes"
         )
 
     def _demo_has_segments(self) -> bool:

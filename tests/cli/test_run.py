@@ -112,8 +112,9 @@ def kfs_env(home: Path, **extra: str) -> dict[str, str]:
         }
     )
     # The DAGs are unpaused, as for a user, but unscheduled: on a 2-core CI machine
-    # the only Spark job is the kfs_validation run `kfs run` triggers on first start.
-    for job in ("COMPACTION", "INDEX_REBUILD", "RETENTION", "CHECKPOINT", "VALIDATION"):
+    # the only Spark jobs are the kfs_tables and kfs_validation runs `kfs run` triggers
+    # on first start.
+    for job in ("COMPACTION", "INDEX_REBUILD", "RETENTION", "CHECKPOINT", "VALIDATION", "TABLES"):
         env[f"KFS_SCHEDULE_{job}"] = "none"
     env.update(extra)
     return env
@@ -352,7 +353,7 @@ def test_demo_events_receive_json_records(launched: KfsRun) -> None:
 @pytest.mark.airflow
 @pytest.mark.slow
 @pytest.mark.spark
-def test_first_start_triggers_validation_and_its_report_reaches_the_kfs_page(
+def test_first_start_triggers_validation_and_tables_and_the_kfs_page_shows_them(
     launched: KfsRun,
 ) -> None:
     """A new user's path: a first data-quality report, read on the KFS page, with no clicks."""
@@ -374,7 +375,7 @@ def test_first_start_triggers_validation_and_its_report_reaches_the_kfs_page(
     assert (launched.home / "airflow" / "first-report-triggered").read_text().strip() == run[
         "dag_run_id"
     ]
-    assert "triggered kfs_validation" in launched.output
+    assert "triggered kfs_tables and kfs_validation" in launched.output
     # The task ran on the job server kfs run started, not through a spark-submit of its own.
     served = (launched.home / "logs" / "jobs-server.log").read_text()
     assert '"POST /jobs HTTP/1.1" 200' in served, served[-3000:]
@@ -390,6 +391,28 @@ def test_first_start_triggers_validation_and_its_report_reaches_the_kfs_page(
     latest = next(r for r in overview["validation"] if r["success"] is not None)
     assert latest["success"] is True, latest
     assert latest["evaluated"] > 0 and latest["unsuccessful"] == 0, latest
+
+    # The demo topic's Iceberg table, from the kfs_tables run triggered beside it.
+    tables_url = f"{launched.airflow_url}/api/v2/dags/kfs_tables/dagRuns"
+
+    def tables_run() -> dict[str, Any] | None:
+        status, body = http("GET", tables_url, token=auth)
+        assert status == 200, body
+        done = [r for r in body["dag_runs"] if r["state"] in ("success", "failed")]
+        return done[0] if done else None
+
+    run = wait_for(tables_run, timeout=400, interval=2, what="the first kfs_tables run")
+    assert run["state"] == "success", run
+
+    def demo_table() -> dict[str, Any] | None:
+        status, overview = http("GET", f"{launched.airflow_url}/kfs/api/overview", token=auth)
+        assert status == 200, overview
+        shown = [t for t in overview["tables"] if t["topic"] == "demo-events"]
+        return shown[0] if shown and shown[0]["snapshot_id"] is not None else None
+
+    table = wait_for(demo_table, timeout=120, interval=1, what="the demo table on the KFS page")
+    assert table["rows"] > 0 and table["report_success"] is True, table
+    assert table["data_docs_index"], table
 
 
 @pytest.mark.airflow
