@@ -4,7 +4,7 @@ Run it with ``spark-submit spark_jobs/tables/__main__.py --store-url URL --names
 (or ``python -m spark_jobs.tables``, ``kfs jobs run tables``; flags: `build_parser`)::
 
     spark-submit spark_jobs/tables/__main__.py --store-url s3://bucket/kfs --namespace prod \\
-        [--topics a,b] [--catalog kfs] [--max-records 500000] [--max-commits 20] [--dry-run]
+        [--topics a,b] [--catalog kfs] [--max-records 100000] [--max-commits 20] [--dry-run]
 
 Each run appends to each table the topic's records committed to the
 catalog since the table's last snapshot, exactly once per offset range
@@ -26,7 +26,11 @@ Expectations report (`spark_jobs.tables.report`).  Topic configs:
     here joins the spec once the column exists.  Changing it evolves the
     spec (files already written keep theirs).
 
-The table's catalog is `kfs_core.tables.open_catalog`'s.
+Spark reads the records (the ``kfs`` data source); the driver turns them
+into rows and pyiceberg writes the Parquet files and commits them, so a
+commit's rows pass through the driver: ``--max-records`` (per partition per
+commit) bounds its memory.  (Iceberg's own Spark runtime does not support the
+pinned Spark release.)  The table's catalog is `kfs_core.tables.open_catalog`'s.
 """
 
 from spark_jobs.tables.job import TablesOptions, build_parser, main, run

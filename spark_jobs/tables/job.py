@@ -52,7 +52,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table, Transaction
 
 JOB = TABLES_JOB
-DEFAULT_MAX_RECORDS = 500_000
+#: Records per partition per commit: every row of a commit passes through the driver.
+DEFAULT_MAX_RECORDS = 100_000
 DEFAULT_MAX_COMMITS = 20
 #: Commits lost to a concurrent writer before a topic's turn ends (the next run goes on).
 MAX_CONFLICTS = 5
