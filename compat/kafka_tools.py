@@ -208,6 +208,19 @@ def check_topic_configs(tools: ToolClient) -> None:
     expect(
         len(names) >= 30 and "max.compaction.lag.ms" in names, "Kafka's topic configs", everything
     )
+    # KFS's own: an Iceberg table of the topic, set and shown with Kafka's tool.
+    tools.run(
+        "kafka-configs", "--alter", "--entity-type", "topics", "--entity-name", TOPIC,
+        "--add-config", "kfs.table.enabled=true,kfs.table.partition.by=day(_timestamp)",
+    )  # fmt: skip
+    out = tools.run(
+        "kafka-configs", "--describe", "--entity-type", "topics", "--entity-name", TOPIC
+    ).stdout
+    expect(
+        "kfs.table.enabled=true" in out and "kfs.table.partition.by=day(_timestamp)" in out,
+        "the topic's table configs",
+        out,
+    )
     bad = tools.run(
         "kafka-configs", "--alter", "--entity-type", "topics", "--entity-name", TOPIC,
         "--add-config", "min.cleanable.dirty.ratio=2", check=False,
