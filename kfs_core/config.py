@@ -221,6 +221,18 @@ class Settings:
         "with the acl authorizer: allow a resource no ACL names",
         broker_config="allow.everyone.if.no.acl.found",
     )
+    sasl_mechanism_inter_broker_protocol: str = setting(
+        "SCRAM-SHA-512",
+        "SASL mechanism a daemon logs in with on another daemon's SASL listener",
+        choices=SASL_MECHANISMS,
+        broker_config="sasl.mechanism.inter.broker.protocol",
+    )
+    inter_broker_sasl_username: str = setting(
+        "",
+        "SASL user a daemon logs in as on another daemon when that one has only SASL "
+        "listeners (transaction markers); a KFS_SUPER_USERS member where ACLs are on",
+    )
+    inter_broker_sasl_password: str = setting("", "KFS_INTER_BROKER_SASL_USERNAME's password")
     connections_max_reauth_ms: int = setting(
         0,
         "SASL session lifetime; clients re-authenticate before it ends (0: no limit)",

@@ -6,17 +6,20 @@ the partition leaders); the leader may be another daemon.  `PeerClient`
 keeps one connection per daemon and sends a request at a time on it, with
 kafka-python's message classes (the ones the daemon decodes requests with).
 
-Which listener: the first PLAINTEXT or SSL listener the other daemon
-advertises (its heartbeat, `NodeInfo.listeners`), PLAINTEXT first, as
-Kafka's brokers reach each other through ``inter.broker.listener.name``.
-Over SSL the daemon checks the other's certificate against
+Which listener: of those the other daemon advertises (its heartbeat,
+`NodeInfo.listeners`), PLAINTEXT, else SSL, else - when the daemon has SASL
+credentials for the others (``KFS_INTER_BROKER_SASL_USERNAME``, a `PeerLogin`
+such as `kfs_core.server.peer_sasl.PeerSasl`) - SASL_SSL, else
+SASL_PLAINTEXT, as Kafka's brokers reach each other through
+``inter.broker.listener.name`` and ``sasl.mechanism.inter.broker.protocol``.
+Over SSL and SASL_SSL the daemon checks the other's certificate against
 ``KFS_TLS_CLIENT_CA_FILE`` (else its own certificate, for a cluster that
-shares one) and presents its own, so mutual TLS names it.  A daemon with
-only SASL listeners cannot be reached (`PeerUnavailable`, which says so).
-The requests a daemon sends need CLUSTER_ACTION on the cluster where ACLs
-are enforced: grant it to the principal of that listener (``User:ANONYMOUS``
-on PLAINTEXT, the certificate's name on SSL) or list it in
-``KFS_SUPER_USERS``, as Kafka's brokers are.
+shares one) and presents its own, so mutual TLS names it.  A daemon it has
+no way to reach is `PeerUnavailable`, saying why.  The requests a daemon
+sends need CLUSTER_ACTION on the cluster where ACLs are enforced: grant it
+to the principal of that listener (``User:ANONYMOUS`` on PLAINTEXT, the
+certificate's name on SSL, the SASL user) or list it in ``KFS_SUPER_USERS``,
+as Kafka's brokers are.
 """
 
 from __future__ import annotations
@@ -27,26 +30,35 @@ import io
 import logging
 import ssl
 import struct
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 from kfs_core.cluster.view import NodeInfo
 from kfs_core.errors import PeerUnavailable
 from kfs_core.security.listeners import SecurityProtocol
 from kfs_core.security.tls import TlsFiles
 
-__all__ = ["PeerClient", "peer_address"]
+__all__ = ["PeerClient", "PeerLogin", "peer_address"]
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-#: Reachable listeners, the preferred first.
+#: Reachable listeners, the preferred first; the SASL ones need a `PeerLogin`.
 _PROTOCOLS = (SecurityProtocol.PLAINTEXT, SecurityProtocol.SSL)
+_SASL_PROTOCOLS = (SecurityProtocol.SASL_SSL, SecurityProtocol.SASL_PLAINTEXT)
+_TLS_PROTOCOLS = (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
 
 
-def peer_address(node: NodeInfo) -> tuple[SecurityProtocol, str, int] | None:
-    """The listener to reach ``node`` through: PLAINTEXT, else SSL, else None."""
-    for protocol in _PROTOCOLS:
+class PeerLogin(Protocol):
+    """How a daemon logs in on another's SASL listener."""
+
+    async def authenticate(self, protocol: str, send: Callable[[Any], Awaitable[Any]]) -> None:
+        """Log in over a fresh connection (``send`` exchanges one request); raise if refused."""
+
+
+def peer_address(node: NodeInfo, *, sasl: bool = False) -> tuple[SecurityProtocol, str, int] | None:
+    """The listener to reach ``node`` through: PLAINTEXT, SSL, then (``sasl``) SASL_SSL, SASL_PLAINTEXT."""
+    for protocol in _PROTOCOLS + (_SASL_PROTOCOLS if sasl else ()):
         address = node.listeners.get(str(protocol))
         if address is not None:
             return protocol, address[0], address[1]
@@ -72,11 +84,13 @@ class PeerClient:
         live_nodes: Callable[[], Sequence[NodeInfo]],
         *,
         tls: TlsFiles | None = None,
+        login: PeerLogin | None = None,
         client_id: str = "kfs-daemon",
         timeout_s: float = 10.0,
     ) -> None:
         self._live_nodes = live_nodes
         self._tls = tls
+        self._login = login
         self._client_id = client_id
         self._timeout_s = timeout_s
         self._connections: dict[tuple[int, str, str, int], _Connection] = {}
@@ -86,17 +100,22 @@ class PeerClient:
         """Send ``message`` (a kafka-python request object) to daemon ``node_id``; its response.
 
         Raises `PeerUnavailable` when the daemon is not live, advertises no
-        PLAINTEXT or SSL listener, or the connection fails or times out.
+        listener this one can use, refuses the SASL login, or the connection
+        fails or times out.
         """
         node = next((n for n in self._live_nodes() if n.node_id == node_id), None)
         if node is None:
             raise PeerUnavailable(f"node {node_id} is not live")
-        address = peer_address(node)
+        address = peer_address(node, sasl=self._login is not None)
         if address is None:
-            raise PeerUnavailable(
-                f"node {node_id} advertises no PLAINTEXT or SSL listener for other daemons "
-                f"(it has {', '.join(sorted(node.listeners)) or 'none'})"
-            )
+            has = ", ".join(sorted(node.listeners)) or "none"
+            if any(str(p) in node.listeners for p in _SASL_PROTOCOLS):
+                raise PeerUnavailable(
+                    f"node {node_id} has only SASL listeners ({has}): set "
+                    "KFS_INTER_BROKER_SASL_USERNAME and KFS_INTER_BROKER_SASL_PASSWORD "
+                    "so daemons log in on each other"
+                )
+            raise PeerUnavailable(f"node {node_id} advertises no listener to reach it ({has})")
         key = (node_id, node.incarnation, address[1], address[2])
         try:
             return await asyncio.wait_for(self._send(key, address[0], message), self._timeout_s)
@@ -111,9 +130,26 @@ class PeerClient:
         if connection is None:
             for old in [k for k in self._connections if k[0] == key[0]]:
                 self._drop(old)  # the daemon restarted or moved
-            context = self._ssl_context() if protocol == SecurityProtocol.SSL else None
+            context = self._ssl_context() if protocol in _TLS_PROTOCOLS else None
             reader, writer = await asyncio.open_connection(key[2], key[3], ssl=context)
-            connection = self._connections[key] = _Connection(reader, writer)
+            fresh = _Connection(reader, writer)
+            if protocol in _SASL_PROTOCOLS and self._login is not None:
+                try:
+                    await self._login.authenticate(
+                        protocol, lambda request: self._exchange(fresh, request)
+                    )
+                except BaseException:
+                    fresh.close()
+                    raise
+            connection = self._connections[key] = fresh
+        try:
+            return await self._exchange(connection, message)
+        except OSError:
+            self._drop(key)
+            raise
+
+    async def _exchange(self, connection: _Connection, message: Any) -> Any:
+        """One request and its response on ``connection``."""
         async with connection.lock:
             connection.correlation += 1
             message.with_header(correlation_id=connection.correlation, client_id=self._client_id)
@@ -124,7 +160,6 @@ class PeerClient:
         response_class = message.header.get_response_class()
         buffer = io.BytesIO(payload)
         if response_class.parse_header(buffer).correlation_id != connection.correlation:
-            self._drop(key)
             raise OSError("an answer to another request")
         return response_class.decode(buffer)
 

@@ -89,6 +89,7 @@ from kfs_core.server.metrics import (
     OpsHttpServer,
     ServerMetrics,
 )
+from kfs_core.server.peer_sasl import PeerSasl
 from kfs_core.server.protocol import (
     MAX_REQUEST_BYTES,
     ApiKey,
@@ -163,6 +164,17 @@ def listeners_of(settings: Settings) -> list[Listener]:
 
 def tls_files(settings: Settings) -> TlsFiles:
     return TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+
+
+def peer_login(settings: Settings) -> PeerSasl | None:
+    """How this daemon logs in on another's SASL listener; None without a user set."""
+    if not settings.inter_broker_sasl_username:
+        return None
+    return PeerSasl(
+        settings.sasl_mechanism_inter_broker_protocol,
+        settings.inter_broker_sasl_username,
+        settings.inter_broker_sasl_password,
+    )
 
 
 def group_settings(settings: Settings) -> GroupSettings:
@@ -601,6 +613,7 @@ class KfsServer:
             transactions=transaction_settings(s),
             transaction_topic_partitions=s.transaction_state_log_num_partitions,
             peer_tls=tls_files(s),
+            peer_login=peer_login(s),
         )
         self.broker = Broker(options, partition_log, self.metrics, cluster=self._keeper)
         self.metrics.add_collector(

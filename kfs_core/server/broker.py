@@ -125,7 +125,7 @@ class Broker:
             partition_log, partitions=options.transaction_topic_partitions
         )
         # Requests to the other daemons: the markers of partitions they lead.
-        self.peers = PeerClient(self._live_nodes, tls=options.peer_tls)
+        self.peers = PeerClient(self._live_nodes, tls=options.peer_tls, login=options.peer_login)
         self.transactions = TransactionCoordinator(
             self.txn_log,
             MarkerRouter(lambda: self.cluster, partition_log.write_marker, self.peers),

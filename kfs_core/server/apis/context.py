@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from kfs_core.cluster.peers import PeerLogin
 from kfs_core.cluster.view import ClusterView, Leader, NodeInfo
 from kfs_core.errors import GroupError, KfsError
 from kfs_core.groups.coordinator import GroupCoordinator, GroupSettings
@@ -66,6 +67,7 @@ class BrokerOptions:
     transactions: TransactionSettings = field(default_factory=TransactionSettings)
     transaction_topic_partitions: int = 4  # transaction.state.log.num.partitions
     peer_tls: TlsFiles | None = None  # how to reach another daemon's SSL listener
+    peer_login: PeerLogin | None = None  # how to log in on another daemon's SASL listener
 
 
 @dataclass(slots=True, kw_only=True)
