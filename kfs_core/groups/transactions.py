@@ -82,6 +82,10 @@ MAX_EPOCH = 32_767
 _PREPARED = {TxnState.PREPARE_COMMIT: True, TxnState.PREPARE_ABORT: False}
 
 
+#: How long a request waits for the last transaction's markers before CONCURRENT_TRANSACTIONS.
+COMPLETION_WAIT_S = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class TransactionSettings:
     """The coordinator's limits, named after Kafka's broker configs."""
@@ -314,6 +318,7 @@ class TransactionCoordinator:
                 last_update_ms=self._clock(),
             )
             self._txns[transactional_id] = txn
+        await self._settled(txn)
         self._not_busy(txn)
         if producer_id >= 0 and (
             producer_id != txn.producer_id
@@ -359,6 +364,7 @@ class TransactionCoordinator:
         """AddPartitionsToTxn (and AddOffsetsToTxn's offsets partition): the transaction grows."""
         await self._ready(transactional_id)
         txn = self._producer(transactional_id, producer_id, producer_epoch)
+        await self._settled(txn)
         self._not_busy(txn)
         if txn.state in _PREPARED or txn.state == TxnState.PREPARE_EPOCH_FENCE:
             raise ConcurrentTransactions(
@@ -416,6 +422,18 @@ class TransactionCoordinator:
             )
         return txn
 
+    async def _settled(self, txn: TxnMetadata) -> None:
+        """Let the last transaction's markers finish, for at most `COMPLETION_WAIT_S`.
+
+        The next transaction of a busy producer begins right after EndTxn, while
+        its markers are still being written; Kafka answers CONCURRENT_TRANSACTIONS
+        then, and the client backs off (``retry.backoff.ms``, 100 ms) and retries.
+        Waiting here for the few milliseconds the markers take answers it at once.
+        """
+        completing = txn.completing
+        if completing is not None and not completing.done():
+            await asyncio.wait({completing}, timeout=COMPLETION_WAIT_S)
+
     def _not_busy(self, txn: TxnMetadata) -> None:
         if txn.busy:
             raise ConcurrentTransactions(
@@ -465,12 +483,16 @@ class TransactionCoordinator:
             txn.completing = asyncio.ensure_future(self._complete(txn))
 
     async def _complete(self, txn: TxnMetadata) -> None:
-        """Write the markers of a prepared transaction, then record it complete."""
+        """Write the markers of a prepared transaction (all at once), then record it complete."""
         commit = _PREPARED[txn.state]
-        for topic, partition in sorted(txn.partitions):
+
+        async def mark(topic: str, partition: int) -> None:
             await self._marker(txn, topic, partition, commit)
             if topic == "__consumer_offsets" and self._offsets_done is not None:
                 await self._offsets_done(partition, txn.producer_id, commit)
+
+        # Together, so the partitions' appends share the WAL's group commit.
+        await asyncio.gather(*(mark(t, p) for t, p in sorted(txn.partitions)))
         while True:
             try:
                 await self._write(

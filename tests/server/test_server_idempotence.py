@@ -238,6 +238,23 @@ def test_the_transaction_coordinator_answers_with_kafkas_codes(
         assert too_long.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
 
 
+def test_the_next_transaction_waits_for_the_last_ones_markers_instead_of_a_refusal(
+    inprocess: ThreadedServer,
+) -> None:
+    """AddPartitionsToTxn right after EndTxn: answered once the markers are in, not refused."""
+    create_topic(inprocess.bootstrap, 2, "txn-next")
+    with RawClient(inprocess.bootstrap) as client:
+        started = init_producer_id(client, transactional_id="tx-1")
+        pid, epoch = started.producer_id, started.producer_epoch
+        for round_ in range(20):
+            assert add_partitions(client, pid, epoch, "txn-next") == [ErrorCode.NONE] * 2, round_
+            batch = idempotent_batch(pid, epoch, round_, 1, transactional=True)
+            assert produce(client, "txn-next", batch)[0] == ErrorCode.NONE
+            assert end_txn(client, pid, epoch, commit=round_ % 2 == 0) == ErrorCode.NONE
+        # A record and a marker per round; the last marker may still be on its way.
+        wait_for(lambda: high_watermark(client, "txn-next") == 40, what="the last marker")
+
+
 # --- restart -------------------------------------------------------------------------------
 
 
