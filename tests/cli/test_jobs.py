@@ -54,6 +54,7 @@ def test_job_commands() -> None:
         "compaction",
         "index_rebuild",
         "retention",
+        "tables",
         "validation",
     ]
 
