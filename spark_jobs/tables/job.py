@@ -43,7 +43,15 @@ from kfs_core.tables import (
 from spark_jobs import common
 from spark_jobs.common import JobContext, JobOptions, JobResult, UsageError
 from spark_jobs.tables import report as quality
-from spark_jobs.tables.schema import Rows, Struct, added_columns, arrow_schema, settled, shape_of
+from spark_jobs.tables.schema import (
+    Rows,
+    Struct,
+    added_columns,
+    arrow_schema,
+    rows_for,
+    settled,
+    shape_of,
+)
 from spark_jobs.topic_source import SOURCE_NAME, Bounds, SourceOptions, partition_plans
 
 if TYPE_CHECKING:
@@ -288,11 +296,9 @@ def _sync_topic(
             return
         with ctx.phase("read"):
             records = _read(ctx, options, topic, plan)
-        rows = Rows(shape_of(table.schema().as_arrow()))
-        with ctx.phase("rows"):
-            for record in _records(records):
-                rows.add(*record)
         before = shape_of(table.schema().as_arrow())
+        with ctx.phase("rows"):
+            rows = rows_for(_records(records), before)
         changes = added_columns(before, rows.shape)
         prefix = quality.report_prefix(ctx, table.name()[-1], outcome.commits + outcome.conflicts)
         properties = _summary_properties(topic, rows, plan, changes)
@@ -309,7 +315,7 @@ def _sync_topic(
         table = committed
         outcome.commits += 1
         outcome.records += records.num_rows
-        outcome.rows += len(rows.rows)
+        outcome.rows += len(rows.merged()) if topic.compacted else len(rows.rows)
         outcome.dead_letters += rows.dead_letters
         outcome.gaps.extend(plan.gaps)
         outcome.schema_changes.extend(changes)

@@ -35,9 +35,12 @@ __all__ = [
     "ListOf",
     "Rows",
     "Struct",
+    "added_columns",
     "arrow_schema",
     "infer",
     "merge",
+    "rows_for",
+    "settled",
     "shape_of",
 ]
 
