@@ -460,6 +460,29 @@ def test_airflow_components_share_one_database_and_api() -> None:
     assert plugins == ROOT / "plugins" and (plugins / "kfs_airflow").is_dir()
 
 
+def test_the_table_job_and_the_kfs_page_share_one_iceberg_catalog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kfs-jobs writes the tables of topics, the api-server's KFS page reads them: one catalog."""
+    from pyiceberg.utils.config import Config
+
+    def iceberg(name: str) -> dict[str, str]:
+        return {k: v for k, v in effective_env(name).items() if k.startswith("PYICEBERG_")}
+
+    writer, page = iceberg("kfs-jobs"), iceberg("airflow-apiserver")
+    assert writer and writer == page
+    for key, value in writer.items():
+        monkeypatch.setenv(key, value)
+    catalog = Config().get_catalog_config("kfs")
+    assert catalog is not None
+    uri = urllib.parse.urlsplit(catalog["uri"])
+    assert (uri.scheme, uri.hostname) == ("postgresql+psycopg2", "postgres")
+    assert "postgres" in services()["kfs-jobs"]["depends_on"]
+    store = kfs_connection()["extra"]["store_url"]
+    assert catalog["warehouse"] == f"{store}/{kfs_connection()['extra']['namespace']}/_tables"
+    assert catalog["s3.endpoint"] == kfs_connection()["extra"]["s3_endpoint_url"]
+
+
 def test_compose_overrides_what_the_shared_airflow_env_sets_for_the_embedded_default() -> None:
     [shared_file] = env_files(services()["airflow-scheduler"])
     assert shared_file == ROOT / "infra/airflow/airflow.env"
