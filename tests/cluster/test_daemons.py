@@ -408,11 +408,16 @@ def test_a_graceful_stop_hands_the_partitions_over(factory: DaemonFactory) -> No
     with BackgroundProducer(servers, topic) as producer:
         wait_for(lambda: producer.acked_count() >= 300, timeout=60, what="300 acks")
         assert daemons[1].stop() == 0
-        wait_for(
-            lambda: set(leaders(daemons[0].bootstrap, topic).values()) == {1},
-            timeout=30,
-            what="every partition on the remaining daemon",
-        )
+        try:
+            wait_for(
+                lambda: set(leaders(daemons[0].bootstrap, topic).values()) == {1},
+                timeout=30,
+                what="every partition on the remaining daemon",
+            )
+        except TimeoutError as exc:  # the daemons' own account of the hand-over
+            raise AssertionError(
+                f"{exc}\nstopped:\n{daemons[1].log()[-3000:]}\nremaining:\n{daemons[0].log()[-4000:]}"
+            ) from exc
         before = producer.acked_count()
         wait_for(lambda: producer.acked_count() >= before + 300, timeout=60, what="acks")
     assert not producer.history.errors, producer.history.errors[:3]
