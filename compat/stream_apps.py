@@ -15,10 +15,6 @@ the suite ``stream apps``; a failed step fails the ones after it:
   a ``read_committed`` read of the output holds, for every key, the counts
   1, 2, ... up to the records sent with that key, each once, with the
   input's ``n`` in the input's order.
-- ``<app>: app restarted, state wiped, restored from the changelog``:
-  another batch; once the app has written part of it, the app is stopped
-  (SIGTERM: it commits and leaves its group), its state directory deleted,
-  and started again: the same check over every record so far.
 - ``<app>: app kill -9, state wiped, restored from the changelog``: another
   batch; once the app has written part of it, ``kill -9`` of the app, its
   state directory deleted, the app started again: the same check over
@@ -65,7 +61,6 @@ INSTALL_TIMEOUT_S = 900
 APPS = {"quix": APPS_DIR / "quix_count.py", "faust": APPS_DIR / "faust_count.py"}
 STEP_KINDS = (
     "each count once",
-    "app restarted, state wiped, restored from the changelog",
     "app kill -9, state wiped, restored from the changelog",
     "daemon kill -9 under the app",
 )
@@ -296,20 +291,14 @@ def _steps(run: _AppRun, daemon_kill: Callable[[], None] | None) -> list[Callabl
         run.start()
         return run.wait_through()
 
-    def app_restarted(stop: Callable[[], None]) -> str:
+    def app_killed() -> str:
         before = run.reader().read()
         run.send(BATCH)
         run.progress_beyond(before)
-        stop()
+        run.kill()
         shutil.rmtree(run.state_dir, ignore_errors=True)
         run.start()
         return run.wait_through()
-
-    def app_stopped() -> str:
-        return app_restarted(run.stop)
-
-    def app_killed() -> str:
-        return app_restarted(run.kill)
 
     def daemon_killed() -> str:
         assert daemon_kill is not None
@@ -319,7 +308,7 @@ def _steps(run: _AppRun, daemon_kill: Callable[[], None] | None) -> list[Callabl
         daemon_kill()
         return run.wait_through(restart_if_gone=True)
 
-    return [each_count_once, app_stopped, app_killed, daemon_killed]
+    return [each_count_once, app_killed, daemon_killed]
 
 
 def run_stream_apps(

@@ -32,7 +32,7 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from kfs_core.namespace import TABLES_DIR
 
@@ -135,8 +135,10 @@ def open_catalog(
     from pyiceberg.catalog import load_catalog
     from pyiceberg.utils.config import Config
 
-    if Config().get_catalog_config(name) is not None:
-        return load_catalog(name)
+    configured = Config().get_catalog_config(name)
+    if configured is not None:
+        # Read now: pyiceberg's own copy of the environment is taken when it is imported.
+        return load_catalog(name, **cast(dict[str, str], configured))
     properties = catalog_properties(
         store_url, namespace, s3_endpoint_url=s3_endpoint_url, s3_credentials=s3_credentials
     )

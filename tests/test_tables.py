@@ -51,6 +51,9 @@ def test_the_embedded_catalog_beside_each_kind_of_store(
 def test_a_catalog_in_pyicebergs_configuration_wins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import pyiceberg.catalog  # imported before the environment is set, as in a long-lived process
+
+    assert pyiceberg.catalog.load_catalog is not None
     monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__TYPE", "sql")
     monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__URI", f"sqlite:///{tmp_path}/shared.db")
     monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__WAREHOUSE", (tmp_path / "wh").as_uri())

@@ -2,8 +2,8 @@
 
 Each app counts per key with a changelog-backed state store and writes
 every count to an output topic under its exactly-once guarantee, then
-lives through a restart and a ``kill -9`` of itself (its state wiped each
-time, restored from the changelog) and a ``kill -9`` of the daemon; a ``read_committed`` read of the output holds
+lives through a ``kill -9`` of itself (its state wiped, restored from the
+changelog) and of the daemon; a ``read_committed`` read of the output holds
 each count once (`compat.stream_apps`).  The apps' virtualenv is installed
 from PyPI on first use; a failed install fails the test.
 """
