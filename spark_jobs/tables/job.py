@@ -285,9 +285,7 @@ def _sync_topic(
 ) -> None:
     table = _table(catalog, options, topic)
     while outcome.commits < options.max_commits:
-        plan = plan_commit(
-            _partition_ends(options, topic), covered_offsets(table), options.max_records
-        )
+        plan = plan_commit(_partition_ends(ctx, topic), covered_offsets(table), options.max_records)
         outcome.lag = plan.lag
         if plan.empty:
             break
@@ -356,24 +354,11 @@ def _table(catalog: Catalog, options: TablesOptions, topic: TableTopic) -> Table
         return catalog.load_table(identifier)
 
 
-def _partition_ends(options: TablesOptions, topic: TableTopic) -> dict[int, tuple[int, int]]:
-    """(log start, last stable offset) of every partition, from the catalog."""
-    source = _source_options(options, topic.name)
-    store = source.open_store()
-    try:
-        plans = partition_plans(store, source, Bounds())
-    finally:
-        store.close()
+def _partition_ends(ctx: JobContext, topic: TableTopic) -> dict[int, tuple[int, int]]:
+    """(log start, last stable offset) of every partition, from the catalog (the run's store)."""
+    source = SourceOptions(ctx.options.store_url, ctx.namespace, (topic.name,))
+    plans = partition_plans(ctx.store, source, Bounds())
     return {p.partition: (p.log_start, p.last_stable) for p in plans}
-
-
-def _source_options(options: TablesOptions, topic: str) -> SourceOptions:
-    return SourceOptions(
-        store_url=options.store_url,
-        namespace=options.namespace,
-        topics=(topic,),
-        s3_endpoint_url=options.s3_endpoint_url,
-    )
 
 
 def _read(ctx: JobContext, options: TablesOptions, topic: TableTopic, plan: CommitPlan) -> pa.Table:
