@@ -55,6 +55,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -96,6 +97,10 @@ class OpenTransaction(_Model):
 
 
 def _empty(value: tuple[Any, ...]) -> bool:
+    return not value
+
+
+def _false(value: bool) -> bool:
     return not value
 
 
@@ -279,8 +284,17 @@ class ReplaceSegments(_Model):
 
 
 class SetLogStartOffset(_Model):
+    """The log start offset moves forwards (DeleteRecords, retention).
+
+    ``past_end`` lets it pass the high watermark, which moves with it: a
+    purge of a deleted topic starts the partition above every offset the
+    topic ever assigned (`kfs_core.catalog.purge`).  Left out of the JSON
+    when false.
+    """
+
     action: Literal["set_log_start_offset"] = "set_log_start_offset"
     offset: NonNegative
+    past_end: StrictBool = Field(default=False, exclude_if=_false)
 
 
 class SetTopicConfig(_Model):

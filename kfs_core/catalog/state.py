@@ -390,7 +390,9 @@ class StateBuilder:
                         current=o.log_start_offset,
                         requested=action.offset,
                     )
-                if action.offset > o.high_watermark:
+                if action.offset > o.high_watermark and action.past_end:
+                    o.high_watermark = action.offset
+                elif action.offset > o.high_watermark:
                     raise LogStartOffsetRegression(
                         f"log start offset {action.offset} is past the high watermark "
                         f"{o.high_watermark}",

@@ -16,9 +16,10 @@ The topic id (a UUID, like Kafka's) names the revision directory, so the
 revisions of a deleted and later re-created topic can never be mistaken for
 the new topic's.  `delete_topic` only marks the topic deleted: it vanishes
 from `list_topics`/`get`, and creating it again fails with
-`TopicAlreadyExists` ("marked for deletion", as Kafka says) until retention
-has removed its data and called `purge_topic`, because segment keys do not
-carry the topic id.
+`TopicAlreadyExists` ("marked for deletion", as Kafka says) until its data
+is removed and `purge_topic` called (`kfs_core.catalog.purge`, which the
+daemon runs right after DeleteTopics), because segment keys do not carry the
+topic id.
 
 The registry is the single source of truth for topic configs.  Partition
 logs can record a ``topic_config`` action (`PartitionCatalog.set_topic_config`),
@@ -174,9 +175,15 @@ class TopicRegistry:
         return sorted(alive)
 
     def deleted_topics(self) -> list[str]:
-        """Topics marked deleted whose data and registry entry retention has yet to purge."""
+        """Topics marked deleted whose data and registry entry are yet to be purged."""
         every = set(self.list_topics(include_deleted=True))
         return sorted(every - set(self.list_topics()))
+
+    def deleted_record(self, name: str) -> TopicRecord | None:
+        """The newest record of ``name`` if it is marked deleted (awaiting purge); else None."""
+        validate_topic_name(name)
+        record = self._current(name)
+        return record if record is not None and record.deleted else None
 
     # --- writing ---------------------------------------------------------------
 
@@ -208,7 +215,7 @@ class TopicRegistry:
             if current is not None and current.deleted:
                 raise TopicAlreadyExists(
                     f"topic {name!r} is marked for deletion; it can be created again once "
-                    "retention has removed its data",
+                    "its data is removed (seconds after the delete)",
                     topic=name,
                 ) from None
             raise TopicAlreadyExists(f"topic {name!r} already exists", topic=name) from None
@@ -267,11 +274,11 @@ class TopicRegistry:
         return self._update(name, change)
 
     def delete_topic(self, name: str) -> TopicRecord:
-        """Mark the topic deleted; retention removes its data, then calls `purge_topic`."""
+        """Mark the topic deleted; `kfs_core.catalog.purge` removes its data, then calls `purge_topic`."""
         return self._update(name, lambda record: {"deleted": True})
 
     def purge_topic(self, name: str) -> None:
-        """Forget a deleted topic entirely (after retention removed its data)."""
+        """Forget a deleted topic entirely (once its data is removed): the name is free again."""
         validate_topic_name(name)
         record = self._current(name)
         if record is None:

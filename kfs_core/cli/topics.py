@@ -135,9 +135,62 @@ def topics_add_partitions(ctx: click.Context, name: str, partitions: int) -> Non
 @click.argument("name")
 @click.pass_context
 def topics_delete(ctx: click.Context, name: str) -> None:
-    """Delete topic NAME from the registry (retention removes its data)."""
-    from kfs_core.catalog.topics import TopicRegistry
+    """Delete topic NAME: its data is removed, then the name is free again.
 
+    With no daemon running, the data goes now.  A running daemon purges it
+    within a minute (its sweep of deleted topics): it first stops serving
+    the topic's partitions, so nothing it acknowledged lands in a topic
+    created later under the name.
+    """
+    import time
+
+    from kfs_core.catalog.purge import dead_holder_refusal, purge_deleted_topic
+    from kfs_core.catalog.topics import TopicRegistry
+    from kfs_core.cluster.status import daemon_statuses, read_heartbeats
+    from kfs_core.log.wal.store import StoreWalReader
+
+    settings = cli_settings(ctx)
     with operator_errors():
-        TopicRegistry(cli_store(ctx), cli_settings(ctx).namespace).delete_topic(name)
-    click.echo(f"deleted topic {name}")
+        store = cli_store(ctx)
+        registry = TopicRegistry(store, settings.namespace)
+        registry.delete_topic(name)
+        heartbeats, _ = read_heartbeats(store, settings.namespace)
+        now_ms = int(time.time() * 1000)
+        running = [
+            s.info.node_id
+            for s in daemon_statuses(heartbeats, settings.broker_session_timeout_ms, now_ms)
+            if s.state == "running"
+        ]
+        if running:
+            click.echo(
+                f"deleted topic {name}; running daemons {running} purge its data "
+                "within a minute, then the name is free"
+            )
+            return
+        nodes = {info.node_id: info for info, _ in heartbeats}
+        report = purge_deleted_topic(
+            store,
+            settings.namespace,
+            name,
+            node_id=settings.node_id,
+            incarnation=f"cli-{time.time_ns():x}",
+            registry=registry,
+            refusal=lambda state: dead_holder_refusal(
+                state,
+                nodes,
+                set(),
+                unclean_leader_election=settings.unclean_leader_election_enable,
+            ),
+            wal_ends=StoreWalReader(store, settings.namespace).topic_ends,
+        )
+    if not report.purged:
+        click.echo(
+            f"deleted topic {name}; partitions {report.waiting} keep their data until the "
+            "dead daemon that held them restarts (see `kfs cluster status`); a daemon "
+            "purges them then"
+        )
+        return
+    click.echo(
+        f"deleted topic {name}: {report.objects_deleted} object(s) of "
+        f"{report.partitions} partition(s) removed; the name is free"
+    )

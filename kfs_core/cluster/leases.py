@@ -40,11 +40,13 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from kfs_core.catalog.purge import dead_holder_refusal
+from kfs_core.catalog.state import PartitionState
 from kfs_core.cluster.assignment import assign_topic
 from kfs_core.cluster.nodes import LivenessObserver, NodeIdInUse, NodeRegistry
 from kfs_core.cluster.reassignments import (
@@ -206,6 +208,10 @@ class LeaseKeeper:
         self._owners: dict[tuple[tuple[int, ...], str, int], tuple[int, ...]] = {}
         self._assigned_over: tuple[int, ...] = ()
         self._unclean_warned: set[TopicPartition] = set()
+        # Partitions of deleted topics a purge holds (`hold_for_purge`): never handed over.
+        self._purging: set[TopicPartition] = set()
+        # Taken by WAL recovery (`acquire` ``recovering``): kept until `recovered`.
+        self._recovering: set[TopicPartition] = set()
         # What each other daemon's last running heartbeat held: a stopped one lists nothing.
         self._last_held: dict[int, dict[TopicPartition, int]] = {}
         self._on_release: OnRelease | None = None
@@ -429,8 +435,8 @@ class LeaseKeeper:
         released = False
         live = {n.node_id: n for n in self._observer.live()}
         for tp, epoch in sorted(self._held.items()):
-            if epoch == TAKING:
-                continue  # `_acquire` settles it
+            if epoch == TAKING or tp in self._purging or tp in self._recovering:
+                continue  # `_acquire` settles it; a purge or a recovery lets go itself
             newer = [n.node_id for n in live.values() if n.held.get(tp, -1) > epoch]
             owner = self._owner(tp)
             if newer:
@@ -565,22 +571,28 @@ class LeaseKeeper:
             return None
         return self._dead_holder_refusal(tp, node, self.node_id, warn=True)
 
-    async def acquire(self, topic: str, partition: int) -> Acquired:
+    async def acquire(self, topic: str, partition: int, *, recovering: bool = False) -> Acquired:
         """Hold the partition: its lease from the catalog, or the one already held.
 
         Raises `NotLeaderOrFollower` when it is another live daemon's, may not be
         taken (`refusal`), another daemon won the epoch, or this daemon's
         heartbeats are failing; a store error reading or writing the catalog
         propagates as it is.  Concurrent calls for one partition share one attempt.
+        ``recovering``: the daemon's own WAL holds acknowledged records of the
+        partition that no other daemon has (a restart after a crash), so it
+        is taken even when assigned to another daemon; the next tick hands it
+        over once they are flushed.
         """
         tp = (topic, partition)
         if tp in self._lapsed:
             raise NotLeaderOrFollower(f"{tp[0]}-{tp[1]}: its lease lapsed; it is being given up")
+        if tp in self._purging:
+            raise NotLeaderOrFollower(f"{tp[0]}-{tp[1]}: its deleted topic is being purged")
         if self._held.get(tp, TAKING) != TAKING and self._lease_valid():
             return self._acquired[tp]
         attempt = self._attempts.get(tp)
         if attempt is None:
-            attempt = asyncio.ensure_future(self._acquire(tp))
+            attempt = asyncio.ensure_future(self._acquire(tp, recovering))
             self._attempts[tp] = attempt
             attempt.add_done_callback(functools.partial(self._attempt_done, tp))
         return await asyncio.shield(attempt)
@@ -590,14 +602,14 @@ class LeaseKeeper:
         if not attempt.cancelled():
             attempt.exception()  # retrieved: every waiter may have gone
 
-    async def _acquire(self, tp: TopicPartition) -> Acquired:
+    async def _acquire(self, tp: TopicPartition, recovering: bool) -> Acquired:
         name = f"{tp[0]}-{tp[1]}"
         if not self._running:
             raise NotLeaderOrFollower(f"{name}: node {self.node_id} is not running")
         if not self._lease_valid():
             raise NotLeaderOrFollower(f"{name}: node {self.node_id}'s heartbeats are failing")
         owner = self._owner(tp)
-        if owner is not None and owner != self.node_id:
+        if owner is not None and owner != self.node_id and not recovering:
             raise NotLeaderOrFollower(f"{name} is assigned to node {owner}")
         why = self.refusal(*tp)
         if why is not None:
@@ -638,6 +650,8 @@ class LeaseKeeper:
         if previous_node == self.node_id and previous_incarnation == self._incarnation:
             durability = self._settings.durability
         acquired = Acquired(state.leader_epoch, previous_node, previous_incarnation, durability)
+        if recovering:
+            self._recovering.add(tp)
         self._held[tp] = acquired.epoch
         self._acquired[tp] = acquired
         self._leases_taken += 1
@@ -650,8 +664,61 @@ class LeaseKeeper:
         self._forget((topic, partition))
         self._wake.set()
 
+    def recovered(self, tps: Sequence[TopicPartition]) -> None:
+        """WAL recovery flushed these: the next tick may hand them over to their assignee."""
+        self._recovering.difference_update(tps)
+        self._wake.set()
+
+    # --- purges of deleted topics (`kfs_core.catalog.purge`) --------------------------------
+
+    async def hold_for_purge(
+        self, epochs: Mapping[TopicPartition, int], *, timeout_s: float
+    ) -> list[int]:
+        """List a purge's leases in the heartbeats; wait until no other live daemon lists them.
+
+        A daemon still holding one of these partitions at an older epoch
+        hands it over at its next tick, as to any newer holder, and its next
+        heartbeat drops it; no daemon takes one while this one lists it.
+        Returns the node ids still listing some after ``timeout_s`` (their
+        commits are fenced by the purge's epochs all the same).
+        """
+        for tp, epoch in epochs.items():
+            self._purging.add(tp)
+            self._held[tp] = epoch
+        self._wake.set()
+        deadline = self._clock() + timeout_s
+        while True:
+            holders = sorted(
+                {
+                    n.node_id
+                    for n in self._observer.live()
+                    if n.node_id != self.node_id and any(tp in n.held for tp in epochs)
+                }
+            )
+            if not holders or self._clock() >= deadline or not self._running:
+                return holders
+            await asyncio.sleep(self._interval)
+
+    def purge_refusal(self, state: PartitionState) -> str | None:
+        """Why a purge may not take this partition from its holder now (`dead_holder_refusal`)."""
+        holder = self._observer.get(state.leader_node_id)
+        return dead_holder_refusal(
+            state,
+            {} if holder is None else {holder.node_id: holder},
+            set(self._live_ids()),
+            unclean_leader_election=self._settings.unclean_leader_election_enable,
+        )
+
+    def end_purge(self, tps: Iterable[TopicPartition]) -> None:
+        """The purge is over: these partitions are no longer held or listed."""
+        for tp in tps:
+            self._purging.discard(tp)
+            self._forget(tp)
+        self._wake.set()
+
     def _forget(self, tp: TopicPartition) -> None:
         self._held.pop(tp, None)
+        self._recovering.discard(tp)
         self._lapsed.discard(tp)
         self._acquired.pop(tp, None)
 

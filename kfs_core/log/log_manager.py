@@ -15,6 +15,7 @@ the parts; each part has its own module:
 - `kfs_core.log.reader` -- `PartitionReader`: Fetch and ListOffsets;
 - `kfs_core.log.catalog_refresh` -- `CatalogRefresher`: others' catalog commits;
 - `kfs_core.log.topic_cache` -- `TopicCache`: the topic registry, cached;
+- `kfs_core.log.topic_purger` -- `TopicPurger`: deleted topics' data removed;
 - `kfs_core.log.wal` -- the WAL and its recovery;
 - `kfs_core.log.partition` -- `Partition`, the per-partition state they share.
 
@@ -41,7 +42,10 @@ wrote (altered configs, added partitions) into the topic cache at once;
 `delete_records` moves a partition's log start offset forwards with a
 catalog commit (flushing first what it must cover), so reads below it get
 `OffsetOutOfRange` from then on and retention removes the segments below.
-`forget_topic` drops a deleted topic (`PartitionTable.forget_topic`).
+`forget_topic` drops a deleted topic (`PartitionTable.forget_topic`) and
+`purge_topic` removes its data and frees its name (`TopicPurger`).  A
+partition fenced by another daemon's purge of its deleted topic is
+forgotten the same way (`_on_fenced`).
 
 WAL failure.  A failed WAL write or fsync (`WalWriteFailed`) puts the log
 into its failed state (`LogManager.failed`, `kfs_core.log.failure`): every
@@ -67,6 +71,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from kfs_core.catalog.config import ConfigValue
 from kfs_core.catalog.partition import PartitionCatalog
+from kfs_core.catalog.purge import PurgeReport
 from kfs_core.catalog.state import PartitionState
 from kfs_core.catalog.topics import TopicRecord, TopicRegistry
 from kfs_core.clock import now_ms
@@ -80,6 +85,7 @@ from kfs_core.errors import (
     NotLeaderOrFollower,
     ObjectStoreError,
     OffsetOutOfRange,
+    UnknownTopicOrPartition,
     WalError,
     WalWriteFailed,
 )
@@ -100,6 +106,7 @@ from kfs_core.log.reader import (
 )
 from kfs_core.log.segment_fetcher import SegmentFetcher
 from kfs_core.log.topic_cache import TopicCache, TopicInfo
+from kfs_core.log.topic_purger import Fencing, TopicPurger
 from kfs_core.log.wal import RecoveredBatch, TornTail, WalLike
 from kfs_core.records.batch import (
     CONTROL_ABORT,
@@ -160,6 +167,10 @@ class PreviousHolders(Protocol):
 
     def list_for(self, ticket: int) -> None:
         """List (and read the headers) for ``ticket`` now, ahead of `read_partition`."""
+        ...
+
+    def topic_ends(self, topic: str) -> dict[int, int]:
+        """Per partition of ``topic``, one past the last offset any WAL object holds."""
         ...
 
     def read_partition(
@@ -223,6 +234,7 @@ class LogManager:
         on_failure: Callable[[BaseException], None] | None = None,
         ownership: Ownership | None = None,
         previous_holders: PreviousHolders | None = None,
+        fencing: Fencing | None = None,
     ) -> None:
         settings = settings if settings is not None else Settings()
         self.store = store
@@ -319,7 +331,18 @@ class LogManager:
             clock=self._clock,
             lifecycle=lambda: self._lifecycle,
         )
-        self._flusher.on_fenced = self._refresher.on_fenced = self._table.discard
+        self._flusher.on_fenced = self._refresher.on_fenced = self._on_fenced
+        self._purger = TopicPurger(
+            store,
+            namespace,
+            self.registry,
+            self._executor,
+            self._spawn,
+            node_id=settings.node_id,
+            fencing=fencing,
+            hand_over_timeout_s=2 * settings.broker_session_timeout_ms / 1000,
+            wal_ends=self._wal_ends,
+        )
 
     def __repr__(self) -> str:
         return f"LogManager({self.store!r}, {self.namespace!r}, {self._lifecycle})"
@@ -349,11 +372,16 @@ class LogManager:
         replayed = skipped = 0
         touched: dict[tuple[str, int], Partition] = {}
         led_elsewhere: set[tuple[str, int]] = set()
+        deleted: dict[tuple[str, int], int] = {}
         for record in recovery:
-            if (record.topic, record.partition) in led_elsewhere:
+            key = (record.topic, record.partition)
+            if key in led_elsewhere:
+                continue
+            if key in deleted or not await self._topic_exists(record.topic):
+                deleted[key] = max(deleted.get(key, -1), record.last_offset)
                 continue
             try:
-                p = await self._table.open(record.topic, record.partition)
+                p = await self._table.open(record.topic, record.partition, recovering=True)
             except NotLeaderOrFollower as exc:
                 # Another daemon took it (an unclean election, or the store
                 # mode's replay of this daemon's objects): its log is theirs.
@@ -374,15 +402,45 @@ class LogManager:
             skipped,
         )
         await self._flusher.flush_all(touched.values())
+        if self._table.ownership is not None:
+            self._table.ownership.recovered(list(touched))
+        await self._skip_deleted(deleted)
         self._lifecycle = "running"
         self._spawn(self._flusher.run())
         self._spawn(self._refresher.run(self._table.partitions.values()))
+        self._spawn(self._purger.run())
         self.warm_up = self._spawn(
             self._table.warm_up(
                 sorted(self.wal.flushed_offsets), lambda: self._lifecycle == "running"
             )
         )
         return StartReport(len(touched), replayed, skipped, len(recovery.files), recovery.torn_tail)
+
+    async def _topic_exists(self, topic: str) -> bool:
+        """Whether WAL recovery should replay ``topic``: it exists (or the registry cannot say).
+
+        Looked up before its partitions open, so the lease keeper assigns
+        them knowing the topic's partition count, as every other daemon does.
+        """
+        try:
+            await self._topics.get(topic)
+        except UnknownTopicOrPartition:
+            return False
+        except LogStorageError:
+            return True  # the open reports what the store says
+        return True
+
+    async def _skip_deleted(self, deleted: Mapping[tuple[str, int], int]) -> None:
+        """Checkpoint the WAL past recovered batches of deleted topics: they are never replayed."""
+        for (topic, partition), last in sorted(deleted.items()):
+            log.info(
+                "WAL replay skips %s-%d: the topic was deleted (offsets up to %d discarded)",
+                topic,
+                partition,
+                last,
+            )
+            with contextlib.suppress(WalError):
+                await self.wal.checkpoint_async(topic, partition, last)
 
     def _on_wal_failure(self, loop: asyncio.AbstractEventLoop, failure: WalWriteFailed) -> None:
         """The WAL's failure listener, on its writer thread: fail on the loop."""
@@ -566,8 +624,11 @@ class LogManager:
             return_exceptions=True,
         )
         for (topic, partition), outcome in zip(keys, outcomes, strict=True):
-            # NOT_LEADER_OR_FOLLOWER: another daemon's to take, now the topic is known.
-            if isinstance(outcome, BaseException) and not isinstance(outcome, NotLeaderOrFollower):
+            # NOT_LEADER_OR_FOLLOWER: another daemon's to take, now the topic is known;
+            # an unknown topic was deleted (its purge fences what the dead daemon held).
+            if isinstance(outcome, BaseException) and not isinstance(
+                outcome, (NotLeaderOrFollower, UnknownTopicOrPartition)
+            ):
                 log.warning("taking over %s-%d failed: %s", topic, partition, outcome)
 
     def open_soon(self, topic: str, partitions: Iterable[int]) -> None:
@@ -660,6 +721,47 @@ class LogManager:
         """
         await self._table.open_partitions(keys, timeout_s)
 
+    def _wal_ends(self, topic: str) -> dict[int, int]:
+        """Per partition, one past the last offset of ``topic`` a WAL holds (for its purge).
+
+        The earlier holders' ``store`` WAL objects, and this daemon's own WAL
+        checkpoints (those of a forgotten topic's discarded batches).
+        """
+        ends = {} if self._previous_holders is None else self._previous_holders.topic_ends(topic)
+        for (name, partition), last in self.wal.flushed_offsets.items():
+            if name == topic:
+                ends[partition] = max(ends.get(partition, 0), last + 1)
+        return ends
+
+    def _on_fenced(self, p: Partition) -> None:
+        """Another daemon took the partition: drop it, and see whether its topic was deleted."""
+        self._table.discard(p)
+        self._spawn(self._forget_if_deleted(p))
+
+    async def _forget_if_deleted(self, p: Partition) -> None:
+        """A purge fenced ``p``: checkpoint the WAL past it and forget its topic.
+
+        What this daemon acknowledged for the deleted topic and did not flush
+        must never be replayed, not even into a topic created later under
+        the name.
+        """
+        if not await self._deleted(p.topic):
+            return
+        if p.next_offset > 0 and self._failure.error is None:
+            with contextlib.suppress(WalError):
+                await self.wal.checkpoint_async(p.topic, p.partition, p.next_offset - 1)
+        await self.forget_topic(p.topic)
+
+    async def _deleted(self, topic: str) -> bool:
+        """Whether the registry says ``topic`` is gone (a store error says it is not)."""
+        try:
+            await self._topics.get(topic, fresh=True)
+        except UnknownTopicOrPartition:
+            return True
+        except LogStorageError:
+            return False
+        return False
+
     async def forget_topic(self, name: str) -> None:
         """Drop a deleted topic now: its partitions, unflushed batches and cached segments.
 
@@ -668,6 +770,10 @@ class LogManager:
         dropped offsets, is `PartitionTable.forget_topic`'s.
         """
         await self._table.forget_topic(name)
+
+    def purge_topic(self, name: str) -> asyncio.Task[PurgeReport | None]:
+        """Remove deleted topic ``name``'s data, then free its name, in the background."""
+        return self._purger.schedule(name)
 
     # --- produce ---------------------------------------------------------------
 

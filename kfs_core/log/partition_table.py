@@ -51,7 +51,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
-from kfs_core.catalog.actions import SegmentEntry
+from kfs_core.catalog.actions import SegmentEntry, SetLogStartOffset
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import PartitionState
 from kfs_core.config import Settings
@@ -99,8 +99,12 @@ class Lease(Protocol):
 class Ownership(Protocol):
     """Which partitions this daemon may serve (`kfs_core.cluster.leases.LeaseKeeper`)."""
 
-    async def acquire(self, topic: str, partition: int) -> Lease:
-        """Take (or confirm) the partition's lease; `NotLeaderOrFollower` if it is not ours."""
+    async def acquire(self, topic: str, partition: int, *, recovering: bool = False) -> Lease:
+        """Take (or confirm) the partition's lease; `NotLeaderOrFollower` if it is not ours.
+
+        ``recovering``: this daemon's own WAL holds acknowledged records of it
+        (recovery after a crash): taken whatever the assignment says.
+        """
         ...
 
     def local_epoch(self, topic: str, partition: int) -> int | None:
@@ -109,6 +113,10 @@ class Ownership(Protocol):
 
     def lost(self, topic: str, partition: int) -> None:
         """The partition's lease is gone (fenced, or handed over)."""
+        ...
+
+    def recovered(self, keys: Sequence[tuple[str, int]]) -> None:
+        """WAL recovery flushed these partitions (taken ``recovering``): they may be handed over."""
         ...
 
 
@@ -195,10 +203,12 @@ class PartitionTable:
             )
         return await self.open(topic, partition), info
 
-    async def open(self, topic: str, partition: int) -> Partition:
+    async def open(self, topic: str, partition: int, *, recovering: bool = False) -> Partition:
         """The partition, loading it first (once, however many callers wait) if it is not open.
 
-        `NotLeaderOrFollower` when this daemon does not hold its lease.
+        `NotLeaderOrFollower` when this daemon does not hold its lease (and,
+        unless ``recovering`` -- WAL recovery, see `Ownership.acquire` -- may
+        not take it).
         """
         key = (topic, partition)
         p = self.partitions.get(key)
@@ -208,7 +218,7 @@ class PartitionTable:
         task = self._opening.get(key)
         if task is None:
             # One catalog load per partition, however many requests arrive meanwhile.
-            task = asyncio.ensure_future(self._load(topic, partition))
+            task = asyncio.ensure_future(self._load(topic, partition, recovering))
             self._opening[key] = task
             task.add_done_callback(functools.partial(self._opened, key))
         return await asyncio.shield(task)
@@ -231,11 +241,14 @@ class PartitionTable:
         if not task.cancelled():
             task.exception()  # retrieved here: a caller may have given up waiting
 
-    async def _load(self, topic: str, partition: int) -> Partition:
+    async def _load(self, topic: str, partition: int, recovering: bool = False) -> Partition:
         generation = self._topics.generation(topic)
         epoch = replay_ticket = None
         if self.ownership is not None:
-            epoch = (await self.ownership.acquire(topic, partition)).epoch
+            if recovering:
+                epoch = (await self.ownership.acquire(topic, partition, recovering=True)).epoch
+            else:
+                epoch = (await self.ownership.acquire(topic, partition)).epoch
             if self.begin_replay is not None:
                 replay_ticket = self.begin_replay(topic, partition)
         catalog = PartitionCatalog(self.store, self.namespace, topic, partition)
@@ -265,6 +278,8 @@ class PartitionTable:
         # the catalog holds, those offsets belonged to a deleted topic of this
         # name whose last batches were discarded (forget_topic): continue
         # above them, so no checkpoint of the old topic covers a new batch.
+        # With a lease, the catalog's log starts there too: another holder's
+        # replay begins at the catalog's end and must find no gap.
         flushed = self.wal.flushed_offset(topic, partition)
         if flushed >= p.next_offset:
             log.info(
@@ -274,6 +289,19 @@ class PartitionTable:
                 flushed,
                 flushed + 1,
             )
+            if epoch is not None:
+                action = SetLogStartOffset(offset=flushed + 1, past_end=True)
+                try:
+                    await self._io(
+                        functools.partial(
+                            catalog.commit, [action], operation="purge", leader_epoch=epoch
+                        )
+                    )
+                except (ObjectStoreError, CatalogError) as exc:
+                    raise LogStorageError(
+                        f"starting {topic}-{partition} at {flushed + 1}: {exc}"
+                    ) from exc
+                p.state = catalog.state
             p.next_offset = p.high_watermark = flushed + 1
             p.producers = ProducerStateTable(p.name, self.settings.producer_id_expiration_ms)
         if self.replay is not None and epoch is not None:
@@ -358,6 +386,8 @@ class PartitionTable:
         for p in dropped:
             del self.partitions[(p.topic, p.partition)]
             self._drop(p)
+            if self.ownership is not None:
+                self.ownership.lost(p.topic, p.partition)
         try:
             await self._io(self._producer_snapshots.delete_topic, name)
         except OSError as exc:

@@ -448,6 +448,7 @@ class KfsServer:
             on_failure=self._on_log_failure,
             ownership=self._keeper,
             previous_holders=previous_holders,
+            fencing=self._keeper,
         )
         self._keeper.set_callbacks(self._log.release, self._log.take_over)
         log.info(

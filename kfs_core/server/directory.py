@@ -179,10 +179,12 @@ class TopicDirectory:
             raise UnknownTopicOrPartition(f"unknown topic {name!r}", topic=name) from None
 
     async def delete(self, name: str) -> None:
-        """Mark the topic deleted in the registry, then drop it from the log at once.
+        """Mark the topic deleted in the registry, drop it from the log at once, purge it.
 
         Produce, Fetch and Metadata answer UNKNOWN_TOPIC_OR_PARTITION from the
-        moment this returns; the topic's unflushed batches are discarded.
+        moment this returns; the topic's unflushed batches are discarded.  Its
+        data is removed in the background, then the name is free again
+        (`LogManager.purge_topic`).
         """
         validate_topic_name(name)
         try:
@@ -190,6 +192,7 @@ class TopicDirectory:
         except UnknownTopic:
             raise UnknownTopicOrPartition(f"unknown topic {name!r}", topic=name) from None
         await self._log.forget_topic(name)
+        self._log.purge_topic(name)
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID:

@@ -1,16 +1,20 @@
-"""`kfs topics alter` and `kfs topics add-partitions` on the registry.
+"""`kfs topics alter`, `kfs topics add-partitions` and `kfs topics delete` on the registry.
 
 A running daemon picking the change up: tests/server/test_server_admin.py.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from kfs_core.catalog import TopicRegistry
+from kfs_core.catalog import PartitionCatalog, TopicRegistry
+from kfs_core.cluster.nodes import encode_node, node_key
+from kfs_core.cluster.view import NodeInfo
 from kfs_core.storage import LocalObjectStore
+from tests.catalog.conftest import seg
 from tests.cli.test_cli import kfs
 
 pytestmark = pytest.mark.integration
@@ -92,3 +96,33 @@ def test_alter_without_a_change_is_a_usage_error(env: dict[str, str]) -> None:
     result = kfs("topics", "alter", "orders", env=env)
     assert result.returncode == 2
     assert "nothing to change" in result.stderr
+
+
+def test_delete_with_no_daemon_running_purges_at_once(tmp_path: Path, env: dict[str, str]) -> None:
+    store = LocalObjectStore(tmp_path / "store")
+    catalog = PartitionCatalog(store, "ns1", "orders", 0)
+    entry = seg(0, topic="orders")
+    store.put(f"ns1/{entry.key}", b"segment")
+    catalog.add_segments([entry])
+
+    deleted = kfs("topics", "delete", "orders", env=env)
+    assert deleted.returncode == 0, deleted.stderr
+    assert "the name is free" in deleted.stdout
+    assert not store.exists(f"ns1/{entry.key}")
+    assert registry(tmp_path).deleted_topics() == []
+    created = kfs("topics", "create", "orders", env=env)
+    assert created.returncode == 0, created.stderr
+    assert PartitionCatalog(store, "ns1", "orders", 0).refresh().log_start_offset == 10
+
+
+def test_delete_while_a_daemon_runs_leaves_the_purge_to_it(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    store = LocalObjectStore(tmp_path / "store")
+    node = NodeInfo(1, "running-one", {}, "cautious")
+    store.put(node_key("ns1", 1), encode_node(node, heartbeat_ms=int(time.time() * 1000)))
+
+    deleted = kfs("topics", "delete", "orders", env=env)
+    assert deleted.returncode == 0, deleted.stderr
+    assert "running daemons [1] purge its data" in deleted.stdout
+    assert registry(tmp_path).deleted_topics() == ["orders"]

@@ -691,3 +691,35 @@ def test_a_daemon_restarted_after_kill_9_begins_its_epoch_after_what_it_recovere
         if isinstance(action, SetLeaderEpochStart)
     ]
     assert starts == [SetLeaderEpochStart(epoch=2, start_offset=20)]
+
+
+def test_a_cautious_daemon_restarted_after_kill_9_replays_its_wal_whatever_the_assignment(
+    factory: DaemonFactory,
+) -> None:
+    """Its local WAL alone holds what it acknowledged and had not flushed.
+
+    Right after a restart its view of the others is not settled yet, and the
+    assignment may name another daemon for one of its partitions: recovery
+    takes the partition all the same, replays and flushes it, and hands it
+    over afterwards.  Before, the replay skipped such a partition and its
+    acknowledged records were lost.
+    """
+    daemons = factory.start_cluster(
+        3,
+        store_url=(factory.root / "store").as_uri(),
+        durability="cautious",
+        extra_args=["--flush-interval-ms", "600000"],
+    )
+    servers = bootstrap(daemons)
+    topic = create_topic(servers, replication=3)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": servers, "acks": "all", "enable.idempotence": True}
+    )
+    for i in range(60):
+        producer.produce(topic, b"record-%04d" % i, partition=i % PARTITIONS)
+    assert producer.flush(60) == 0
+    daemons[1].kill()  # nothing was flushed: its records are in its WAL only
+    daemons[1].restart()
+    records = read_all(bootstrap(daemons), topic)
+    assert sorted(records.values()) == [b"record-%04d" % i for i in range(60)]
+    assert "WAL replay skips" not in daemons[1].log()

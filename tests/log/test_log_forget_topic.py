@@ -30,6 +30,7 @@ from tests.log.log_helpers import (
     eventually,
     make_batch,
     offsets_and_values,
+    read_all,
     run_harness,
 )
 
@@ -122,5 +123,40 @@ def test_a_topic_created_again_continues_above_the_discarded_offsets(
         assert offsets_and_values(result.records) == [(5, b"new0:xxx"), (6, b"new1:xxx")]
         assert await again.high_watermark(TOPIC, 0) == 7
         await eventually(lambda: again.metrics().flushes >= 1, what="the replayed batch")
+
+    run_harness(local_store, tmp_path, body)
+
+
+def test_a_topic_deleted_while_the_daemon_was_down_is_skipped_by_recovery_and_purged(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    """``kfs topics delete`` with the daemon down: its WAL records of the topic are never replayed.
+
+    The restart checkpoints the WAL past them, and its sweep purges the topic:
+    the name is free, and the new topic starts above every offset the WAL held.
+    """
+
+    async def body(h: Harness) -> None:
+        logs = await h.open()
+        await logs.create_topic(TOPIC, partitions=1)
+        await logs.append(TOPIC, 0, make_batch(3), timeout_s=10)
+        await logs.flush()  # offsets 0..2 committed
+        await logs.append(TOPIC, 0, make_batch(2), timeout_s=10)  # 3..4 in the WAL only
+        await h.crash(logs)
+        logs.registry.delete_topic(TOPIC)
+
+        again = await h.open()
+        assert h.last_report is not None
+        assert h.last_report.replayed_batches == 0
+        assert again.wal.flushed_offsets[(TOPIC, 0)] == 4
+        await eventually(lambda: not again.registry.deleted_topics(), what="the purge")
+        state = PartitionCatalog(local_store, NS, TOPIC, 0).refresh()
+        assert (state.segments, state.log_start_offset, state.high_watermark) == ((), 5, 5)
+        await again.create_topic(TOPIC, partitions=1)
+        assert (await again.append(TOPIC, 0, make_batch(1), timeout_s=10)).base_offset == 5
+        await h.crash(again)
+
+        third = await h.open()  # nothing of the deleted topic comes back
+        assert offsets_and_values(await read_all(third, TOPIC, 0, 5))[0][0] == 5
 
     run_harness(local_store, tmp_path, body)

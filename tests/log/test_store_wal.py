@@ -839,7 +839,10 @@ class CatalogLeases:
         self._incarnation = incarnation
         self.held: dict[tuple[str, int], int] = {}
 
-    async def acquire(self, topic: str, partition: int) -> Any:
+    def recovered(self, keys: Any) -> None:
+        pass
+
+    async def acquire(self, topic: str, partition: int, *, recovering: bool = False) -> Any:
         if (topic, partition) not in self.held:
             catalog = PartitionCatalog(self._store, NS, topic, partition)
             state = await asyncio.to_thread(catalog.take_lease, self._node_id, self._incarnation)

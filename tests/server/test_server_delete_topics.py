@@ -1,20 +1,22 @@
-"""DeleteTopics takes effect at once, and the name stays taken until retention purges it.
+"""DeleteTopics takes effect at once, and the purge frees the name seconds later.
 
 In process, with raw requests: right after a successful DeleteTopics,
-Produce, Fetch, ListOffsets and Metadata (even with auto-creation on) answer
-UNKNOWN_TOPIC_OR_PARTITION -- no 5 s topic-cache window.  CreateTopics of the
-name answers TOPIC_ALREADY_EXISTS with Kafka's "marked for deletion" until
-the registry purges it; then the name can be used again.
+Produce, Fetch, ListOffsets and Metadata answer UNKNOWN_TOPIC_OR_PARTITION -- no 5 s topic-cache window.  The daemon then
+purges the topic (`kfs_core.catalog.purge`): its objects go, and CreateTopics
+of the name, which answered TOPIC_ALREADY_EXISTS with Kafka's "marked for
+deletion" until then, makes a new, empty topic.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 import warnings
 
 import pytest
 
+from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.topics import TopicRegistry
 from kfs_core.server.protocol import ErrorCode
 from kfs_core.storage import open_store
@@ -29,6 +31,7 @@ with warnings.catch_warnings():
     from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
     from kafka.protocol.consumer import ListOffsetsRequest
     from kafka.protocol.metadata import MetadataRequest
+    from kafka.record.memory_records import MemoryRecords
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -64,7 +67,7 @@ def metadata_code(client: RawClient, topic: str) -> int:
     request = MetadataRequest(
         version=12,
         topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-        allow_auto_topic_creation=True,
+        allow_auto_topic_creation=False,
     )
     return int(client.request(request).topics[0].error_code)
 
@@ -75,7 +78,30 @@ def create(client: RawClient, topic: str) -> tuple[int, str | None]:
     return int(result.error_code), result.error_message
 
 
-def test_a_deleted_topic_is_unknown_at_once_and_its_name_stays_taken(
+def create_once_purged(client: RawClient, topic: str, timeout_s: float = 30.0) -> None:
+    """CreateTopics until the purge has freed the name (TOPIC_ALREADY_EXISTS until then)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code, message = create(client, topic)
+        if code == 0:
+            return
+        assert code == ErrorCode.TOPIC_ALREADY_EXISTS, (code, message)
+        assert message is not None and "marked for deletion" in message
+        assert time.monotonic() < deadline, f"{topic!r} was not purged in {timeout_s} s"
+        time.sleep(0.05)
+
+
+def segment_objects(server: ThreadedServer, topic: str) -> list[str]:
+    settings = server.server.settings
+    with contextlib.closing(open_store(settings.store_url)) as store:
+        return [
+            info.key
+            for info in store.list(f"{settings.namespace}/{topic}/")
+            if "/_log/" not in info.key
+        ]
+
+
+def test_a_deleted_topic_is_unknown_at_once_and_purged_soon_after(
     inprocess: ThreadedServer,
 ) -> None:
     topic = "doomed"
@@ -94,19 +120,53 @@ def test_a_deleted_topic_is_unknown_at_once_and_its_name_stays_taken(
         fetched = client.request(fetch_request(topic, [(0, 0)]))
         assert fetched.responses[0].partitions[0].error_code == UNKNOWN
         assert list_offsets_code(client, topic) == UNKNOWN
-        assert metadata_code(client, topic) == UNKNOWN  # and not auto-created again
+        assert metadata_code(client, topic) == UNKNOWN
 
-        code, message = create(client, topic)
-        assert code == ErrorCode.TOPIC_ALREADY_EXISTS
-        assert message is not None and "marked for deletion" in message
+        create_once_purged(client, topic)
+        assert segment_objects(inprocess, topic) == []  # the old topic's data is gone
+        # A new, empty topic; its log starts above every offset of the old one.
+        assert produce_code(client, topic) == (0, 3)
+        fetched = client.request(fetch_request(topic, [(0, 0)])).responses[0].partitions[0]
+        assert fetched.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+        fetched = client.request(fetch_request(topic, [(0, 3)])).responses[0].partitions[0]
+        assert (fetched.error_code, fetched.log_start_offset, fetched.high_watermark) == (0, 3, 4)
+        assert offsets_of(fetched.records) == [3]
 
-        # Once retention has removed the data and purged the name, it is free again.
+
+def offsets_of(records: bytes) -> list[int]:
+    batches = MemoryRecords(records)
+    found = []
+    while (batch := batches.next_batch()) is not None:
+        found.extend(record.offset for record in batch)
+    return found
+
+
+def test_a_flushed_topic_is_purged_and_created_again_empty(inprocess: ThreadedServer) -> None:
+    """The deleted topic's segments are in the store: the purge deletes them."""
+    topic = "flushed-doomed"
+    with RawClient(inprocess.bootstrap) as client:
+        assert create(client, topic) == (0, None)
+        for offset in range(5):
+            assert produce_code(client, topic) == (0, offset)
         settings = inprocess.server.settings
         with contextlib.closing(open_store(settings.store_url)) as store:
-            TopicRegistry(store, settings.namespace).purge_topic(topic)
-        assert create(client, topic) == (0, None)
-        # Offsets go on above the old topic's: the WAL still has checkpoints for 0..2.
-        assert produce_code(client, topic) == (0, 3)
+            catalog = PartitionCatalog(store, settings.namespace, topic, 0)
+            deadline = time.monotonic() + 30
+            while catalog.refresh().high_watermark < 5:  # the flush commits within its interval
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert segment_objects(inprocess, topic) != []
+
+        client.request(DeleteTopicsRequest(version=4, topic_names=[topic], timeout_ms=10_000))
+        create_once_purged(client, topic)
+        assert segment_objects(inprocess, topic) == []
+        assert produce_code(client, topic) == (0, 5)
+        with contextlib.closing(open_store(settings.store_url)) as store:
+            registry = TopicRegistry(store, settings.namespace)
+            assert registry.deleted_topics() == []
+            state = PartitionCatalog(store, settings.namespace, topic, 0).refresh()
+        assert state.log_start_offset == 5
+        assert all(s.base_offset >= 5 for s in state.segments)
 
 
 def test_topics_named_by_id_are_described_and_deleted(inprocess: ThreadedServer) -> None:

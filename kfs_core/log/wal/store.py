@@ -1204,6 +1204,24 @@ class StoreWalReader:
         self._headers[info.key] = header
         return header
 
+    def topic_ends(self, topic: str) -> dict[int, int]:
+        """Per partition of ``topic``, one past the last offset any writer's WAL object holds.
+
+        For the purge of a deleted topic (`kfs_core.catalog.purge`): a topic
+        created later under the name starts above every offset the deleted
+        one acknowledged.  Partitions with no frame are left out.
+        """
+        ends: dict[int, int] = {}
+        for info, _node, _incarnation, _seq in self.objects():
+            try:
+                header = self.header(info)
+            except ObjectNotFound:
+                continue  # its writer deleted it since the listing: everything in it is flushed
+            for entry in header.entries:
+                if entry.topic == topic:
+                    ends[entry.partition] = max(ends.get(entry.partition, 0), entry.last_offset + 1)
+        return ends
+
     def read_partition(
         self,
         topic: str,

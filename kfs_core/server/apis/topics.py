@@ -13,9 +13,9 @@ changed live with IncrementalAlterConfigs (`kfs_core.server.loggers`).
 CreatePartitions only grows a topic (INVALID_PARTITIONS otherwise); Metadata
 and Produce see the new partitions at once.  A deleted topic is gone for Produce,
 Fetch and Metadata as soon as DeleteTopics answers (`LogManager.forget_topic`);
-creating its name again answers TOPIC_ALREADY_EXISTS ("marked for deletion")
-until retention has removed its data and purged it from the registry, as
-Kafka does while a deletion is in progress.
+its data is removed in the background (`kfs_core.catalog.purge`), seconds
+later, and until then creating its name again answers TOPIC_ALREADY_EXISTS
+("marked for deletion"), as Kafka does while a deletion is in progress.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ async def _delete_topics(
             code, message = error_code_for(exc), message_of(exc)
             log_failure(f"delete topic {name or topic_id}", exc, code)
         else:
-            log.info("deleted topic %r (retention removes its data)", name)
+            log.info("deleted topic %r (its data is being purged)", name)
             context.notifier.notify_topic(name)
             await _forget_committed_offsets(context, name)
         context.count_error(ApiKey.DELETE_TOPICS, code)
