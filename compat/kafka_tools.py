@@ -234,6 +234,34 @@ def check_broker_configs(tools: ToolClient) -> None:
         "kafka-configs", "--describe", "--all", "--entity-type", "brokers", "--entity-name", "0"
     ).stdout
     expect("message.max.bytes=" in out, "the broker's static configs", out)
+    # Dynamic configs: one of this broker's own, and a cluster-wide default.
+    broker = ("--entity-type", "brokers", "--entity-name", "0")
+    default = ("--entity-type", "brokers", "--entity-default")
+    altered = tools.run(
+        "kafka-configs", "--alter", *broker, "--add-config", "log.cleaner.threads=2"
+    ).stdout
+    expect("Completed updating config for broker 0." in altered, "the broker's change", altered)
+    tools.run("kafka-configs", "--alter", *default, "--add-config", "log.retention.ms=86400000")
+    own = tools.run("kafka-configs", "--describe", *broker).stdout
+    expect(
+        "Dynamic configs for broker 0 are:" in own
+        and "log.cleaner.threads=2 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:"
+        "log.cleaner.threads=2, DEFAULT_CONFIG:log.cleaner.threads=1}"
+        in own,
+        "the broker's dynamic config and its synonyms",
+        own,
+    )
+    defaults = tools.run("kafka-configs", "--describe", *default).stdout
+    expect(
+        "log.retention.ms=86400000 sensitive=false "
+        "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=86400000}" in defaults,
+        "the cluster default",
+        defaults,
+    )
+    tools.run("kafka-configs", "--alter", *broker, "--delete-config", "log.cleaner.threads")
+    tools.run("kafka-configs", "--alter", *default, "--delete-config", "log.retention.ms")
+    after = tools.run("kafka-configs", "--describe", *broker).stdout
+    expect("log.cleaner.threads" not in after, "the broker's config deleted", after)
 
 
 def check_broker_loggers(tools: ToolClient) -> None:

@@ -9,7 +9,7 @@ these, whose names start with ``_`` so they sort apart from the topics::
     {ns}/_control/...     the daemon's signals to the jobs (`kfs_core.maintenance_pause`)
     {ns}/_security/...    SASL users and ACLs (`kfs_core.security`)
     {ns}/_page/...        the KFS page's last overview (`kfs_airflow.overview_cache`)
-    {ns}/_cluster/...     the daemons' heartbeats, the pinned placements (`kfs_core.cluster`)
+    {ns}/_cluster/...     the daemons' heartbeats, the pinned placements, dynamic broker configs (`kfs_core.cluster`)
     {ns}/_wal/...         the ``store`` durability mode's WAL objects (`kfs_core.log.wal.store`)
     {ns}/_tables/...      Iceberg tables of topics, and their embedded catalog (`kfs_core.tables`)
 

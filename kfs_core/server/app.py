@@ -213,7 +213,7 @@ def _broker_configs(settings: Settings, advertised_listeners: str) -> dict[str, 
     the rest are what a single broker without replication always answers.
     """
     return {
-        "broker.id": "0",
+        "broker.id": str(settings.node_id),
         "node.id": "0",
         "advertised.listeners": advertised_listeners,
         "default.replication.factor": "1",

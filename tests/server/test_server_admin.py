@@ -306,7 +306,7 @@ def test_incremental_alter_configs_errors(local_daemon: Daemon, local_admin: Adm
         ResourceType.BROKER,
         "0",
         incremental_configs=[
-            ConfigEntry("log.retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+            ConfigEntry("broker.id", "1", incremental_operation=AlterConfigOpType.SET)
         ],
     )
     error = kafka_error(local_admin.incremental_alter_configs([broker])[broker])

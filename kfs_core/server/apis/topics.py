@@ -48,6 +48,7 @@ from kfs_core.server.apis.base import (
     log_failure,
     message_of,
 )
+from kfs_core.server.apis.broker_configs import alter_broker_configs, broker_entries
 from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.directory import topic_uuid
 from kfs_core.server.protocol.errors import ErrorCode
@@ -351,20 +352,19 @@ async def _configs_of(context: RequestContext, resource_type: int, name: str) ->
             for logger, level in loggers.levels().items()
         ]
     if resource_type == RESOURCE_BROKER:
-        _check_this_broker(context, name)
         return [
             _ConfigEntry(
-                name=key,
-                value=value,
-                default=value,
-                source=SOURCE_STATIC_BROKER,
-                read_only=True,
-                config_type=_CONFIG_TYPE_BOOLEAN
-                if value in ("true", "false")
-                else _CONFIG_TYPE_STRING,
+                name=entry.name,
+                value=entry.value,
+                default=entry.synonyms[-1][1],
+                source=entry.source,
+                read_only=entry.read_only,
+                config_type=entry.config_type,
                 documentation=None,
+                sensitive=entry.sensitive,
+                chain=entry.synonyms,
             )
-            for key, value in sorted(context.options.broker_configs.items())
+            for entry in await broker_entries(context, name)
         ]
     raise Refused(
         ErrorCode.INVALID_REQUEST,
@@ -392,12 +392,15 @@ def _requested_configs(topic: CreatableTopic) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class _ConfigEntry:
     name: str
-    value: str
-    default: str
+    value: str | None
+    default: str | None
     source: int
     read_only: bool
     config_type: int
     documentation: str | None
+    sensitive: bool = False
+    # The synonyms ``(name, value, source)`` when the entry has its own (broker configs).
+    chain: tuple[tuple[str, str | None, int], ...] | None = None
 
 
 _ConfigResult = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
@@ -407,7 +410,9 @@ def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -
     resource = _ConfigResult
     synonym = resource.DescribeConfigsSynonym
     chain = []
-    if synonyms:
+    if synonyms and entry.chain is not None:
+        chain = [synonym(name=n, value=v, source=source) for n, v, source in entry.chain]
+    elif synonyms:
         chain.append(synonym(name=entry.name, value=entry.value, source=entry.source))
         if entry.source == SOURCE_DYNAMIC_TOPIC:
             chain.append(synonym(name=entry.name, value=entry.default, source=SOURCE_DEFAULT))
@@ -416,7 +421,7 @@ def _config_entry(entry: _ConfigEntry, *, synonyms: bool, documentation: bool) -
         value=entry.value,
         read_only=entry.read_only,
         config_source=entry.source,
-        is_sensitive=False,
+        is_sensitive=entry.sensitive,
         synonyms=chain,
         config_type=entry.config_type,
         documentation=entry.documentation if documentation else None,
@@ -530,6 +535,16 @@ async def _alter(
             if resource.resource_type == RESOURCE_BROKER_LOGGER:
                 _check_this_broker(context, name)
                 _alter_loggers(key, resource.configs, validate_only=validate_only)
+            elif resource.resource_type == RESOURCE_BROKER:
+                configs = await alter_broker_configs(
+                    context,
+                    name,
+                    resource.configs,
+                    incremental=key == ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                    validate_only=validate_only,
+                )
+                if not validate_only:
+                    log.info("broker %r: dynamic configs now %s", name or "default", configs)
             else:
                 _check_alterable(resource.resource_type, name)
                 configs = await context.topics.edit_configs(
@@ -584,12 +599,6 @@ def _alter_loggers(key: ApiKey, configs: Sequence[Any], *, validate_only: bool) 
 
 
 def _check_alterable(resource_type: int, name: str) -> None:
-    if resource_type == RESOURCE_BROKER:
-        raise Refused(
-            ErrorCode.INVALID_REQUEST,
-            f"broker {name!r}: broker configs are static in KFS; set them with kfs serve "
-            "flags or KFS_* variables",
-        )
     if resource_type != RESOURCE_TOPIC:
         raise Refused(
             ErrorCode.INVALID_REQUEST,
