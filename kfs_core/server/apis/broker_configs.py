@@ -30,7 +30,7 @@ from kfs_core.server.apis.base import Refused
 from kfs_core.server.apis.context import RequestContext
 from kfs_core.server.protocol.errors import ErrorCode
 
-__all__ = ["BrokerEntry", "alter_broker_configs", "broker_entries"]
+__all__ = ["BrokerEntry", "alter_broker_configs", "apply_increments", "broker_entries"]
 
 SOURCE_DYNAMIC_BROKER: Final = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER: Final = 3
@@ -166,26 +166,42 @@ def _edit_for(api: str, configs: Sequence[Any]) -> Edit:
             )
         operations.append((config.name, operation, config.value or ""))
 
-    def edit(current: Mapping[str, str]) -> Mapping[str, str]:
-        configs = dict(current)
-        for name, operation, value in operations:
-            if operation == OP_SET:
-                configs[name] = value
-            elif operation == OP_DELETE:
-                configs.pop(name, None)
-            else:
-                key = key_of(name)
-                default = key.default if key is not None else None
-                items = [i for i in configs.get(name, default or "").split(",") if i]
-                given = [i.strip() for i in value.split(",") if i.strip()]
-                if operation == OP_APPEND:
-                    items += [i for i in given if i not in items]
-                else:
-                    items = [i for i in items if i not in given]
-                configs[name] = ",".join(items)
-        return configs
+    def default_of(name: str) -> str:
+        key = key_of(name)
+        return (key.default if key is not None else None) or ""
 
-    return edit
+    return lambda current: apply_increments(current, operations, default_of)
+
+
+def apply_increments(
+    current: Mapping[str, str],
+    operations: Sequence[tuple[str, int, str]],
+    default_of: Callable[[str], str],
+) -> dict[str, str]:
+    """IncrementalAlterConfigs' ``(name, operation, value)`` applied to ``current``.
+
+    SET and DELETE (back to the default); APPEND and SUBTRACT on a list,
+    which starts from ``default_of(name)`` when it is not set.
+    """
+    configs = dict(current)
+    for name, operation, value in operations:
+        if operation == OP_SET:
+            configs[name] = value
+        elif operation == OP_DELETE:
+            configs.pop(name, None)
+        else:
+            items = _list_items(configs.get(name, default_of(name)))
+            given = _list_items(value)
+            if operation == OP_APPEND:
+                items += [item for item in given if item not in items]
+            else:
+                items = [item for item in items if item not in given]
+            configs[name] = ",".join(items)
+    return configs
+
+
+def _list_items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 async def alter_broker_configs(

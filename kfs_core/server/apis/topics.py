@@ -48,7 +48,11 @@ from kfs_core.server.apis.base import (
     log_failure,
     message_of,
 )
-from kfs_core.server.apis.broker_configs import alter_broker_configs, broker_entries
+from kfs_core.server.apis.broker_configs import (
+    alter_broker_configs,
+    apply_increments,
+    broker_entries,
+)
 from kfs_core.server.apis.error_bodies import Mirror, schema_error_body
 from kfs_core.server.directory import topic_uuid
 from kfs_core.server.protocol.errors import ErrorCode
@@ -641,28 +645,7 @@ def _increments(configs: Sequence[Any]) -> ConfigEdit:
         value = "" if config.config_operation == OP_DELETE else _value(config)
         operations.append((config.name, config.config_operation, value))
 
-    def edit(current: Mapping[str, str]) -> Mapping[str, str]:
-        configs = dict(current)
-        for name, operation, value in operations:
-            if operation == OP_DELETE:
-                configs.pop(name, None)
-            elif operation == OP_SET:
-                configs[name] = value
-            else:
-                items = _list_items(configs.get(name, DEFAULT_CONFIGS[name]))
-                change = _list_items(value)
-                if operation == OP_APPEND:
-                    items += [item for item in change if item not in items]
-                else:
-                    items = [item for item in items if item not in change]
-                configs[name] = ",".join(items)
-        return configs
-
-    return edit
-
-
-def _list_items(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
+    return lambda current: apply_increments(current, operations, DEFAULT_CONFIGS.__getitem__)
 
 
 _create_topics_error = schema_error_body(
