@@ -11,7 +11,9 @@
   -9 of the daemon and crashes of its own, each input record's output once;
 - failover of three ``store``-mode daemons sharing a namespace: kill -9,
   SIGSTOP past the session timeout and a rolling restart on the local store,
-  kill -9 on S3, each timed until every partition is served again;
+  kill -9 on S3, each timed until every partition is served again; and
+  kill -9 then restart of one of three ``cautious`` daemons (its local WAL
+  alone holds what it acknowledged last);
 - network cuts of one of three ``store``-mode daemons on S3, run in a
   network namespace of its own: its path to the store, or to its clients,
   cut with blackhole routes and restored;
@@ -204,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         "--failover-cycles",
         type=int,
         default=100,
-        help="kill -9 cycles of the failover campaign on the local store (a quarter on S3)",
+        help="kill -9 cycles of the failover campaign on the local store (a quarter on S3, "
+        "a quarter of cautious crashes)",
     )
     parser.add_argument(
         "--failover-pauses", type=int, default=5, help="SIGSTOP cycles of the failover campaign"
@@ -256,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                     pauses=args.failover_pauses,
                     rolling=1,
                     seed=seed,
+                    crashes=max(1, args.failover_cycles // 4),
                     progress=lambda line: print(f"  failover {line}", flush=True),
                 ):
                     rows.append(row)

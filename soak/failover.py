@@ -14,7 +14,11 @@ three daemons while a tail consumer follows every partition.  Each cycle
   the partitions it held (its lease lapsed, or it found them taken at a newer
   epoch) and the others count it live again;
 - **rolling**: stop every daemon gracefully (SIGTERM) and start it again, one
-  after the other, timing the failover after each stop.
+  after the other, timing the failover after each stop;
+- **crash**: on daemons with a local WAL (``cautious``): ``kill -9`` a
+  daemon and start it again at once.  Its partitions are nobody else's to
+  take (only its WAL holds what it acknowledged last), so the failover is
+  its restart: WAL recovery replays them, then they serve again.
 
 *Failover* is measured from outside, with a client: from the fault until
 every partition of the topic has accepted a produce and answered a fetch.
@@ -76,8 +80,13 @@ S3_SESSION_TIMEOUT_MS = 5000
 #: The failover time aimed at: the session timeout, plus 2 s to take over and for clients.
 TARGET_S = SESSION_TIMEOUT_MS / 1000 + 2.0
 S3_TARGET_S = S3_SESSION_TIMEOUT_MS / 1000 + 2.0
-ACTIONS = ("kill", "pause", "rolling")
-FAULTS = {"kill": "kill -9", "pause": "pause", "rolling": "rolling restart"}
+ACTIONS = ("kill", "pause", "rolling", "crash")
+FAULTS = {
+    "kill": "kill -9",
+    "pause": "pause",
+    "rolling": "rolling restart",
+    "crash": "kill -9 and restart, cautious",
+}
 #: Short client timeouts, so that a request to a paused daemon is given up in seconds.
 PROBE_SETTINGS = {
     "request.timeout.ms": 2000,
@@ -95,15 +104,19 @@ WAIT_S = 60.0
 
 
 def start_cluster(
-    factory: DaemonFactory, *, store_url: str, s3_endpoint_url: str | None = None
+    factory: DaemonFactory,
+    *,
+    store_url: str,
+    s3_endpoint_url: str | None = None,
+    durability: str = "store",
 ) -> list[Daemon]:
-    """The campaign's three daemons: ``store`` durability, short heartbeats, converged."""
+    """The campaign's three daemons: ``store`` durability (unless told), short heartbeats."""
     s3 = s3_endpoint_url is not None
     return factory.start_cluster(
         NODES,
         store_url=store_url,
         s3_endpoint_url=s3_endpoint_url,
-        durability="store",
+        durability=durability,
         heartbeat_ms=S3_HEARTBEAT_MS if s3 else HEARTBEAT_MS,
         session_timeout_ms=S3_SESSION_TIMEOUT_MS if s3 else SESSION_TIMEOUT_MS,
     )
@@ -260,6 +273,14 @@ class Campaign:
         self.wait_live()
         cycle.rejoin_s = max(cycle.rejoin_s, time.monotonic() - started)
 
+    def crash(self, victim: Daemon, cycle: Cycle, led: set[int]) -> None:
+        killed = time.monotonic()
+        victim.kill()
+        victim.start()
+        cycle.rejoin_s = max(cycle.rejoin_s, time.monotonic() - killed)
+        cycle.failover_s.append(self.failover(killed))
+        self.wait_live()
+
     def cycle(self, action: str, delay_s: tuple[float, float]) -> Cycle:
         """One fault after a seeded delay under load, once the cluster is balanced."""
         self.wait_balanced()
@@ -271,7 +292,12 @@ class Campaign:
         errors = self.application_errors()
         for victim in victims:
             led = {p for p, leader in self.leaders().items() if leader == node_id(victim)}
-            fault = {"kill": self.kill, "pause": self.pause, "rolling": self.restart}[action]
+            fault = {
+                "kill": self.kill,
+                "pause": self.pause,
+                "rolling": self.restart,
+                "crash": self.crash,
+            }[action]
             fault(victim, cycle, led)
         cycle.application_errors = self.application_errors() - errors
         return cycle
@@ -315,7 +341,12 @@ def summary(action: str, cycles: Sequence[Cycle], target_s: float = TARGET_S) ->
     times = [t for c in cycles for t in c.failover_s]
     if not times:
         return []
-    faults = {"kill": "kill -9", "pause": "pause", "rolling": "graceful stop"}[action]
+    faults = {
+        "kill": "kill -9",
+        "pause": "pause",
+        "rolling": "graceful stop",
+        "crash": "kill -9 and restart",
+    }[action]
     return [
         f"{len(times)} x {faults}: failover p50 {percentile(times, 0.5):.2f} s, "
         f"p99 {percentile(times, 0.99):.2f} s, max {max(times):.2f} s "
@@ -400,23 +431,27 @@ def rows(
     pauses: int,
     rolling: int,
     seed: int,
+    crashes: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> Iterator[Row]:
     """`make soak`'s failover rows, each run on a fresh cluster under ``root``; yielded as done.
 
     kill -9, pause and rolling restart on the local store, and kill -9 on S3
-    (``s3_store()`` gives a fresh bucket's ``store_url`` and ``s3_endpoint_url``).
+    (``s3_store()`` gives a fresh bucket's ``store_url`` and ``s3_endpoint_url``),
+    in ``store`` mode; kill -9 and restart of ``cautious`` daemons.
     """
     plans = [
         ("local", ["kill"] * kills),
         ("local", ["pause"] * pauses),
         ("local", ["rolling"] * rolling),
         ("s3", ["kill"] * s3_kills),
+        ("local", ["crash"] * crashes),
     ]
     for n, (store, actions) in enumerate(plans):
         if not actions:
             continue
         factory = DaemonFactory(root / f"failover-{n}")
+        durability = "cautious" if actions[0] == "crash" else "store"
         try:
             if store == "s3":
                 where = s3_store()
@@ -424,7 +459,9 @@ def rows(
                     factory, store_url=where["store_url"], s3_endpoint_url=where["s3_endpoint_url"]
                 )
             else:
-                cluster = start_cluster(factory, store_url=(factory.root / "store").as_uri())
+                cluster = start_cluster(
+                    factory, store_url=(factory.root / "store").as_uri(), durability=durability
+                )
 
             def report(line: str, store: str = store, action: str = actions[0]) -> None:
                 if progress:

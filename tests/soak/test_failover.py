@@ -1,10 +1,12 @@
 """The failover campaign in short form, and its pieces shown able to fail.
 
 ``make soak`` runs tens of kill -9 cycles, pauses and a rolling restart of
-three ``store``-mode daemons on the local store and on S3 (moto); here two
-kill -9 cycles and a rolling restart on the local store keep the campaign
-honest in CI: partitions must move, and the history must show nothing lost,
-duplicated or changed and no error reaching the application.
+three ``store``-mode daemons on the local store and on S3 (moto), and kill
+-9 then restart of ``cautious`` daemons; here two kill -9 cycles and a
+rolling restart on the local store, and two cautious crashes, keep the
+campaign honest in CI: partitions must move (in ``store`` mode), and the
+history must show nothing lost, duplicated or changed and no error reaching
+the application.
 """
 
 from __future__ import annotations
@@ -61,3 +63,21 @@ def test_failover_cycles_lose_nothing_acknowledged(daemons: DaemonFactory) -> No
     assert all(c.moved > 0 for c in cycles), cycles  # every fault moved partitions
     assert row.acknowledged > 0
     assert row.max_recovery_s is not None and row.max_recovery_s < failover.WAIT_S
+
+
+def test_cautious_daemons_killed_and_restarted_lose_nothing_acknowledged(
+    daemons: DaemonFactory,
+) -> None:
+    """A local WAL's records come back only with its daemon: the restart replays them."""
+    store_url = (daemons.root / "store").as_uri()
+    cluster = failover.start_cluster(daemons, store_url=store_url, durability="cautious")
+    seed = random.randrange(1 << 30)
+    row, cycles = failover.run(
+        cluster, actions=["crash", "crash"], seed=seed, store="local", rate=50
+    )
+    logs = "\n".join(d.log()[-2000:] for d in cluster)
+    print(format_table([row]))
+    assert row.passed, format_table([row]) + "\n" + logs
+    assert [c.action for c in cycles] == ["crash", "crash"]
+    assert sum(c.application_errors for c in cycles) == 0
+    assert row.acknowledged > 0
