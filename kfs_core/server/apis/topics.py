@@ -7,7 +7,8 @@ object store, not from replicas, so the factor changes nothing else.  DescribeCo
 IncrementalAlterConfigs speak Kafka's topic config names (`CONFIG_KEYS`):
 an unknown name or a bad value is INVALID_CONFIG for its resource, and a
 change is served by the log as soon as it is answered (`TopicDirectory`).
-Broker configs are read-only: they come from ``kfs serve`` flags.  Broker
+Broker configs: the daemon's settings (from ``kfs serve`` flags), read-only,
+and Kafka's dynamic broker configs (`kfs_core.server.apis.broker_configs`).  Broker
 loggers (resource type 8) are this daemon's log levels, described and
 changed live with IncrementalAlterConfigs (`kfs_core.server.loggers`).
 CreatePartitions only grows a topic (INVALID_PARTITIONS otherwise); Metadata
