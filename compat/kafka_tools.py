@@ -343,11 +343,6 @@ def check_offsets(tools: ToolClient) -> None:
     )
     future = _offsets(tools, "--time", str(int(time.time() * 1000) + 3_600_000))
     expect(future == {}, "nothing at a future time", str(future))
-    # The tiered-storage specs, as for a topic without tiers: the log start, and none.
-    local = _offsets(tools, "--time", "-4")
-    expect(set(local.values()) == {0} and len(local) == 4, "earliest local 0", str(local))
-    tiered = _offsets(tools, "--time", "-5")
-    expect(tiered == {}, "no tiered offset", str(tiered))
 
 
 def check_delete_records(tools: ToolClient) -> None:

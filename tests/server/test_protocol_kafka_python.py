@@ -130,7 +130,7 @@ def test_kafka_python_negotiates_its_highest_versions() -> None:
     assert chosen == {
         ApiKey.PRODUCE: 9,
         ApiKey.FETCH: 12,
-        ApiKey.LIST_OFFSETS: 9,
+        ApiKey.LIST_OFFSETS: 7,
         ApiKey.METADATA: 12,
         ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
         ApiKey.OFFSET_COMMIT: 8,

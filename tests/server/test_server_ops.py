@@ -57,7 +57,7 @@ with warnings.catch_warnings():
         ResourceType,
     )
     from kafka.protocol.admin import CreateTopicsRequest
-    from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+    from kafka.protocol.consumer import FetchRequest
     from kafka.protocol.metadata import MetadataRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -221,34 +221,6 @@ def test_list_offsets(local_daemon: Daemon, admin: AdminClient) -> None:
     assert offset_for(OffsetSpec.for_timestamp(base + 99_000))[0] == -1
     # KIP-734 (ListOffsets v7): the record with the largest timestamp, not the last one.
     assert offset_for(OffsetSpec.max_timestamp()) == (9, base + 9000)
-
-    # The tiered-storage specs, answered as for a topic without tiers:
-    # -4 (v8+) the log start, -5 (v9+) -1; a spec newer than its version is refused.
-    def raw(spec: int, version: int) -> tuple[int, int, int]:
-        listed = ListOffsetsRequest.ListOffsetsTopic
-        request = ListOffsetsRequest(
-            version=version,
-            replica_id=-1,
-            isolation_level=0,
-            topics=[
-                listed(
-                    name=topic,
-                    partitions=[
-                        listed.ListOffsetsPartition(
-                            partition_index=0, current_leader_epoch=-1, timestamp=spec
-                        )
-                    ],
-                )
-            ],
-        )
-        with RawClient(local_daemon.bootstrap) as client:
-            answer = client.request(request).topics[0].partitions[0]
-        return int(answer.error_code), int(answer.offset), int(answer.timestamp)
-
-    assert raw(-4, 9) == (0, 0, -1)
-    assert raw(-5, 9) == (0, -1, -1)
-    assert raw(-5, 8)[0] == ErrorCode.INVALID_REQUEST
-    assert raw(-6, 9)[0] == ErrorCode.INVALID_REQUEST
 
 
 # --- fetch semantics ----------------------------------------------------------------------

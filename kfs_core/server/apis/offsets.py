@@ -1,14 +1,7 @@
 """ListOffsets: earliest (-2), latest (-1), max timestamp (-3) and by time; OffsetForLeaderEpoch.
 
 ListOffsets.  -3 (KIP-734, v7+) answers the first record with the largest
-timestamp.  The tiered-storage specs are answered as Kafka answers them for a
-topic without tiered storage (KFS's topics have no local and remote tiers:
-every committed segment is in the object store): -4, the earliest local
-offset (KIP-405, v8+), is the log start offset; -5, the last tiered offset
-(KIP-1005, v9+), is -1.  Versions stop at 9: kafka-python takes a broker
-serving v10 for Kafka 4.0 and v11 for 4.2 and turns on what those have
-(v10 adds a timeout for remote reads, v11 the spec -6).  A spec older than
-its version allows, or an unknown one, gets INVALID_REQUEST.  (Committed consumer offsets are the groups'
+timestamp; the tiered-storage specs (-4 and below, v8+) get INVALID_REQUEST.  (Committed consumer offsets are the groups'
 business: `kfs_core.server.apis.groups`.)  From v4 a partition's
 ``current_leader_epoch`` older than this daemon's lease epoch answers
 FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH; an answer carries
@@ -60,13 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = ["APIS", "LIST_OFFSETS", "OFFSET_FOR_LEADER_EPOCH"]
 
-EARLIEST: Final = -2
-#: Each negative spec: the first ListOffsets version that may ask for it.
-SPEC_VERSIONS: Final = {-1: 1, -2: 1, -3: 7, -4: 8, -5: 9}
 MAX_TIMESTAMP: Final = -3  # the largest timestamp (-2 the log start, -1 the high watermark)
-EARLIEST_LOCAL: Final = -4  # KIP-405: the first offset of the local tier
-#: KIP-1005's last tiered offset: -1 without tiers.
-NO_TIERS: Final = frozenset({-5})
+MAX_TIMESTAMP_VERSION: Final = 7  # the first ListOffsets version that may ask for it
 
 
 async def handle(
@@ -86,23 +74,18 @@ async def handle(
                 )
                 if epoch_error != ErrorCode.NONE:
                     raise Refused(epoch_error, f"leader epoch: {epoch_error.name}")
-                if p.timestamp < 0 and request.api_version < SPEC_VERSIONS.get(p.timestamp, 99):
-                    # Kafka's clients never send a spec a version does not know.
+                if p.timestamp < MAX_TIMESTAMP or (
+                    p.timestamp == MAX_TIMESTAMP and request.api_version < MAX_TIMESTAMP_VERSION
+                ):
+                    # The tiered-storage specs; -3 before v7 (Kafka's clients never send it).
                     raise Refused(
                         ErrorCode.INVALID_REQUEST,
-                        f"ListOffsets timestamp {p.timestamp} is not supported in version "
-                        f"{request.api_version}",
+                        f"ListOffsets timestamp {p.timestamp} is not supported",
                     )
-                spec = EARLIEST if p.timestamp == EARLIEST_LOCAL else p.timestamp
                 found = await context.log.list_offsets(
-                    topic.name,
-                    p.partition_index,
-                    EARLIEST if spec in NO_TIERS else spec,
-                    read_committed=read_committed,
+                    topic.name, p.partition_index, p.timestamp, read_committed=read_committed
                 )
                 offset, timestamp = found.offset, found.timestamp
-                if spec in NO_TIERS:
-                    offset, timestamp = -1, -1  # the partition exists; it has no tiers
             except Exception as exc:  # noqa: BLE001 - any failure is this partition's error code
                 code = error_code_for(exc)
                 log_failure(f"list offsets of {topic.name}-{p.partition_index}", exc, code)
@@ -140,13 +123,14 @@ error_body = schema_error_body(
 )
 
 
-# v0 (offset arrays) is gone from the spec.  v8 and v9 add the tiered-storage
-# specs -4 and -5; see the module docstring for why not v10 and v11.
+# v0 (offset arrays) is gone from the spec.  librdkafka sends <= 7;
+# kafka-python would send 11, but v8+ only add tiered-storage offset specs
+# (-4, -5, -6) and a timeout, none of which KFS implements.
 LIST_OFFSETS: Final[Api[ListOffsetsRequestBody, ListOffsetsResponse]] = Api(
     ApiKey.LIST_OFFSETS,
     ListOffsetsRequest,
     ListOffsetsResponse,
-    (1, 9),
+    (1, 7),
     handle,
     error_body,
     authorize=topics_rule("topics", Operation.DESCRIBE, "topics"),
