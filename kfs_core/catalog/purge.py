@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kfs_core.catalog import layout
 from kfs_core.catalog.actions import Action, RemoveSegment, SetLogStartOffset
@@ -47,7 +48,6 @@ from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.catalog.state import PartitionState
 from kfs_core.catalog.topics import TopicRecord, TopicRegistry
 from kfs_core.clock import now_ms
-from kfs_core.cluster.view import NodeInfo
 from kfs_core.errors import FencedLeaderEpoch, LeaseConflict
 from kfs_core.storage.base import ObjectStore
 
@@ -152,9 +152,25 @@ def fence_partitions(
     return epochs
 
 
+class Holder(Protocol):
+    """What a daemon's heartbeat says of it (`kfs_core.cluster.view.NodeInfo`)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def incarnation(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def durability(self) -> str: ...
+
+
 def dead_holder_refusal(
     state: PartitionState,
-    heartbeats: Mapping[int, NodeInfo],
+    heartbeats: Mapping[int, Holder],
     live: Set[int],
     *,
     unclean_leader_election: bool,
