@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from kfs_core.clock import now_ms
@@ -266,13 +266,13 @@ def key_of(name: str) -> DynamicKey | None:
     return DYNAMIC_KEYS.get(base_name(name))
 
 
-def is_read_only(name: str, static_names: Iterable[str] = ()) -> bool:
+def is_read_only(name: str, static_names: Collection[str] = ()) -> bool:
     """Whether ``name`` is a broker config that cannot change at run time."""
     if _LISTENER_PREFIX.fullmatch(name):
         return False
     if name in DYNAMIC_KEYS:
         return False
-    return name in _READ_ONLY or name in set(static_names) or name.startswith(_READ_ONLY_PREFIXES)
+    return name in _READ_ONLY or name in static_names or name.startswith(_READ_ONLY_PREFIXES)
 
 
 def is_sensitive(name: str) -> bool:
@@ -318,7 +318,7 @@ def _check_value(name: str, key: DynamicKey, value: str) -> None:
 
 
 def check_changes(
-    configs: Mapping[str, str], *, per_broker: bool, static_names: Iterable[str] = ()
+    configs: Mapping[str, str], *, per_broker: bool, static_names: Collection[str] = ()
 ) -> None:
     """Refuse what Kafka's broker refuses in a resource's new dynamic configs (in its order).
 

@@ -219,9 +219,8 @@ async def alter_broker_configs(
     """
     resource = _resource(context, name)
     edit = _edit_for("incremental" if incremental else "replace", configs)
-    static = set(context.options.broker_configs) - {
-        n for n in context.options.broker_configs if key_of(n) is not None
-    }
+    # The daemon's settings Kafka cannot change at run time are read-only here too.
+    static = {n for n in context.options.broker_configs if key_of(n) is None}
 
     def checked(current: Mapping[str, str]) -> Mapping[str, str]:
         new = edit(current)
