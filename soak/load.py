@@ -155,11 +155,17 @@ def check_log(
         elif stored != sent[ident]:
             findings.changed.add(position)
     where: dict[bytes, Position] = {}
+    acked_at = {ident: position for position, ident in acked}
     for position, record in log.items():
         if sent.get(record.ident) != record:
             findings.changed.add(position)
         first = where.setdefault(record.ident, position)
         if first != position:
+            findings.problem(
+                "duplicated where",
+                f"{record.ident.decode()} at {first} and {position}, acknowledged at "
+                f"{acked_at.get(record.ident)}",
+            )
             findings.duplicated.add(record.ident)
     if compacted:
         return

@@ -16,7 +16,7 @@ import random
 import pytest
 
 from soak import failover
-from soak.load import Findings, Record, check_seen
+from soak.load import Findings, Record, check_log, check_seen
 from soak.report import Row, format_table
 from testkit.daemon import DaemonFactory
 
@@ -30,6 +30,17 @@ def test_a_record_seen_then_changed_or_gone_is_a_finding() -> None:
     findings = Findings()
     check_seen(seen, final, findings)
     assert findings.changed == {(0, 1), (1, 0)}
+
+
+def test_a_record_stored_twice_is_a_finding_that_says_where() -> None:
+    record = Record(b"k", b"v", (("id", b"p0-1"),), 1_700_000_000_000)
+    findings = Findings()
+    log = {(3, 10): record, (3, 12): record}
+    check_log(log, {b"p0-1": record}, [((3, 12), b"p0-1")], findings, {3: 13}, log_starts={3: 10})
+    assert findings.duplicated == {b"p0-1"}
+    assert findings.problems["duplicated where"] == [
+        "p0-1 at (3, 10) and (3, 12), acknowledged at (3, 12)"
+    ]
 
 
 def test_the_plan_is_seeded_and_percentiles_are_nearest_rank() -> None:
