@@ -193,7 +193,6 @@ class NodeRegistry:
 class _Seen:
     info: NodeInfo
     first_seen: float  # the observer's monotonic clock when this (incarnation, seq) appeared
-    counted_dead: bool = False  # once counted dead, until the heartbeat moves
 
 
 class LivenessObserver:
@@ -251,7 +250,7 @@ class LivenessObserver:
         elif self._last_observed is not None and now - self._last_observed > self._max_gap:
             unseen = now - self._last_observed
         for earlier in self._seen.values():
-            earlier.first_seen += unseen  # a node counted dead stays dead all the same
+            earlier.first_seen += unseen
         self._last_observed = now
         for info in nodes:
             seen = self._seen.get(info.node_id)
@@ -274,42 +273,12 @@ class LivenessObserver:
         return seen is not None and self._is_live(seen, self._now())
 
     def _is_live(self, seen: _Seen, now: float) -> bool:
-        """Live: running, and its heartbeat moved within the timeout.
-
-        A node once counted dead stays dead until its heartbeat moves, even
-        if the clock stands still later (its partitions may have been taken
-        over: they must not be handed back to it).
-        """
-        if seen.info.state != "running" or seen.counted_dead:
-            return False
-        if now - seen.first_seen >= self._timeout:
-            seen.counted_dead = True
-            return False
-        return True
+        return seen.info.state == "running" and now - seen.first_seen < self._timeout
 
     def live(self) -> list[NodeInfo]:
         """The running nodes whose heartbeat moved within the session timeout, by node id."""
         now = self._now()
         return [s.info for _, s in sorted(self._seen.items()) if self._is_live(s, now)]
-
-    def silent(self, for_s: float) -> list[NodeInfo]:
-        """The live nodes whose heartbeat has not moved for ``for_s`` (not dead yet), by node id."""
-        now = self._now()
-        return [
-            s.info
-            for _, s in sorted(self._seen.items())
-            if self._is_live(s, now) and now - s.first_seen >= for_s
-        ]
-
-    def next_death(self) -> float | None:
-        """When the first live node is counted dead unless its heartbeat moves (None: none live).
-
-        On the observer's clock; in the past while that clock stands still
-        (`blind`, or no read for a while).
-        """
-        now = self._now()
-        ends = [s.first_seen + self._timeout for s in self._seen.values() if self._is_live(s, now)]
-        return min(ends, default=None)
 
     def dead(self) -> list[NodeInfo]:
         """The running nodes whose heartbeat has not moved for the session timeout, by node id."""

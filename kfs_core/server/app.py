@@ -427,10 +427,9 @@ class KfsServer:
                     keeper.local_epoch(topic, partition) is not None
                 ),
             )
-            # One reader for takeovers and the sweep: they share its listings and headers.
             previous_holders = StoreWalReader(self._store, s.namespace)
             self._wal_sweeper = asyncio.ensure_future(
-                self._sweep_store_wal(previous_holders, registry)
+                self._sweep_store_wal(StoreWalReader(self._store, s.namespace), registry)
             )
         else:
             self._wal = WalWriter.from_settings(
@@ -451,9 +450,7 @@ class KfsServer:
             previous_holders=previous_holders,
             fencing=self._keeper,
         )
-        self._keeper.set_callbacks(
-            self._log.release, self._log.take_over, self._log.read_ahead_takeover
-        )
+        self._keeper.set_callbacks(self._log.release, self._log.take_over)
         log.info(
             "recovering the WAL in %s (durability %s); store %s, namespace %r",
             self._wal.directory,

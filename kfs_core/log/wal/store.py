@@ -166,7 +166,7 @@ HEADER_CRC = struct.Struct(">I")  # CRC-32C of the header before it
 MAX_INCARNATION_BYTES = 255
 #: The first ranged GET of an object's header; a longer header costs one more.
 HEADER_READ_BYTES = 16 << 10
-#: Header (and frame) reads a takeover replay keeps in flight at once (each one ranged GET).
+#: Header reads a takeover replay keeps in flight at once (each is one ranged GET).
 HEADER_READERS = 16
 _NO_EPOCH = -(2**31)
 
@@ -1282,30 +1282,23 @@ class StoreWalReader:
         return self._fetch(topic, partition, chain)
 
     def _fetch(self, topic: str, partition: int, chain: list[_Candidate]) -> list[RecoveredBatch]:
-        """The frames of ``chain``: one ranged GET per run of adjacent frames of one object.
-
-        The runs are read `HEADER_READERS` at a time (a chain spans one
-        object per group commit of its writers), and come back in order.
-        """
-        runs: list[list[_Candidate]] = []
-        for c in chain:
-            last = runs[-1][-1] if runs else None
-            if last is not None and c.key == last.key and c.entry.position == last.entry.end:
-                runs[-1].append(c)
-            else:
-                runs.append([c])
-
-        def read(run: list[_Candidate]) -> list[RecoveredBatch]:
+        """The frames of ``chain``: one ranged GET per run of adjacent frames of one object."""
+        out: list[RecoveredBatch] = []
+        i = 0
+        while i < len(chain):
+            j = i + 1
+            while (
+                j < len(chain)
+                and chain[j].key == chain[i].key
+                and chain[j].entry.position == chain[j - 1].entry.end
+            ):
+                j += 1
+            run = chain[i:j]
             start = run[0].entry.position
             data = self._store.get(run[0].key, ByteRange(start, run[-1].entry.end - start))
-            return [self._frame(topic, partition, c, data, start) for c in run]
-
-        if len(runs) < 2:
-            return [batch for run in runs for batch in read(run)]
-        with ThreadPoolExecutor(
-            min(HEADER_READERS, len(runs)), thread_name_prefix="kfs-wal-frames"
-        ) as pool:
-            return [batch for batches in pool.map(read, runs) for batch in batches]
+            out.extend(self._frame(topic, partition, c, data, start) for c in run)
+            i = j
+        return out
 
     def _frame(
         self, topic: str, partition: int, c: _Candidate, data: bytes, start: int
