@@ -39,7 +39,8 @@ def test_the_checker_finds_lost_changed_duplicated_and_gaps() -> None:
     assert findings.changed == {(0, 2), (1, 2)}
     assert findings.duplicated == {b"c"}
     assert findings.problems == {
-        "gaps": ["partition 0 lacks offsets [1]", "partition 1 lacks offsets [3]"]
+        "duplicated where": ["c at (1, 0) and (1, 1), acknowledged at (1, 0)"],
+        "gaps": ["partition 0 lacks offsets [1]", "partition 1 lacks offsets [3]"],
     }
     clean = Findings()
     check_log({(0, 0): sent[b"a"]}, sent, [((0, 0), b"a")], clean, read_ends={0: 1})
