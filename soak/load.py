@@ -143,7 +143,9 @@ def check_log(
     unread = sorted(p for p, end in read_ends.items() if end is None)
     if unread:
         findings.problem("final read", f"partitions {unread} could not be read to their end")
+    acked_at: dict[bytes, Position] = {}  # where each record was acknowledged
     for position, ident in acked:
+        acked_at[ident] = position
         partition, offset = position
         if not starts.get(partition, 0) <= offset < (read_ends.get(partition) or 0):
             continue
@@ -155,7 +157,6 @@ def check_log(
         elif stored != sent[ident]:
             findings.changed.add(position)
     where: dict[bytes, Position] = {}
-    acked_at = {ident: position for position, ident in acked}
     for position, record in log.items():
         if sent.get(record.ident) != record:
             findings.changed.add(position)
