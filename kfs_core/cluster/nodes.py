@@ -193,6 +193,7 @@ class NodeRegistry:
 class _Seen:
     info: NodeInfo
     first_seen: float  # the observer's monotonic clock when this (incarnation, seq) appeared
+    counted_dead: bool = False  # once counted dead, until the heartbeat moves
 
 
 class LivenessObserver:
@@ -250,7 +251,7 @@ class LivenessObserver:
         elif self._last_observed is not None and now - self._last_observed > self._max_gap:
             unseen = now - self._last_observed
         for earlier in self._seen.values():
-            earlier.first_seen += unseen
+            earlier.first_seen += unseen  # a node counted dead stays dead all the same
         self._last_observed = now
         for info in nodes:
             seen = self._seen.get(info.node_id)
@@ -273,7 +274,18 @@ class LivenessObserver:
         return seen is not None and self._is_live(seen, self._now())
 
     def _is_live(self, seen: _Seen, now: float) -> bool:
-        return seen.info.state == "running" and now - seen.first_seen < self._timeout
+        """Live: running, and its heartbeat moved within the timeout.
+
+        A node once counted dead stays dead until its heartbeat moves, even
+        if the clock stands still later (its partitions may have been taken
+        over: they must not be handed back to it).
+        """
+        if seen.info.state != "running" or seen.counted_dead:
+            return False
+        if now - seen.first_seen >= self._timeout:
+            seen.counted_dead = True
+            return False
+        return True
 
     def live(self) -> list[NodeInfo]:
         """The running nodes whose heartbeat moved within the session timeout, by node id."""

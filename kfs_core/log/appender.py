@@ -71,6 +71,7 @@ from kfs_core.errors import (
     LogError,
     LogStorageError,
     MessageTooLarge,
+    NotLeaderOrFollower,
     RequestTimedOut,
     WalError,
 )
@@ -84,8 +85,10 @@ from kfs_core.log.pool import MemoryPool
 from kfs_core.log.producer_state import (
     BatchMetadata,
     InvalidTxnState,
+    OutOfOrderSequence,
     ProducerEntry,
     batch_offsets,
+    end_sequence,
 )
 from kfs_core.log.topic_cache import TopicInfo
 from kfs_core.log.validate import validate_produce
@@ -100,6 +103,59 @@ from kfs_core.records.header import BatchHeader, read_batch_header
 __all__ = ["AppendResult", "Appender", "Replayed"]
 
 log = logging.getLogger(__name__)
+
+
+#: How long a produce refused with NOT_LEADER_OR_FOLLOWER explains a sequence gap behind it.
+REFUSAL_MEMORY_S = 30.0
+
+
+class Refusals:
+    """Idempotent batches this daemon refused as not led here, by partition and producer.
+
+    A client pipelines its produce requests.  When this daemon takes a
+    partition between two of them, the first is refused (NOT_LEADER_OR_FOLLOWER:
+    retried later, in order) and the next finds a gap in its producer's
+    sequence.  Kafka's answer to a gap, OUT_OF_ORDER_SEQUENCE_NUMBER, makes
+    librdkafka bump the producer's epoch and send again, under the new
+    epoch, what it had in flight to other partitions -- records that may
+    already be stored there, which are then stored twice.  A gap that begins
+    at a batch this daemon refused moments ago is its own doing, so the
+    batch behind it is refused the same way, and the client retries both in
+    order (`explains`).
+    """
+
+    def __init__(self) -> None:
+        # (topic, partition) -> producer id -> (epoch, first sequence, when refused)
+        self._refused: dict[tuple[str, int], dict[int, tuple[int, int, float]]] = {}
+
+    def refused(self, topic: str, partition: int, records: bytes | bytearray | memoryview) -> None:
+        """Remember the idempotent batch of a produce refused with NOT_LEADER_OR_FOLLOWER."""
+        try:
+            header = read_batch_header(records, 0, object_name=f"{topic}-{partition}")
+        except Exception:  # noqa: BLE001 - not a batch this can read: nothing to remember
+            return
+        if header.producer_id < 0 or header.base_sequence < 0:
+            return
+        now = time.monotonic()
+        producers = self._refused.setdefault((topic, partition), {})
+        producers[header.producer_id] = (header.producer_epoch, header.base_sequence, now)
+        for pid in [
+            pid for pid, (_, _, when) in producers.items() if now - when > REFUSAL_MEMORY_S
+        ]:
+            del producers[pid]
+
+    def explains(self, p: Partition, header: BatchHeader, now_ms: int) -> bool:
+        """Whether ``header``'s sequence gap begins at a batch refused here as not led."""
+        refused = self._refused.get((p.topic, p.partition), {}).get(header.producer_id)
+        if refused is None:
+            return False
+        epoch, first_seq, when = refused
+        if time.monotonic() - when > REFUSAL_MEMORY_S or epoch != header.producer_epoch:
+            return False
+        entry = p.producers.entry(header.producer_id, now_ms)
+        if entry is None or entry.epoch != epoch or not entry.batches:
+            return False
+        return first_seq == end_sequence(entry.last_seq, 1) != header.base_sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +220,7 @@ class Appender:
         self._metrics = metrics
         self._clock = clock
         self._lifecycle = lifecycle
+        self._refusals = Refusals()
 
     async def append_many(
         self,
@@ -192,6 +249,8 @@ class Appender:
                         p, info = await self._table.lookup(topic, partition)
                         staged.append(self._validate(index, p, info, records, owned))
                     except Exception as exc:  # noqa: BLE001 - the append's own outcome; the rest go on
+                        if isinstance(exc, NotLeaderOrFollower):
+                            self._refusals.refused(topic, partition, records)
                         outcomes[index] = exc
         except TimeoutError:
             for index, (topic, partition, _) in enumerate(appends):
@@ -373,6 +432,15 @@ class Appender:
                     _check_transaction(p, headers)
                     original = p.producers.check(headers, now_ms)
                 except LogError as exc:
+                    if isinstance(exc, OutOfOrderSequence) and self._refusals.explains(
+                        p, headers[0], now_ms
+                    ):
+                        exc = NotLeaderOrFollower(
+                            f"{exc}: the batch before it was refused here as not led "
+                            "moments ago; retry both in order",
+                            topic=p.topic,
+                            partition=p.partition,
+                        )
                     self._metrics.produce_rejected += 1
                     refused: asyncio.Future[None] = loop.create_future()
                     refused.set_exception(exc)

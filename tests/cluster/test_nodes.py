@@ -200,3 +200,27 @@ def test_an_observer_that_was_not_looking_counts_nobody_dead_for_it() -> None:
     now[0] = 5.8  # a timeout of reads without a new heartbeat
     observer.observe([NodeInfo(1, "i", {}, "store", seq=1)])
     assert not observer.is_live(1)
+
+
+def test_a_node_counted_dead_stays_dead_while_the_clock_stands_still() -> None:
+    """A long tick (it took the dead node's partitions over) does not bring the node back."""
+    clock = FakeClock()
+    observer = LivenessObserver(1000, clock, max_gap_s=0.5)
+    observer.observe([_node(1, seq=1), _node(2, seq=1)])
+    clock.advance(0.45)
+    observer.observe([_node(1, seq=1), _node(2, seq=2)])
+    clock.advance(0.45)
+    observer.observe([_node(1, seq=1), _node(2, seq=3)])  # 1 silent for 0.9 s
+    clock.advance(0.15)  # the tick goes on after its read: 1 is dead now
+    assert [n.node_id for n in observer.dead()] == [1]
+    clock.advance(3.0)  # ... and takes 1's partitions over for 3 s
+    observer.observe([_node(1, seq=1), _node(2, seq=3)])
+    assert [n.node_id for n in observer.dead()] == [1]  # not back to life
+    assert [n.node_id for n in observer.live()] == [2]  # 2 gets its time again
+    observer.blind()
+    clock.advance(3.0)
+    observer.observe([_node(1, seq=1), _node(2, seq=3)])
+    assert [n.node_id for n in observer.dead()] == [1]
+    assert [n.node_id for n in observer.live()] == [2]
+    observer.observe([_node(1, seq=2), _node(2, seq=3)])  # 1's heartbeat moves: live again
+    assert [n.node_id for n in observer.live()] == [1, 2]

@@ -35,6 +35,7 @@ from kfs_core.errors import (
 )
 from kfs_core.formats.wal import encode_record_frame
 from kfs_core.log import LogManager
+from kfs_core.log.producer_state import OutOfOrderSequence
 from kfs_core.log.wal import StoreWal, StoreWalReader, WalAppend, WalPosition
 from kfs_core.log.wal.store import (
     decode_header,
@@ -838,11 +839,14 @@ class CatalogLeases:
         self._node_id = node_id
         self._incarnation = incarnation
         self.held: dict[tuple[str, int], int] = {}
+        self.refusing = False  # another daemon holds every partition: each take is refused
 
     def recovered(self, keys: Any) -> None:
         pass
 
     async def acquire(self, topic: str, partition: int, *, recovering: bool = False) -> Any:
+        if self.refusing:
+            raise NotLeaderOrFollower(f"{topic}-{partition}: live node 9 holds it")
         if (topic, partition) not in self.held:
             catalog = PartitionCatalog(self._store, NS, topic, partition)
             state = await asyncio.to_thread(catalog.take_lease, self._node_id, self._incarnation)
@@ -948,6 +952,48 @@ def test_a_takeover_leaves_out_a_refused_batch_above_a_lost_one_and_the_retries_
         ]
         assert values(await read_all(owner, TOPIC, 0)) == expected
         await owner.close()
+        wal_b.close()
+
+    run(body())
+
+
+def test_a_gap_behind_a_batch_refused_here_as_not_led_is_refused_the_same_way(
+    store: CountingStore, tmp_path: Path
+) -> None:
+    """A pipelined produce that meets the take of its partition between two requests.
+
+    The first (sequences 2..3) is refused: another daemon holds the
+    partition.  The next (4..5) arrives once this daemon holds it: its gap
+    is this daemon's own retriable refusal, so it is refused the same way
+    (not OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka bumps the
+    producer's epoch), and the client's retries append both in order.
+    """
+
+    async def body() -> None:
+        holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
+        await holder.create_topic(TOPIC, partitions=1)
+        await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)
+        await holder.flush()
+        await holder.close()
+        wal_a.close()
+
+        taker, wal_b = await store_mode_daemon(store, tmp_path, 2, "b")
+        leases = taker._table.ownership
+        assert isinstance(leases, CatalogLeases)
+        leases.refusing = True
+        with pytest.raises(NotLeaderOrFollower, match="live node 9"):
+            await taker.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)
+        leases.refusing = False
+        with pytest.raises(NotLeaderOrFollower, match="refused here as not led"):
+            await taker.append(TOPIC, 0, idempotent(4, "n2-"), timeout_s=10)
+        assert (await taker.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)).base_offset == 2
+        assert (await taker.append(TOPIC, 0, idempotent(4, "n2-"), timeout_s=10)).base_offset == 4
+        # A gap no refusal explains is out of order, as Kafka answers it.
+        with pytest.raises(OutOfOrderSequence):
+            await taker.append(TOPIC, 0, idempotent(8, "n4-"), timeout_s=10)
+        expected = [values(log_batch(2, tag=t)) for t in ("n0-", "n1-", "n2-")]
+        assert values(await read_all(taker, TOPIC, 0)) == [v for vs in expected for v in vs]
+        await taker.close()
         wal_b.close()
 
     run(body())
