@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from kfs_core.catalog.purge import dead_holder_refusal
@@ -133,12 +134,18 @@ class ClusterMetrics:
 
 @dataclass(frozen=True)
 class Acquired:
-    """A lease this daemon holds, and whose it was before (None: nobody's, or unknown)."""
+    """A lease this daemon holds, and whose it was before (None: nobody's, or unknown).
+
+    ``catalog`` is the catalog the lease was just taken through, current as
+    of the take, for the first opening of the partition to go on from
+    instead of loading it cold; None when the lease was already held.
+    """
 
     epoch: int
     previous_node_id: int | None = None
     previous_incarnation: str | None = None
     previous_durability: str | None = None
+    catalog: LeaseCatalog | None = field(default=None, compare=False)
 
 
 def _holder(state: LeaseState) -> tuple[int | None, str | None]:
@@ -216,6 +223,7 @@ class LeaseKeeper:
         self._last_held: dict[int, dict[TopicPartition, int]] = {}
         self._on_release: OnRelease | None = None
         self._on_takeover: OnTakeover | None = None
+        self._on_silence: Callable[[], None] | None = None
         self._wake = asyncio.Event()
         self._tick_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -290,10 +298,20 @@ class LeaseKeeper:
             async with self._tick_lock:
                 await self._heartbeat()
 
-    def set_callbacks(self, on_release: OnRelease, on_takeover: OnTakeover) -> None:
-        """Register the log's hand-over and takeover; without them the keeper moves nothing."""
+    def set_callbacks(
+        self,
+        on_release: OnRelease,
+        on_takeover: OnTakeover,
+        on_silence: Callable[[], None] | None = None,
+    ) -> None:
+        """Register the log's hand-over and takeover; without them the keeper moves nothing.
+
+        ``on_silence`` is called on each tick while a daemon holding
+        partitions is silent past half the session timeout (`_warn_of_silence`).
+        """
         self._on_release = on_release
         self._on_takeover = on_takeover
+        self._on_silence = on_silence
 
     async def _beat_loop(self) -> None:
         """Write the heartbeat every interval, whatever the rest of the tick is waiting for.
@@ -321,7 +339,13 @@ class LeaseKeeper:
         while self._running:  # not only cancellation: see `_beat_loop`
             woken = False
             with contextlib.suppress(TimeoutError):
-                wait = max(0.0, self._interval - (self._clock() - last))
+                now = self._clock()
+                wait = max(0.0, self._interval - (now - last))
+                # A silent daemon is counted dead the moment its session times out,
+                # not up to an interval later.
+                death = self._observer.next_death()
+                if death is not None and now < death < now + wait:
+                    wait = death - now
                 woken = await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
             last = self._clock()
@@ -353,10 +377,23 @@ class LeaseKeeper:
             if nodes is None:
                 return
             self._observe(nodes)
+            self._warn_of_silence()
             await self._read_pins()
             if await self._hand_over():
                 await self._heartbeat()
             await self._take_over()
+
+    def _warn_of_silence(self) -> None:
+        """Tell the log that a daemon holding partitions has been silent for half a session.
+
+        It may be dead: the log reads ahead what a takeover of its partitions
+        would read, so that the takeover, if it comes, reads less.
+        """
+        if self._on_silence is None:
+            return
+        silent = [n for n in self._observer.silent(self._session / 2) if n.node_id != self.node_id]
+        if any(n.held for n in silent):
+            self._on_silence()
 
     def _observe(self, nodes: Sequence[NodeInfo]) -> None:
         others = [n for n in nodes if n.node_id != self.node_id]
@@ -657,7 +694,7 @@ class LeaseKeeper:
         self._leases_taken += 1
         log.info("node %d: took %s at epoch %d", self.node_id, name, acquired.epoch)
         self._wake.set()
-        return acquired
+        return dataclasses.replace(acquired, catalog=catalog)
 
     def lost(self, topic: str, partition: int) -> None:
         """The log found itself fenced on the partition: forget it."""

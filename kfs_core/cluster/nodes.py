@@ -292,6 +292,25 @@ class LivenessObserver:
         now = self._now()
         return [s.info for _, s in sorted(self._seen.items()) if self._is_live(s, now)]
 
+    def silent(self, for_s: float) -> list[NodeInfo]:
+        """The live nodes whose heartbeat has not moved for ``for_s`` (not dead yet), by node id."""
+        now = self._now()
+        return [
+            s.info
+            for _, s in sorted(self._seen.items())
+            if self._is_live(s, now) and now - s.first_seen >= for_s
+        ]
+
+    def next_death(self) -> float | None:
+        """When the first live node is counted dead unless its heartbeat moves (None: none live).
+
+        On the observer's clock; in the past while that clock stands still
+        (`blind`, or no read for a while).
+        """
+        now = self._now()
+        ends = [s.first_seen + self._timeout for s in self._seen.values() if self._is_live(s, now)]
+        return min(ends, default=None)
+
     def dead(self) -> list[NodeInfo]:
         """The running nodes whose heartbeat has not moved for the session timeout, by node id."""
         now = self._now()

@@ -301,6 +301,7 @@ class LogManager:
             ownership=ownership,
         )
         self._previous_holders = previous_holders
+        self._reading_ahead: asyncio.Task[None] | None = None  # `read_ahead_takeover`
         if previous_holders is not None:
             self._table.begin_replay = self._begin_replay
             self._table.replay = self._replay_previous_holders
@@ -630,6 +631,18 @@ class LogManager:
                 outcome, (NotLeaderOrFollower, UnknownTopicOrPartition)
             ):
                 log.warning("taking over %s-%d failed: %s", topic, partition, outcome)
+
+    def read_ahead_takeover(self) -> None:
+        """Another daemon may be dead: list and read the store WAL's headers a takeover needs.
+
+        A takeover's replay (`_replay_previous_holders`) then finds the
+        silent daemon's headers read; one read ahead at a time.
+        """
+        if self._previous_holders is None or self._lifecycle != "running":
+            return
+        if self._reading_ahead is not None and not self._reading_ahead.done():
+            return
+        self._reading_ahead = self._spawn(self._list_early(self._previous_holders.ticket()))
 
     def open_soon(self, topic: str, partitions: Iterable[int]) -> None:
         """Open, in the background, those of the topic's partitions not open here yet.

@@ -65,6 +65,7 @@ from kfs_core.errors import (
     UnknownTopicOrPartition,
     WalWriteFailed,
 )
+from kfs_core.log.cache import CachedSegment
 from kfs_core.log.failure import LogFailure
 from kfs_core.log.partition import Partition, deleted_error, not_leader
 from kfs_core.log.pool import MemoryPool
@@ -85,6 +86,8 @@ T = TypeVar("T")
 
 #: Partitions the warm-up after a start opens at once (`PartitionTable.warm_up`).
 WARMUP_CONCURRENCY = 4
+#: Segment reads a producer-state rebuild keeps in flight at once.
+PRODUCER_REBUILD_READS = 16
 
 
 class Lease(Protocol):
@@ -93,6 +96,11 @@ class Lease(Protocol):
     @property
     def epoch(self) -> int:
         """The lease's epoch, Kafka's leader epoch."""
+        ...
+
+    @property
+    def catalog(self) -> object | None:
+        """The catalog the lease was just taken through (a `PartitionCatalog`), or None."""
         ...
 
 
@@ -244,16 +252,18 @@ class PartitionTable:
     async def _load(self, topic: str, partition: int, recovering: bool = False) -> Partition:
         generation = self._topics.generation(topic)
         epoch = replay_ticket = None
+        catalog = None
         if self.ownership is not None:
-            if recovering:
-                epoch = (await self.ownership.acquire(topic, partition, recovering=True)).epoch
-            else:
-                epoch = (await self.ownership.acquire(topic, partition)).epoch
+            lease = await self.ownership.acquire(topic, partition, recovering=recovering)
+            epoch = lease.epoch
+            if isinstance(lease.catalog, PartitionCatalog):
+                catalog = lease.catalog  # current as of the take: a refresh reads what followed
             if self.begin_replay is not None:
                 replay_ticket = self.begin_replay(topic, partition)
-        catalog = PartitionCatalog(self.store, self.namespace, topic, partition)
+        if catalog is None:
+            catalog = PartitionCatalog(self.store, self.namespace, topic, partition)
         try:
-            state = await self._io(catalog.load)
+            state = await self._io(catalog.refresh)  # a cold load for a new catalog
         except (ObjectStoreError, CatalogError) as exc:
             raise LogStorageError(f"loading the catalog of {topic}-{partition}: {exc}") from exc
         if epoch is not None and state.leader_epoch != epoch:
@@ -348,15 +358,25 @@ class PartitionTable:
                 break
             chosen.append(segment)
             budget -= segment.size_bytes
-        for segment in reversed(chosen):
-            try:
-                # Not into L1: these reads are start-up's, not a consumer's.
-                cached = await self._fetcher.load(segment, lambda _: False)
-            except (ObjectNotFound, CorruptionError) as exc:
-                log.warning("%s: producer state skips %s: %s", table.name, segment.key, exc)
+        gate = asyncio.Semaphore(PRODUCER_REBUILD_READS)
+
+        async def read(segment: SegmentEntry) -> CachedSegment | None:
+            async with gate:
+                try:
+                    # Not into L1: these reads are start-up's, not a consumer's.
+                    return await self._fetcher.load(segment, lambda _: False)
+                except (ObjectNotFound, CorruptionError) as exc:
+                    log.warning("%s: producer state skips %s: %s", table.name, segment.key, exc)
+                    return None
+                except ObjectStoreError as exc:
+                    raise LogStorageError(f"{table.name}: reading {segment.key}: {exc}") from exc
+
+        # Read several at once (a takeover waits for this), replayed in offset order.
+        chosen.reverse()
+        loaded = await asyncio.gather(*(read(segment) for segment in chosen))
+        for segment, cached in zip(chosen, loaded, strict=True):
+            if cached is None:
                 continue
-            except ObjectStoreError as exc:
-                raise LogStorageError(f"{table.name}: reading {segment.key}: {exc}") from exc
             table.replay(
                 (
                     read_batch_header(cached.data, pos, object_name=segment.key)

@@ -427,9 +427,10 @@ class KfsServer:
                     keeper.local_epoch(topic, partition) is not None
                 ),
             )
+            # One reader for takeovers and the sweep: they share its listings and headers.
             previous_holders = StoreWalReader(self._store, s.namespace)
             self._wal_sweeper = asyncio.ensure_future(
-                self._sweep_store_wal(StoreWalReader(self._store, s.namespace), registry)
+                self._sweep_store_wal(previous_holders, registry)
             )
         else:
             self._wal = WalWriter.from_settings(
@@ -450,7 +451,9 @@ class KfsServer:
             previous_holders=previous_holders,
             fencing=self._keeper,
         )
-        self._keeper.set_callbacks(self._log.release, self._log.take_over)
+        self._keeper.set_callbacks(
+            self._log.release, self._log.take_over, self._log.read_ahead_takeover
+        )
         log.info(
             "recovering the WAL in %s (durability %s); store %s, namespace %r",
             self._wal.directory,

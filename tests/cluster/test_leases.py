@@ -309,6 +309,45 @@ def test_a_stopped_node_is_taken_over_at_once(cluster: Cluster) -> None:
     asyncio.run(main())
 
 
+def test_a_holder_silent_for_half_a_session_is_reported_before_it_is_dead(
+    cluster: Cluster,
+) -> None:
+    """The log hears of a silent holder (to read ahead its takeover), then takes it over."""
+
+    async def main() -> None:
+        a, b = cluster.node(0, durability="store"), cluster.node(1)
+        c = cluster.node(2)  # holds nothing: its silence is nobody's concern
+        for node in (a, b, c):
+            await node.keeper.start(run_loop=False)
+        await _tick(a, b, c, a, b, c)
+        await a.acquire_assigned()
+        await b.acquire_assigned()
+        await _tick(a, b)
+        warned: list[float] = []
+
+        async def on_release(topic: str, partition: int) -> None:
+            pass
+
+        async def on_takeover(keys: list[tuple[str, int]]) -> None:
+            b.taken.append(keys)
+
+        b.keeper.set_callbacks(on_release, on_takeover, lambda: warned.append(b.clock()))
+        b.clock.advance(SESSION / 2 - 0.01)
+        await _tick(b)
+        assert warned == []
+        b.clock.advance(0.02)  # a and c silent for half the session timeout; only a holds any
+        await _tick(b)
+        assert warned == [b.clock()]
+        await _tick(c, b)  # c moves: a is silent all the same
+        assert len(warned) == 2
+        b.clock.advance(SESSION / 2)
+        await _tick(b)  # a is dead now, and taken over
+        assert len(warned) == 2 and len(b.taken) == 1
+        assert b.taken[0] and set(b.taken[0]) <= set(_assigned([0, 1, 2], 0))
+
+    asyncio.run(main())
+
+
 def test_a_dead_store_mode_node_is_taken_over_after_the_session_timeout(
     cluster: Cluster,
 ) -> None:

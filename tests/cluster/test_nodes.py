@@ -202,6 +202,35 @@ def test_an_observer_that_was_not_looking_counts_nobody_dead_for_it() -> None:
     assert not observer.is_live(1)
 
 
+def test_silent_nodes_and_the_next_death() -> None:
+    """A node silent for a while is named before it is dead; its death is foreseen to the tick."""
+    clock = FakeClock()
+    observer = LivenessObserver(4000, clock, max_gap_s=math.inf)
+    assert observer.next_death() is None
+    observer.observe([_node(1, seq=1), _node(2, seq=1)])
+    assert observer.next_death() == pytest.approx(clock() + 4.0)
+    clock.advance(1.5)
+    observer.observe([_node(1, seq=2), _node(2, seq=1)])  # 2 did not move
+    assert observer.silent(1.0) == [observer.get(2)]
+    assert observer.silent(2.0) == []
+    assert observer.next_death() == pytest.approx(clock() + 2.5)  # node 2's, the earlier
+    clock.advance(2.5)
+    assert [n.node_id for n in observer.dead()] == [2]
+    assert observer.silent(0.0) == [observer.get(1)]  # the dead are not silent: they are dead
+    assert observer.next_death() == pytest.approx(clock() + 1.5)  # node 1's now
+    observer.observe([_node(1, seq=3), _node(2, seq=1)])
+    assert observer.silent(0.5) == []
+
+
+def test_the_next_death_stands_in_the_past_while_the_observer_is_blind() -> None:
+    clock = FakeClock()
+    observer = LivenessObserver(1000, clock, max_gap_s=math.inf)
+    observer.observe([_node(1, seq=1)])
+    observer.blind()
+    clock.advance(5)
+    assert observer.is_live(1)
+    death = observer.next_death()
+    assert death is not None and death < clock()  # the keeper's loop ticks on its interval
 def test_a_node_counted_dead_stays_dead_while_the_clock_stands_still() -> None:
     """A long tick (it took the dead node's partitions over) does not bring the node back."""
     clock = FakeClock()

@@ -594,6 +594,27 @@ def test_replay_stops_at_a_gap(store: CountingStore, open_wal: Callable[..., Sto
     assert [b.base_offset for b in StoreWalReader(store, NS).read_partition("t", 0, 0)] == [0, 1]
 
 
+def test_a_long_chain_is_read_several_objects_at_once_and_kept_in_order(
+    store: CountingStore, open_wal: Callable[..., StoreWal]
+) -> None:
+    wal = open_wal()
+    batches = [appended(wal, 0, offset) for offset in range(12)]  # an object each
+    reader = StoreWalReader(store, NS)
+    reader.list_for(reader.ticket())  # the headers read: only frame reads follow
+    # Each frame read waits for another to be under way: read one at a time, it would fail.
+    together = threading.Barrier(2, timeout=30)
+    inner_get = store.get
+
+    def get(key: str, byte_range: ByteRange | None = None) -> bytes:
+        together.wait()
+        return inner_get(key, byte_range)
+
+    store.get = get  # type: ignore[method-assign]
+    chain = reader.read_partition("t", 0, 0)
+    assert [b.batch for b in chain] == batches
+    assert [b.base_offset for b in chain] == list(range(12))
+
+
 def test_replay_skips_objects_by_their_header(
     store: CountingStore, open_wal: Callable[..., StoreWal]
 ) -> None:

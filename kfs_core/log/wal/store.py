@@ -166,7 +166,7 @@ HEADER_CRC = struct.Struct(">I")  # CRC-32C of the header before it
 MAX_INCARNATION_BYTES = 255
 #: The first ranged GET of an object's header; a longer header costs one more.
 HEADER_READ_BYTES = 16 << 10
-#: Header reads a takeover replay keeps in flight at once (each is one ranged GET).
+#: Header (and frame) reads a takeover replay keeps in flight at once (each one ranged GET).
 HEADER_READERS = 16
 _NO_EPOCH = -(2**31)
 
@@ -1106,7 +1106,10 @@ class StoreWalReader:
         self._namespace = namespace
         self._prefix = wal_prefix(namespace)
         self._header_read_bytes = max(header_read_bytes, HEAD.size)
+        # Read and filled by several threads at once (takeovers, the sweep, the
+        # read-ahead, `_prefetch`'s pool): changed and walked under its lock.
         self._headers: dict[str, WalObjectHeader] = {}
+        self._headers_lock = threading.Lock()
         # Calls of `objects` get a ticket each; a listing serves the tickets
         # issued before it started (``_listing[0]`` is the first it does not).
         self._tickets = 0
@@ -1162,13 +1165,14 @@ class StoreWalReader:
         it where the replay meets it.
         """
         keys = {info.key for info in listing}
-        for key in [k for k in self._headers if k not in keys]:
-            self._headers.pop(key, None)
-        missing = [
-            i
-            for i in listing
-            if i.key not in self._headers and _KEY.match(i.key[len(self._prefix) :])
-        ]
+        with self._headers_lock:
+            for key in [k for k in self._headers if k not in keys]:
+                del self._headers[key]
+            missing = [
+                i
+                for i in listing
+                if i.key not in self._headers and _KEY.match(i.key[len(self._prefix) :])
+            ]
         if len(missing) < 2:
             return
 
@@ -1201,7 +1205,8 @@ class StoreWalReader:
                 )
             first += self._store.get(info.key, ByteRange(len(first), length - len(first)))
         header = decode_header(first, info.key)
-        self._headers[info.key] = header
+        with self._headers_lock:
+            self._headers[info.key] = header
         return header
 
     def topic_ends(self, topic: str) -> dict[int, int]:
@@ -1282,23 +1287,30 @@ class StoreWalReader:
         return self._fetch(topic, partition, chain)
 
     def _fetch(self, topic: str, partition: int, chain: list[_Candidate]) -> list[RecoveredBatch]:
-        """The frames of ``chain``: one ranged GET per run of adjacent frames of one object."""
-        out: list[RecoveredBatch] = []
-        i = 0
-        while i < len(chain):
-            j = i + 1
-            while (
-                j < len(chain)
-                and chain[j].key == chain[i].key
-                and chain[j].entry.position == chain[j - 1].entry.end
-            ):
-                j += 1
-            run = chain[i:j]
+        """The frames of ``chain``: one ranged GET per run of adjacent frames of one object.
+
+        The runs are read `HEADER_READERS` at a time (a chain spans one
+        object per group commit of its writers), and come back in order.
+        """
+        runs: list[list[_Candidate]] = []
+        for c in chain:
+            last = runs[-1][-1] if runs else None
+            if last is not None and c.key == last.key and c.entry.position == last.entry.end:
+                runs[-1].append(c)
+            else:
+                runs.append([c])
+
+        def read(run: list[_Candidate]) -> list[RecoveredBatch]:
             start = run[0].entry.position
             data = self._store.get(run[0].key, ByteRange(start, run[-1].entry.end - start))
-            out.extend(self._frame(topic, partition, c, data, start) for c in run)
-            i = j
-        return out
+            return [self._frame(topic, partition, c, data, start) for c in run]
+
+        if len(runs) < 2:
+            return [batch for run in runs for batch in read(run)]
+        with ThreadPoolExecutor(
+            min(HEADER_READERS, len(runs)), thread_name_prefix="kfs-wal-frames"
+        ) as pool:
+            return [batch for batches in pool.map(read, runs) for batch in batches]
 
     def _frame(
         self, topic: str, partition: int, c: _Candidate, data: bytes, start: int
@@ -1391,6 +1403,7 @@ class StoreWalReader:
                     break
             if not needed:
                 self._store.delete(info.key)
-                self._headers.pop(info.key, None)
+                with self._headers_lock:
+                    self._headers.pop(info.key, None)
                 deleted += 1
         return deleted
