@@ -146,6 +146,8 @@ class Acquired:
     previous_incarnation: str | None = None
     previous_durability: str | None = None
     catalog: LeaseCatalog | None = field(default=None, compare=False)
+    # Just taken from another daemon (its clients' requests may still be on their way).
+    moved: bool = field(default=False, compare=False)
 
 
 def _holder(state: LeaseState) -> tuple[int | None, str | None]:
@@ -694,7 +696,8 @@ class LeaseKeeper:
         self._leases_taken += 1
         log.info("node %d: took %s at epoch %d", self.node_id, name, acquired.epoch)
         self._wake.set()
-        return dataclasses.replace(acquired, catalog=catalog)
+        moved = previous_node is not None and previous_node != self.node_id
+        return dataclasses.replace(acquired, catalog=catalog, moved=moved)
 
     def lost(self, topic: str, partition: int) -> None:
         """The log found itself fenced on the partition: forget it."""

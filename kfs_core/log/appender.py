@@ -60,6 +60,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -107,26 +108,32 @@ log = logging.getLogger(__name__)
 
 #: How long a produce refused with NOT_LEADER_OR_FOLLOWER explains a sequence gap behind it.
 REFUSAL_MEMORY_S = 30.0
+#: How long after a partition moved here any gap in a producer's sequence is answered
+#: NOT_LEADER_OR_FOLLOWER: the batch before it may still be on its way.
+MOVED_GRACE_S = 10.0
+#: Refused batches remembered per partition and producer.
+_REFUSALS_KEPT = 8
 
 
 class Refusals:
-    """Idempotent batches this daemon refused as not led here, by partition and producer.
+    """Why a gap in a producer's sequence is a move's doing, not a lost batch (`explains`).
 
-    A client pipelines its produce requests.  When this daemon takes a
-    partition between two of them, the first is refused (NOT_LEADER_OR_FOLLOWER:
-    retried later, in order) and the next finds a gap in its producer's
-    sequence.  Kafka's answer to a gap, OUT_OF_ORDER_SEQUENCE_NUMBER, makes
-    librdkafka bump the producer's epoch and send again, under the new
-    epoch, what it had in flight to other partitions -- records that may
-    already be stored there, which are then stored twice.  A gap that begins
-    at a batch this daemon refused moments ago is its own doing, so the
-    batch behind it is refused the same way, and the client retries both in
-    order (`explains`).
+    A client pipelines its produce requests.  When a partition moves between
+    two of them, the first is refused (NOT_LEADER_OR_FOLLOWER: retried
+    later, in order) and the next can reach the new holder first and find a
+    gap in its producer's sequence.  Kafka's answer to a gap,
+    OUT_OF_ORDER_SEQUENCE_NUMBER, makes librdkafka bump the producer's epoch
+    and send again, under the new epoch, what it had in flight to other
+    partitions -- records that may already be stored there, which are then
+    stored twice.  A gap that begins at a batch this daemon refused moments
+    ago, or that opens within `MOVED_GRACE_S` of the partition moving here
+    (another daemon may have refused the batch before it, as the move went
+    on), is refused the same way, and the client retries both in order.
     """
 
     def __init__(self) -> None:
-        # (topic, partition) -> producer id -> (epoch, first sequence, when refused)
-        self._refused: dict[tuple[str, int], dict[int, tuple[int, int, float]]] = {}
+        # (topic, partition) -> producer id -> [(epoch, first sequence, when refused)]
+        self._refused: dict[tuple[str, int], dict[int, list[tuple[int, int, float]]]] = {}
 
     def refused(self, topic: str, partition: int, records: bytes | bytearray | memoryview) -> None:
         """Remember the idempotent batch of a produce refused with NOT_LEADER_OR_FOLLOWER."""
@@ -138,24 +145,33 @@ class Refusals:
             return
         now = time.monotonic()
         producers = self._refused.setdefault((topic, partition), {})
-        producers[header.producer_id] = (header.producer_epoch, header.base_sequence, now)
-        for pid in [
-            pid for pid, (_, _, when) in producers.items() if now - when > REFUSAL_MEMORY_S
-        ]:
+        kept = producers.setdefault(header.producer_id, [])
+        kept.append((header.producer_epoch, header.base_sequence, now))
+        del kept[:-_REFUSALS_KEPT]
+        for pid in [pid for pid, k in producers.items() if now - k[-1][2] > REFUSAL_MEMORY_S]:
             del producers[pid]
 
-    def explains(self, p: Partition, header: BatchHeader, now_ms: int) -> bool:
-        """Whether ``header``'s sequence gap begins at a batch refused here as not led."""
-        refused = self._refused.get((p.topic, p.partition), {}).get(header.producer_id)
-        if refused is None:
-            return False
-        epoch, first_seq, when = refused
-        if time.monotonic() - when > REFUSAL_MEMORY_S or epoch != header.producer_epoch:
-            return False
+    def explains(self, p: Partition, header: BatchHeader, now_ms: int) -> str | None:
+        """Why ``header``'s gap is a move's doing (see the class docstring), else None."""
         entry = p.producers.entry(header.producer_id, now_ms)
-        if entry is None or entry.epoch != epoch or not entry.batches:
-            return False
-        return first_seq == end_sequence(entry.last_seq, 1) != header.base_sequence
+        if entry is None or entry.epoch != header.producer_epoch or not entry.batches:
+            return None  # a new epoch not at sequence 0 is no gap
+        expected = end_sequence(entry.last_seq, 1)
+        if header.base_sequence == expected:
+            return None
+        now = time.monotonic()
+        for epoch, first_seq, when in self._refused.get((p.topic, p.partition), {}).get(
+            header.producer_id, ()
+        ):
+            if epoch == entry.epoch and first_seq == expected and now - when <= REFUSAL_MEMORY_S:
+                return "the batch before it was refused here as not led moments ago"
+        moved = now - p.moved_at if p.moved_at is not None else math.inf
+        if moved < MOVED_GRACE_S:
+            return (
+                f"the partition moved here {moved:.1f} s ago and the batch before it may "
+                "still be on its way"
+            )
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,12 +448,14 @@ class Appender:
                     _check_transaction(p, headers)
                     original = p.producers.check(headers, now_ms)
                 except LogError as exc:
-                    if isinstance(exc, OutOfOrderSequence) and self._refusals.explains(
-                        p, headers[0], now_ms
-                    ):
+                    why = (
+                        self._refusals.explains(p, headers[0], now_ms)
+                        if isinstance(exc, OutOfOrderSequence)
+                        else None
+                    )
+                    if why is not None:
                         exc = NotLeaderOrFollower(
-                            f"{exc}: the batch before it was refused here as not led "
-                            "moments ago; retry both in order",
+                            f"{exc}: {why}; retry both in order",
                             topic=p.topic,
                             partition=p.partition,
                         )

@@ -68,6 +68,7 @@ class Partition:
         self.last_read_at = 0.0  # a Fetch or ListOffsets: keeps the catalog state fresh
         self.last_fetch_at = 0.0  # a Fetch: flushed segments go into L1 for the next one
         self.refreshed_at = time.monotonic()
+        self.moved_at: float | None = None  # when it opened here, taken from another daemon
         self.deleted = False  # its topic was deleted (`PartitionTable.forget_topic`)
         # The lease epoch this daemon holds the partition at (`kfs_core.cluster`);
         # None for a log without leases.  Commits carry it, segment keys name it.

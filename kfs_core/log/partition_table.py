@@ -103,6 +103,11 @@ class Lease(Protocol):
         """The catalog the lease was just taken through (a `PartitionCatalog`), or None."""
         ...
 
+    @property
+    def moved(self) -> bool:
+        """Whether the lease was just taken from another daemon."""
+        ...
+
 
 class Ownership(Protocol):
     """Which partitions this daemon may serve (`kfs_core.cluster.leases.LeaseKeeper`)."""
@@ -253,9 +258,11 @@ class PartitionTable:
         generation = self._topics.generation(topic)
         epoch = replay_ticket = None
         catalog = None
+        moved = False
         if self.ownership is not None:
             lease = await self.ownership.acquire(topic, partition, recovering=recovering)
             epoch = lease.epoch
+            moved = lease.moved
             if isinstance(lease.catalog, PartitionCatalog):
                 catalog = lease.catalog  # current as of the take: a refresh reads what followed
             if self.begin_replay is not None:
@@ -282,6 +289,8 @@ class PartitionTable:
             )
         p = Partition(topic, partition, catalog, state)
         p.epoch = epoch
+        if moved:
+            p.moved_at = time.monotonic()
         p.producers = producers
         load_transactions(p.txns, state.segments)
         # The WAL checkpoints by topic name.  If it says more is flushed than

@@ -125,6 +125,12 @@ class RetryPolicy:
         return cap / 2 + random.uniform(0, cap / 2)
 
 
+#: Connections kept open to the endpoint.  A takeover of several partitions at
+#: once reads 16 objects at a time for each; a request beyond the pool makes a
+#: new connection and urllib3 warns as it drops it.
+MAX_POOL_CONNECTIONS = 96
+
+
 class S3ObjectStore(ObjectStore):
     """An `ObjectStore` on ``s3://bucket/prefix``.
 
@@ -152,7 +158,7 @@ class S3ObjectStore(ObjectStore):
         max_delay: float = 5.0,
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
-        max_pool_connections: int = 32,
+        max_pool_connections: int = MAX_POOL_CONNECTIONS,
         addressing_style: str | None = None,
         aws_access_key_id: str | None = None,
         aws_secret_access_key: str | None = None,

@@ -231,6 +231,8 @@ def test_the_next_death_stands_in_the_past_while_the_observer_is_blind() -> None
     assert observer.is_live(1)
     death = observer.next_death()
     assert death is not None and death < clock()  # the keeper's loop ticks on its interval
+
+
 def test_a_node_counted_dead_stays_dead_while_the_clock_stands_still() -> None:
     """A long tick (it took the dead node's partitions over) does not bring the node back."""
     clock = FakeClock()

@@ -35,6 +35,7 @@ from kfs_core.errors import (
 )
 from kfs_core.formats.wal import encode_record_frame
 from kfs_core.log import LogManager
+from kfs_core.log.appender import MOVED_GRACE_S
 from kfs_core.log.producer_state import OutOfOrderSequence
 from kfs_core.log.wal import StoreWal, StoreWalReader, WalAppend, WalPosition
 from kfs_core.log.wal.store import (
@@ -870,8 +871,11 @@ class CatalogLeases:
             raise NotLeaderOrFollower(f"{topic}-{partition}: live node 9 holds it")
         if (topic, partition) not in self.held:
             catalog = PartitionCatalog(self._store, NS, topic, partition)
+            before = await asyncio.to_thread(catalog.refresh)
             state = await asyncio.to_thread(catalog.take_lease, self._node_id, self._incarnation)
             self.held[(topic, partition)] = state.leader_epoch
+            moved = before.leader_node_id not in (None, -1, self._node_id)
+            return Acquired(state.leader_epoch, moved=moved)
         return Acquired(self.held[(topic, partition)])
 
     def local_epoch(self, topic: str, partition: int) -> int | None:
@@ -1009,11 +1013,47 @@ def test_a_gap_behind_a_batch_refused_here_as_not_led_is_refused_the_same_way(
             await taker.append(TOPIC, 0, idempotent(4, "n2-"), timeout_s=10)
         assert (await taker.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)).base_offset == 2
         assert (await taker.append(TOPIC, 0, idempotent(4, "n2-"), timeout_s=10)).base_offset == 4
-        # A gap no refusal explains is out of order, as Kafka answers it.
+        # A gap no refusal explains, past the grace after the move, is out of
+        # order, as Kafka answers it.
+        moved_at = taker._table.partitions[(TOPIC, 0)].moved_at
+        assert moved_at is not None
+        taker._table.partitions[(TOPIC, 0)].moved_at = moved_at - MOVED_GRACE_S
         with pytest.raises(OutOfOrderSequence):
             await taker.append(TOPIC, 0, idempotent(8, "n4-"), timeout_s=10)
         expected = [values(log_batch(2, tag=t)) for t in ("n0-", "n1-", "n2-")]
         assert values(await read_all(taker, TOPIC, 0)) == [v for vs in expected for v in vs]
+        await taker.close()
+        wal_b.close()
+
+    run(body())
+
+
+def test_a_gap_soon_after_a_partition_moved_here_is_refused_as_not_led(
+    store: CountingStore, tmp_path: Path
+) -> None:
+    """The batch before it was refused by the previous holder, on its way out.
+
+    The client retries that batch at the new holder; until then the one
+    behind it gets NOT_LEADER_OR_FOLLOWER, not OUT_OF_ORDER_SEQUENCE_NUMBER.
+    """
+
+    async def body() -> None:
+        holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
+        await holder.create_topic(TOPIC, partitions=1)
+        await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)
+        await holder.flush()
+        await holder.close()
+        wal_a.close()
+
+        taker, wal_b = await store_mode_daemon(store, tmp_path, 2, "b")
+        with pytest.raises(NotLeaderOrFollower, match=r"moved here .* s ago"):
+            await taker.append(TOPIC, 0, idempotent(4, "n2-"), timeout_s=10)
+        assert (await taker.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)).base_offset == 2
+        assert (await taker.append(TOPIC, 0, idempotent(4, "n2-"), timeout_s=10)).base_offset == 4
+        # A new epoch that does not start at sequence 0 is no gap: out of order at once.
+        bumped = log_batch(2, producer_id=PRODUCER, producer_epoch=1, base_sequence=3)
+        with pytest.raises(OutOfOrderSequence):
+            await taker.append(TOPIC, 0, bumped, timeout_s=10)
         await taker.close()
         wal_b.close()
 
