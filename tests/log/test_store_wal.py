@@ -982,6 +982,17 @@ def test_a_takeover_leaves_out_a_refused_batch_above_a_lost_one_and_the_retries_
     run(body())
 
 
+async def taker_after_a_batch(store: ObjectStore, tmp_path: Path) -> tuple[LogManager, StoreWal]:
+    """Daemon 2, about to take the partition daemon 1 wrote `PRODUCER`'s sequences 0..1 to."""
+    holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
+    await holder.create_topic(TOPIC, partitions=1)
+    await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)
+    await holder.flush()
+    await holder.close()
+    wal_a.close()
+    return await store_mode_daemon(store, tmp_path, 2, "b")
+
+
 def test_a_gap_behind_a_batch_refused_here_as_not_led_is_refused_the_same_way(
     store: CountingStore, tmp_path: Path
 ) -> None:
@@ -995,14 +1006,7 @@ def test_a_gap_behind_a_batch_refused_here_as_not_led_is_refused_the_same_way(
     """
 
     async def body() -> None:
-        holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
-        await holder.create_topic(TOPIC, partitions=1)
-        await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)
-        await holder.flush()
-        await holder.close()
-        wal_a.close()
-
-        taker, wal_b = await store_mode_daemon(store, tmp_path, 2, "b")
+        taker, wal_b = await taker_after_a_batch(store, tmp_path)
         leases = taker._table.ownership
         assert isinstance(leases, CatalogLeases)
         leases.refusing = True
@@ -1038,14 +1042,7 @@ def test_a_gap_soon_after_a_partition_moved_here_is_refused_as_not_led(
     """
 
     async def body() -> None:
-        holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
-        await holder.create_topic(TOPIC, partitions=1)
-        await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)
-        await holder.flush()
-        await holder.close()
-        wal_a.close()
-
-        taker, wal_b = await store_mode_daemon(store, tmp_path, 2, "b")
+        taker, wal_b = await taker_after_a_batch(store, tmp_path)
         with pytest.raises(NotLeaderOrFollower, match=r"moved here .* s ago"):
             await taker.append(TOPIC, 0, idempotent(4, "n2-"), timeout_s=10)
         assert (await taker.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)).base_offset == 2
