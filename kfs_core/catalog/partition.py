@@ -221,14 +221,24 @@ class PartitionCatalog:
             return self._committer.commit(actions, operation, leader_epoch=leader_epoch)
 
     def add_segments(
-        self, segments: Sequence[SegmentEntry], *, leader_epoch: int | None = None
+        self,
+        segments: Sequence[SegmentEntry],
+        *,
+        leader_epoch: int | None = None,
+        epoch_start: int | None = None,
     ) -> CommitResult:
-        """Make ``segments`` live in one commit (one flush cycle's worth)."""
-        return self.commit(
-            [AddSegment(segment=s) for s in segments],
-            operation="add_segments",
-            leader_epoch=leader_epoch,
-        )
+        """Make ``segments`` live in one commit (one flush cycle's worth).
+
+        ``epoch_start`` moves the start of ``leader_epoch`` in the same
+        commit, before them (`set_leader_epoch_start`).
+        """
+        actions: list[Action] = []
+        if epoch_start is not None:
+            if leader_epoch is None:
+                raise ValueError("epoch_start needs the leader_epoch it starts")
+            actions.append(SetLeaderEpochStart(epoch=leader_epoch, start_offset=epoch_start))
+        actions.extend(AddSegment(segment=s) for s in segments)
+        return self.commit(actions, operation="add_segments", leader_epoch=leader_epoch)
 
     def replace(
         self,

@@ -307,7 +307,9 @@ class Flusher:
     async def _commit(self, p: Partition, entries: list[SegmentEntry]) -> PartitionState:
         """One attempt at the cycle's catalog commit; a conflict stops `flush_until` waiting."""
         try:
-            state = await run_in(self._executor, _commit_segments, p.catalog, entries, p.epoch)
+            state = await run_in(
+                self._executor, _commit_segments, p.catalog, entries, p.epoch, p.epoch_start_due
+            )
         except FencedLeaderEpoch:
             log.warning(
                 "%s: another daemon took the partition (this one held epoch %s); its "
@@ -323,6 +325,7 @@ class Flusher:
         if p.flush_conflict is not None:
             p.flush_conflict = None
             p.flush_conflicted.clear()
+        p.epoch_start_due = None
         return state
 
     def _count(self, sealed: Sequence[Sealed], seconds: float) -> None:
@@ -495,9 +498,14 @@ def _share_segment_bytes(sealed: Sequence[Sealed]) -> None:
 
 
 def _commit_segments(
-    catalog: PartitionCatalog, entries: list[SegmentEntry], epoch: int | None = None
+    catalog: PartitionCatalog,
+    entries: list[SegmentEntry],
+    epoch: int | None = None,
+    epoch_start: int | None = None,
 ) -> PartitionState:
     """Add ``entries`` in one commit; idempotent when an earlier attempt's outcome was unknown.
+
+    ``epoch_start`` (`Partition.epoch_start_due`) lands in the same commit.
 
     An earlier attempt that landed left these very entries: live, or (compacted
     meanwhile) as tombstones of the same objects.  A different entry under one
@@ -505,7 +513,7 @@ def _commit_segments(
     Taking it as ours would drop from memory the offsets it does not cover.
     """
     try:
-        catalog.add_segments(entries, leader_epoch=epoch)
+        catalog.add_segments(entries, leader_epoch=epoch, epoch_start=epoch_start)
     except (SegmentOverlap, InvalidCatalogAction) as exc:
         state = catalog.refresh()
         if all(_landed(state, entry) for entry in entries):

@@ -395,7 +395,8 @@ class LogManager:
             skipped += outcome.skipped
         for p in touched.values():
             p.high_watermark = p.next_offset
-        await asyncio.gather(*(self._begin_epoch(p) for p in touched.values()))
+        for p in touched.values():
+            self._begin_epoch(p)
         log.info(
             "WAL replay: %d batches into %d partitions, %d already in the catalog",
             replayed,
@@ -549,7 +550,7 @@ class LogManager:
             if outcome.stopped:
                 break
         p.high_watermark = p.next_offset
-        await self._begin_epoch(p)
+        self._begin_epoch(p)
         await self._flusher.flush_until(p, p.high_watermark)
         log.info(
             "%s: took over at epoch %s with %d batch(es) an earlier holder acknowledged "
@@ -561,35 +562,21 @@ class LogManager:
             p.next_offset,
         )
 
-    async def _begin_epoch(self, p: Partition) -> None:
+    def _begin_epoch(self, p: Partition) -> None:
         """Record that ``p``'s lease epoch begins past the batches just replayed into it.
 
         Those were acknowledged under earlier epochs (the lease's start
         offset is the catalog's end below them), so a consumer that read them
         there must find its epoch ending above them (OffsetForLeaderEpoch).
-        Committed before they are: a holder that dies in between leaves them
-        to the next one's replay, and the history stays true.  A failed
-        commit costs only that precision: it is logged and the log goes on.
+        The first commit of them carries it (`Partition.epoch_start_due`):
+        a holder that dies before leaves them to the next one's replay, and
+        the history stays true.
         """
         history = p.state.leader_epochs
         if p.epoch is None or not history or history[-1].epoch != p.epoch:
             return
-        if p.next_offset <= history[-1].start_offset:
-            return
-        try:
-            state = await self._io(_set_epoch_start, p.catalog, p.epoch, p.next_offset)
-        except (ObjectStoreError, CatalogError) as exc:
-            log.warning(
-                "%s: recording that epoch %d begins at %d failed: %s; OffsetForLeaderEpoch "
-                "answers the lease's start %d for the epoch before",
-                p.name,
-                p.epoch,
-                p.next_offset,
-                exc,
-                history[-1].start_offset,
-            )
-            return
-        self._refresher.adopt(p, state)
+        if p.next_offset > history[-1].start_offset:
+            p.epoch_start_due = p.next_offset
 
     async def release(self, topic: str, partition: int) -> None:
         """Hand a partition over: refuse appends, commit what was acknowledged, let it go.
@@ -1085,10 +1072,4 @@ def _set_log_start(
         if state.log_start_offset < offset:
             raise
         return state
-    return catalog.state
-
-
-def _set_epoch_start(catalog: PartitionCatalog, epoch: int, offset: int) -> PartitionState:
-    """Commit that leader epoch ``epoch`` begins at ``offset``; the state after it."""
-    catalog.set_leader_epoch_start(epoch, offset)
     return catalog.state

@@ -69,6 +69,8 @@ class Partition:
         self.last_fetch_at = 0.0  # a Fetch: flushed segments go into L1 for the next one
         self.refreshed_at = time.monotonic()
         self.moved_at: float | None = None  # when it opened here, taken from another daemon
+        # Where this daemon's epoch begins, above replayed batches: committed with them.
+        self.epoch_start_due: int | None = None
         self.deleted = False  # its topic was deleted (`PartitionTable.forget_topic`)
         # The lease epoch this daemon holds the partition at (`kfs_core.cluster`);
         # None for a log without leases.  Commits carry it, segment keys name it.

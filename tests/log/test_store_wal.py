@@ -22,6 +22,7 @@ from typing import Any
 import crc32c
 import pytest
 
+from kfs_core.catalog.actions import AddSegment, SetLeaderEpochStart
 from kfs_core.catalog.partition import PartitionCatalog
 from kfs_core.cluster.leases import Acquired
 from kfs_core.config import Settings
@@ -991,6 +992,36 @@ async def taker_after_a_batch(store: ObjectStore, tmp_path: Path) -> tuple[LogMa
     await holder.close()
     wal_a.close()
     return await store_mode_daemon(store, tmp_path, 2, "b")
+
+
+def test_a_takeover_commits_where_its_epoch_begins_with_the_replayed_batches(
+    store: CountingStore, tmp_path: Path
+) -> None:
+    """One commit: the replayed batches' segment, and the new epoch's start above them."""
+
+    async def body() -> None:
+        holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
+        await holder.create_topic(TOPIC, partitions=1)
+        await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)
+        await holder.flush()
+        await holder.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)
+        await holder.close(flush=False)  # sequences 2..3 are in its WAL only
+        wal_a.close()
+
+        taker, wal_b = await store_mode_daemon(store, tmp_path, 2, "b")
+        state = await taker.catalog_state(TOPIC, 0)
+        assert state.high_watermark == 4
+        assert [(e.epoch, e.start_offset) for e in state.leader_epochs][-2:] == [(1, 0), (2, 4)]
+        catalog = PartitionCatalog(store, NS, TOPIC, 0)
+        catalog.refresh()
+        commits = catalog.read_commits(0, catalog.state.version + 1)
+        starts = [c for c in commits if any(isinstance(a, SetLeaderEpochStart) for a in c.actions)]
+        assert len(starts) == 1
+        assert [type(a) for a in starts[0].actions] == [SetLeaderEpochStart, AddSegment]
+        await taker.close()
+        wal_b.close()
+
+    run(body())
 
 
 def test_a_gap_behind_a_batch_refused_here_as_not_led_is_refused_the_same_way(
