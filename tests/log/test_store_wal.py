@@ -36,7 +36,7 @@ from kfs_core.errors import (
 )
 from kfs_core.formats.wal import encode_record_frame
 from kfs_core.log import LogManager
-from kfs_core.log.appender import MOVED_GRACE_S
+from kfs_core.log.appender import MOVED_GRACE_S, AppendResult
 from kfs_core.log.producer_state import OutOfOrderSequence
 from kfs_core.log.wal import StoreWal, StoreWalReader, WalAppend, WalPosition
 from kfs_core.log.wal.store import (
@@ -994,19 +994,25 @@ async def taker_after_a_batch(store: ObjectStore, tmp_path: Path) -> tuple[LogMa
     return await store_mode_daemon(store, tmp_path, 2, "b")
 
 
+async def holder_dies_with_a_batch_in_its_wal(store: ObjectStore, tmp_path: Path) -> AppendResult:
+    """Daemon 1 commits `PRODUCER`'s sequences 0..1, then dies with 2..3 in its WAL only."""
+    holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
+    await holder.create_topic(TOPIC, partitions=1)
+    await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)
+    await holder.flush()
+    acked = await holder.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)
+    await holder.close(flush=False)
+    wal_a.close()
+    return acked
+
+
 def test_a_takeover_commits_where_its_epoch_begins_with_the_replayed_batches(
     store: CountingStore, tmp_path: Path
 ) -> None:
     """One commit: the replayed batches' segment, and the new epoch's start above them."""
 
     async def body() -> None:
-        holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
-        await holder.create_topic(TOPIC, partitions=1)
-        await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)
-        await holder.flush()
-        await holder.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)
-        await holder.close(flush=False)  # sequences 2..3 are in its WAL only
-        wal_a.close()
+        await holder_dies_with_a_batch_in_its_wal(store, tmp_path)
 
         taker, wal_b = await store_mode_daemon(store, tmp_path, 2, "b")
         state = await taker.catalog_state(TOPIC, 0)
@@ -1094,13 +1100,7 @@ def test_a_takeover_replays_a_producer_batch_that_continues_its_sequence(
     """The other side: an acknowledged batch above the catalog's end is replayed, its retry a duplicate."""
 
     async def body() -> None:
-        holder, wal_a = await store_mode_daemon(store, tmp_path, 1, "a")
-        await holder.create_topic(TOPIC, partitions=1)
-        await holder.append(TOPIC, 0, idempotent(0, "n0-"), timeout_s=10)
-        await holder.flush()
-        acked = await holder.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)
-        await holder.close(flush=False)  # the holder dies: sequences 2..3 are in its WAL only
-        wal_a.close()
+        acked = await holder_dies_with_a_batch_in_its_wal(store, tmp_path)
 
         owner, wal_b = await store_mode_daemon(store, tmp_path, 2, "b")
         retry = await owner.append(TOPIC, 0, idempotent(2, "n1-"), timeout_s=10)
